@@ -1,0 +1,42 @@
+package settle
+
+import "github.com/settlekit/settle/internal/source"
+
+// Headers a dead letter carries besides the message's own headers, whose retry count is
+// set to the attempts spent.
+const (
+	// HeaderDeadError is the last error the handler returned.
+	HeaderDeadError = HeaderPrefix + "dead-error"
+	// HeaderDeadID is the id of the delivery that was dead-lettered (a stream entry id).
+	HeaderDeadID = HeaderPrefix + "dead-id"
+	// HeaderDeadReason says why the message was dead-lettered.
+	HeaderDeadReason = HeaderPrefix + "dead-reason"
+	// HeaderDeadSource is the key (stream, list, channel) the message was read from.
+	HeaderDeadSource = HeaderPrefix + "dead-source"
+)
+
+// deadLetterHeaders returns the headers of d's dead letter: d's own headers as they
+// arrived, retry count set to the attempts spent, and the dead-letter headers.
+func deadLetterHeaders(d *source.Delivery, s source.Settlement, lastErr error) map[string]string {
+	h := withRetryCount(d.Headers, d.Attempt)
+	h[HeaderDeadSource] = d.Key
+	h[HeaderDeadID] = d.ID
+	h[HeaderDeadReason] = s.Reason
+	if lastErr != nil {
+		h[HeaderDeadError] = truncate(lastErr.Error(), maxErrorHeader)
+	} else {
+		h[HeaderDeadError] = ""
+	}
+	return h
+}
+
+// maxErrorHeader bounds the last-error header so a huge error (a panic stack, say) does
+// not make an oversized dead letter.
+const maxErrorHeader = 4096
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…(truncated)"
+}

@@ -1,0 +1,370 @@
+package settle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/timerq"
+)
+
+// settleTimeout bounds one settlement write. Settlement writes do not depend on the
+// run context: an ack is not lost because shutdown began.
+const settleTimeout = 10 * time.Second
+
+// mount is one recorded App.Mount, prepared by Validate.
+type mount struct {
+	cfg       mountConfig
+	handler   Handler
+	index     int
+	info      source.Info
+	logger    *slog.Logger
+	name      string
+	onced     sync.Map // reason -> *sync.Once, for warnings logged once per mount
+	policy    source.Policy
+	src       Source
+	transport source.Transport
+	wrapped   Handler
+}
+
+// prepare builds the mount's transport and policy. It runs once per mount.
+func (m *mount) prepare(a *App) {
+	if m.transport != nil || m.src == nil {
+		return
+	}
+	m.policy = source.Policy{
+		DeadLetter:       m.cfg.deadLetter,
+		DeadLetterMaxLen: m.cfg.deadLetterMaxLen,
+		DurableDelay:     m.cfg.delay != nil && m.cfg.delay.Durable(),
+		MaxAttempts:      m.cfg.maxAttempts,
+	}
+	m.name = m.cfg.name
+	if m.name == "" {
+		m.name = fmt.Sprintf("#%d", m.index+1)
+	}
+	m.transport = m.src.Transport(source.Env{Clock: a.clock, Logger: a.logger, Mount: m.name, Policy: m.policy})
+	m.info = m.transport.Info()
+	if m.cfg.name == "" {
+		m.name = string(m.info.Kind) + " " + m.info.Key
+		if m.info.Group != "" {
+			m.name += "/" + m.info.Group
+		}
+	}
+	m.logger = a.logger.With(slog.String(attrMount, m.name))
+	m.wrapped = m.handler
+	for i := len(m.cfg.middleware) - 1; i >= 0; i-- {
+		if m.wrapped != nil {
+			m.wrapped = m.cfg.middleware[i](m.wrapped)
+		}
+	}
+}
+
+// validate returns every refusal of the mount.
+func (m *mount) validate() []error {
+	if m.src == nil {
+		return []error{&ConfigError{Mount: fmt.Sprintf("#%d", m.index+1), Problem: "source is nil"}}
+	}
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, &ConfigError{Mount: m.name, Problem: fmt.Sprintf(format, args...)})
+	}
+	if m.handler == nil {
+		add("handler is nil")
+	}
+	if m.cfg.maxAttempts < 0 {
+		add("MaxAttempts(%d): the cap must be at least 1", m.cfg.maxAttempts)
+	}
+	if m.cfg.concurrency < 1 {
+		add("Concurrency(%d): must be at least 1", m.cfg.concurrency)
+	}
+	if m.cfg.deadLetterMaxLen < 0 {
+		add("DeadLetterMaxLen(%d): must not be negative", m.cfg.deadLetterMaxLen)
+	}
+	if m.cfg.codec == nil {
+		add("WithCodec(nil): give a codec")
+	}
+	if m.cfg.delay == nil {
+		add("DelayIn(nil): give a strategy")
+	}
+	for _, err := range m.transport.Validate(m.policy) {
+		add("%v", err)
+	}
+	return errs
+}
+
+// warnOnce logs a warning the first time reason comes up on the mount.
+func (m *mount) warnOnce(ctx context.Context, reason string, msg string, attrs ...any) {
+	o, _ := m.onced.LoadOrStore(reason, new(sync.Once))
+	o.(*sync.Once).Do(func() { m.logger.WarnContext(ctx, msg, attrs...) })
+}
+
+// runMount reads and handles the mount's deliveries until ctx is cancelled, then
+// drains: in-flight handlers finish (or are cancelled after the drain timeout) and are
+// settled before it returns.
+func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
+	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+	acks := newAcker(context.WithoutCancel(ctx), m, a)
+	var inflight sync.WaitGroup
+	slots := make(chan struct{}, m.cfg.concurrency)
+	batch := m.batchSize()
+	readCtx := context.WithoutCancel(ctx)
+	backoff := time.Duration(0)
+
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		n := 1
+	more:
+		for n < batch {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
+		for i := len(ds); i < n; i++ {
+			<-slots
+		}
+		if err != nil {
+			backoff = nextBackoff(backoff)
+			m.logger.ErrorContext(ctx, "settle: read failed; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		backoff = 0
+		for _, d := range ds {
+			inflight.Go(func() {
+				defer func() { <-slots }()
+				a.handle(handlerCtx, m, d, acks, delays)
+			})
+		}
+	}
+
+	drained := make(chan struct{})
+	go func() { inflight.Wait(); close(drained) }()
+	t := a.clock.NewTimer(a.cfg.DrainTimeout)
+	select {
+	case <-drained:
+	case <-t.C():
+		m.logger.WarnContext(ctx, "settle: drain timeout passed; cancelling handlers", slog.Duration("drain_timeout", a.cfg.DrainTimeout))
+		cancelHandlers(errShutdown)
+		<-drained
+	}
+	t.Stop()
+	acks.close()
+}
+
+// blockBound is how long one read may block.
+func (m *mount) blockBound() time.Duration {
+	if b, ok := m.transport.(interface{ BlockBound() time.Duration }); ok {
+		return b.BlockBound()
+	}
+	return DefaultBlock
+}
+
+// batchSize is the most deliveries one read asks for.
+func (m *mount) batchSize() int {
+	if b, ok := m.transport.(interface{ BatchSize() int }); ok && b.BatchSize() > 0 {
+		return b.BatchSize()
+	}
+	return DefaultBatch
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return 100 * time.Millisecond
+	case d >= 5*time.Second:
+		return 5 * time.Second
+	default:
+		return 2 * d
+	}
+}
+
+// handle runs the handler on one delivery, decides and applies its settlement.
+func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *acker, delays *timerq.Queue) {
+	msg := &Message{
+		Attempt:    d.Attempt,
+		Headers:    d.Headers,
+		ID:         d.ID,
+		Key:        d.Key,
+		Payload:    d.Payload,
+		codec:      m.cfg.codec,
+		hasPayload: d.HasPayload,
+	}
+	err := callHandler(ctx, m.wrapped, msg)
+	o := OutcomeOf(err)
+	s := decide(o, d.Attempt, m.policy, m.info.Caps)
+	a.apply(ctx, m, d, o, s, acks, delays)
+}
+
+// callHandler runs h, turning a panic into a *PanicError.
+func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return h.Handle(ctx, msg)
+}
+
+// apply carries out a settlement with the transport's primitives.
+func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) {
+	ev := Settled{
+		Action:     s.Action,
+		Attempt:    d.Attempt,
+		HandlerErr: o.Err,
+		ID:         d.ID,
+		Key:        d.Key,
+		Mount:      m.name,
+		Outcome:    o.Kind,
+	}
+	logAttrs := func(extra ...any) []any {
+		return append([]any{
+			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),
+			slog.String(attrOutcome, string(o.Kind)), slog.String(attrAction, s.Action.String()),
+		}, extra...)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+
+	switch s.Action {
+	case source.ActionAck:
+		m.logger.DebugContext(ctx, "settle: ack", logAttrs()...)
+		acks.add(d, ev)
+		return
+	case source.ActionDrop, source.ActionReject:
+		m.logger.WarnContext(ctx, "settle: "+s.Reason, logAttrs(slog.Any(attrError, o.Err))...)
+		acks.add(d, ev)
+		return
+	case source.ActionLose:
+		m.logger.WarnContext(ctx, "settle: "+s.Reason, logAttrs(slog.Any(attrError, o.Err))...)
+		acks.add(d, ev)
+		return
+	case source.ActionLeave:
+		if o.Kind == OutcomeRetryAfter && o.Delay != s.Delay {
+			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
+				slog.Duration(attrDelay, o.Delay), slog.Duration("min_idle", s.Delay))
+		}
+		m.logger.InfoContext(ctx, "settle: retry: left pending", logAttrs(slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))...)
+		ev.Delay = s.Delay
+	case source.ActionPutBack:
+		m.logger.InfoContext(ctx, "settle: retry: put back", logAttrs(slog.Any(attrError, o.Err))...)
+		if pb, ok := m.transport.(source.PutBacker); ok {
+			ev.Err = pb.PutBack(sctx, d)
+		} else {
+			ev.Err = fmt.Errorf("transport %s cannot put back", m.info.Kind)
+		}
+	case source.ActionCopy:
+		m.logger.InfoContext(ctx, "settle: retry", logAttrs(slog.Any(attrError, o.Err))...)
+		ev.Err = m.transport.Copy(sctx, d, withRetryCount(d.Headers, d.Attempt))
+	case source.ActionPark:
+		m.logger.InfoContext(ctx, "settle: retry after delay", logAttrs(slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))...)
+		ev.Delay = s.Delay
+		if p, ok := m.transport.(source.Parker); ok && m.policy.DurableDelay {
+			ev.Err = p.Park(sctx, d, withRetryCount(d.Headers, d.Attempt), s.Delay)
+			break
+		}
+		// In-process: the original stays unsettled until the copy is written.
+		delays.Schedule(s.Delay, func() {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+			defer cancel()
+			ev := ev
+			ev.Action = source.ActionCopy
+			ev.Err = m.transport.Copy(wctx, d, withRetryCount(d.Headers, d.Attempt))
+			a.settled(wctx, m, d, ev)
+		})
+		return
+	case source.ActionDeadLetter:
+		m.logger.WarnContext(ctx, "settle: dead letter: "+s.Reason, logAttrs(slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))...)
+		ev.Err = m.transport.DeadLetter(sctx, d, m.policy.DeadLetter, deadLetterHeaders(d, s, o.Err))
+	}
+	a.settled(sctx, m, d, ev)
+}
+
+// settled reports an applied (or failed) settlement.
+func (a *App) settled(ctx context.Context, m *mount, d *source.Delivery, ev Settled) {
+	if ev.Err != nil {
+		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
+			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
+	}
+	if a.cfg.OnSettled != nil {
+		a.cfg.OnSettled(ctx, ev)
+	}
+}
+
+// acker batches acks: one transport Ack call for all the acks waiting.
+type acker struct {
+	app  *App
+	base context.Context
+	ch   chan ackReq
+	done chan struct{}
+	m    *mount
+}
+
+type ackReq struct {
+	d  *source.Delivery
+	ev Settled
+}
+
+// maxAckBatch bounds one batched ack.
+const maxAckBatch = 512
+
+func newAcker(base context.Context, m *mount, a *App) *acker {
+	k := &acker{app: a, base: base, ch: make(chan ackReq, 2*m.cfg.concurrency), done: make(chan struct{}), m: m}
+	go k.run()
+	return k
+}
+
+func (k *acker) add(d *source.Delivery, ev Settled) { k.ch <- ackReq{d: d, ev: ev} }
+
+// close flushes waiting acks and stops the acker.
+func (k *acker) close() {
+	close(k.ch)
+	<-k.done
+}
+
+func (k *acker) run() {
+	defer close(k.done)
+	reqs := make([]ackReq, 0, 64)
+	ds := make([]*source.Delivery, 0, 64)
+	for req := range k.ch {
+		reqs = append(reqs[:0], req)
+	fill:
+		for len(reqs) < maxAckBatch {
+			select {
+			case r, ok := <-k.ch:
+				if !ok {
+					break fill
+				}
+				reqs = append(reqs, r)
+			default:
+				break fill
+			}
+		}
+		ds = ds[:0]
+		for _, r := range reqs {
+			ds = append(ds, r.d)
+		}
+		ctx, cancel := context.WithTimeout(k.base, settleTimeout)
+		err := k.m.transport.Ack(ctx, ds)
+		for _, r := range reqs {
+			r.ev.Err = err
+			k.app.settled(ctx, k.m, r.d, r.ev)
+		}
+		cancel()
+	}
+}

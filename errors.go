@@ -1,0 +1,77 @@
+package settle
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrAppClosed is returned by Run when the App has already run.
+var ErrAppClosed = errors.New("settle: app closed")
+
+// errShutdown is the cause given to handler contexts cancelled when the drain timeout
+// of a graceful shutdown has passed.
+var errShutdown = errors.New("settle: shutdown: drain timeout passed")
+
+// ErrShutdown reports whether err is, or wraps, the cause settle gives handler
+// contexts that it cancels once a graceful shutdown's drain timeout has passed.
+// Handlers can test context.Cause(ctx) with it.
+func ErrShutdown(err error) bool { return errors.Is(err, errShutdown) }
+
+// PanicError is the error a handler's panic becomes: the delivery is retried, and the
+// panic value and stack are kept for logs and the dead letter.
+type PanicError struct {
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+	// Value is what the handler panicked with.
+	Value any
+}
+
+// Error implements error.
+func (e *PanicError) Error() string { return fmt.Sprintf("settle: handler panicked: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}
+
+// DecodeError is the error a payload that does not decode becomes. It counts as a
+// failure (Retry) and spends an attempt like any other, so a payload that can never
+// decode reaches the dead letter at the cap.
+type DecodeError struct {
+	// Codec names the codec that failed.
+	Codec string
+	// Err is the codec's error.
+	Err error
+}
+
+// Error implements error.
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("settle: decode payload (%s): %v", e.Codec, e.Err)
+}
+
+// Unwrap returns the codec's error.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ConfigError is one refusal found by App.Validate: the mount it concerns and what is
+// wrong. Validate joins every refusal with errors.Join.
+type ConfigError struct {
+	// Mount names the mount; empty for an App-wide setting.
+	Mount string
+	// Problem says what is wrong and how to fix it.
+	Problem string
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	if e.Mount == "" {
+		return "settle: " + e.Problem
+	}
+	return fmt.Sprintf("settle: mount %s: %s", e.Mount, e.Problem)
+}
+
+// errNoPayload is the decode failure of a message that arrived without a payload (a
+// stream entry written by another client with no payload field).
+var errNoPayload = errors.New("message has no payload field (entry written by another client?)")

@@ -1,0 +1,65 @@
+// Package wire owns settle's two wire formats: a stream entry (one field per header plus
+// the payload field) and the envelope that lists and channels carry (msgpack headers +
+// payload). Nothing else in settle knows how a message is laid out in Redis.
+package wire
+
+import (
+	"sort"
+)
+
+// FieldPayload is the stream entry field that holds the payload. Every other field of an
+// entry is a header.
+const FieldPayload = "payload"
+
+// StreamValues lays out payload and headers as XADD field/value pairs: the payload field
+// first, then the headers sorted by name so that equal messages make equal entries. A nil
+// payload writes no payload field (a copy of a foreign entry that had none); an empty,
+// non-nil one writes an empty field.
+func StreamValues(payload []byte, headers map[string]string) []any {
+	names := make([]string, 0, len(headers))
+	for k := range headers {
+		if k != FieldPayload {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	vals := make([]any, 0, 2+2*len(names))
+	if payload != nil {
+		vals = append(vals, FieldPayload, payload)
+	}
+	for _, k := range names {
+		vals = append(vals, k, headers[k])
+	}
+	return vals
+}
+
+// FromStream reads an entry written by settle or by any other client. The payload field
+// becomes the payload (ok reports whether the entry had one; the payload is nil exactly
+// when it had none); every other field becomes a header. Field values that are not strings are formatted as Redis would return them.
+func FromStream(values map[string]any) (payload []byte, ok bool, headers map[string]string) {
+	headers = make(map[string]string, len(values))
+	for k, v := range values {
+		s := toString(v)
+		if k == FieldPayload {
+			payload, ok = []byte(s), true
+			continue
+		}
+		headers[k] = s
+	}
+	return payload, ok, headers
+}
+
+func toString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	case nil:
+		return ""
+	default:
+		// go-redis decodes every stream field value as a string; anything else would be a
+		// change in the client, shown rather than hidden.
+		return "<unexpected " + typeName(v) + ">"
+	}
+}

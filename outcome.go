@@ -1,0 +1,155 @@
+package settle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/settlekit/settle/internal/source"
+)
+
+// OutcomeKind is what a handler asks for one delivery.
+type OutcomeKind string
+
+// The outcomes.
+const (
+	// OutcomeAck completes the delivery.
+	OutcomeAck OutcomeKind = "ack"
+	// OutcomeDrop completes the delivery with a warning; it never goes to a dead letter.
+	OutcomeDrop OutcomeKind = "drop"
+	// OutcomeRetry asks for another delivery now.
+	OutcomeRetry OutcomeKind = "retry"
+	// OutcomeRetryAfter asks for another delivery after a delay, without holding up the
+	// deliveries behind it.
+	OutcomeRetryAfter OutcomeKind = "retry_after"
+)
+
+// Outcome is what a handler asked, as classified by OutcomeOf.
+type Outcome struct {
+	// Delay is the wait asked by RetryAfter.
+	Delay time.Duration
+	// Err is the handler's error (nil for Ack).
+	Err error
+	// Kind is the outcome.
+	Kind OutcomeKind
+}
+
+// OutcomeError carries an outcome through an error chain. Drop, Retry and RetryAfter
+// return one; errors.As finds it through any %w wrapping, so code deep inside a handler
+// can decide how its delivery settles.
+type OutcomeError struct {
+	// Delay is the wait of a RetryAfter outcome.
+	Delay time.Duration
+	// Err is the cause, kept for logs and the dead letter; it may be nil.
+	Err error
+	// Kind is the outcome asked for.
+	Kind OutcomeKind
+}
+
+// Error implements error.
+func (e *OutcomeError) Error() string {
+	var s string
+	if e.Kind == OutcomeRetryAfter {
+		s = fmt.Sprintf("settle: %s %s", e.Kind, e.Delay)
+	} else {
+		s = "settle: " + string(e.Kind)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the cause.
+func (e *OutcomeError) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *OutcomeError of the same kind, so
+// errors.Is(err, &settle.OutcomeError{Kind: settle.OutcomeDrop}) tests for a Drop.
+func (e *OutcomeError) Is(target error) bool {
+	t, ok := target.(*OutcomeError)
+	return ok && t.Kind == e.Kind
+}
+
+// Drop returns an error that completes the delivery with a warning. The message goes
+// nowhere: Drop never dead-letters. err (may be nil) is logged.
+func Drop(err error) error { return &OutcomeError{Kind: OutcomeDrop, Err: err} }
+
+// Retry returns an error that asks for another delivery now; a plain error does the
+// same. How the retry happens depends on the transport (see the README's table): a
+// stream appends a copy with the retry count + 1, a claiming stream leaves the entry
+// pending until its min-idle passes, a reliable list moves the item back; with an
+// attempts cap every transport but the claiming stream writes a copy. At the cap the
+// delivery is dead-lettered.
+func Retry(err error) error { return &OutcomeError{Kind: OutcomeRetry, Err: err} }
+
+// RetryAfter returns an error that asks for another delivery once d has passed, without
+// holding up the deliveries behind it. The wait is kept in-process by default (the
+// original stays unacknowledged until the copy is written, so a crash loses nothing
+// where the transport keeps pending entries). A d of zero or less is Retry. It spends an
+// attempt like Retry.
+func RetryAfter(d time.Duration, err error) error {
+	if d <= 0 {
+		return Retry(err)
+	}
+	return &OutcomeError{Kind: OutcomeRetryAfter, Delay: d, Err: err}
+}
+
+// OutcomeOf classifies a handler's return: nil is Ack; an error carrying an
+// *OutcomeError anywhere in its chain is that outcome; any other error (a panic and an
+// undecodable payload included) is Retry, and the error is kept.
+func OutcomeOf(err error) Outcome {
+	if err == nil {
+		return Outcome{Kind: OutcomeAck}
+	}
+	var oe *OutcomeError
+	if errors.As(err, &oe) {
+		if oe.Kind == OutcomeAck {
+			return Outcome{Kind: OutcomeAck}
+		}
+		if oe.Kind == OutcomeRetryAfter && oe.Delay <= 0 {
+			return Outcome{Kind: OutcomeRetry, Err: err}
+		}
+		return Outcome{Kind: oe.Kind, Delay: oe.Delay, Err: err}
+	}
+	return Outcome{Kind: OutcomeRetry, Err: err}
+}
+
+// decide is the settlement engine's whole decision: given what the handler asked, the
+// delivery's attempt (1-based, the first delivery included), the mount's policy and
+// what the transport can do, it returns what to do. It is pure; transports only apply
+// its answer.
+func decide(o Outcome, attempt int, p source.Policy, c source.Caps) source.Settlement {
+	switch o.Kind {
+	case OutcomeAck:
+		return source.Settlement{Action: source.ActionAck}
+	case OutcomeDrop:
+		return source.Settlement{Action: source.ActionDrop, Reason: "dropped by handler"}
+	}
+	// Retry or RetryAfter: first the cap.
+	if p.MaxAttempts > 0 && attempt >= p.MaxAttempts {
+		reason := fmt.Sprintf("max attempts reached (%d of %d)", attempt, p.MaxAttempts)
+		if p.DeadLetter != "" {
+			return source.Settlement{Action: source.ActionDeadLetter, Reason: reason}
+		}
+		return source.Settlement{Action: source.ActionReject, Reason: reason + ", no dead letter declared"}
+	}
+	if p.MaxAttempts == 0 && p.DeadLetter != "" {
+		return source.Settlement{Action: source.ActionDeadLetter, Reason: "failed with no attempts cap declared"}
+	}
+	if o.Kind == OutcomeRetryAfter && o.Delay > 0 {
+		if c.DeliveryCounter && !p.DurableDelay {
+			return source.Settlement{Action: source.ActionLeave, Delay: c.MinIdle, Reason: "delay kept as min-idle"}
+		}
+		return source.Settlement{Action: source.ActionPark, Delay: o.Delay, Reason: "retry after delay"}
+	}
+	switch {
+	case c.DeliveryCounter:
+		return source.Settlement{Action: source.ActionLeave, Delay: c.MinIdle, Reason: "retry after min-idle"}
+	case p.MaxAttempts > 0:
+		return source.Settlement{Action: source.ActionCopy, Reason: "retry"}
+	case c.RetryWithoutCap == source.ActionLose:
+		return source.Settlement{Action: source.ActionLose, Reason: "retry cannot be honoured without an attempts cap: message lost"}
+	default:
+		return source.Settlement{Action: c.RetryWithoutCap, Reason: "retry"}
+	}
+}

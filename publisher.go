@@ -1,0 +1,76 @@
+package settle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/wire"
+)
+
+// Publisher writes messages to Redis streams the way settle's consumers read them: the
+// payload under the payload field, each header under its own field.
+type Publisher struct {
+	cfg publisherConfig
+	rdb redis.UniversalClient
+}
+
+type publisherConfig struct {
+	codec Codec
+}
+
+// NewPublisher returns a Publisher on the caller's client.
+func NewPublisher(rdb redis.UniversalClient, opts ...PublisherOption) *Publisher {
+	cfg := publisherConfig{codec: Msgpack}
+	for _, o := range opts {
+		o.applyPublisher(&cfg)
+	}
+	if cfg.codec == nil {
+		cfg.codec = Msgpack
+	}
+	return &Publisher{cfg: cfg, rdb: rdb}
+}
+
+// Publish encodes v with the publisher's codec and appends it to the stream key with
+// the given headers (may be nil). It returns the new entry's id. Header names starting
+// with HeaderPrefix, the payload field's name and the empty name are refused.
+func (p *Publisher) Publish(ctx context.Context, key string, v any, headers map[string]string) (string, error) {
+	payload, err := p.cfg.codec.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("settle: publish to %q: encode (%s): %w", key, p.cfg.codec.Name(), err)
+	}
+	return p.PublishBytes(ctx, key, payload, headers)
+}
+
+// PublishBytes appends payload, as it is, to the stream key with the given headers (may
+// be nil). It returns the new entry's id.
+func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, headers map[string]string) (string, error) {
+	if err := checkHeaders(headers); err != nil {
+		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
+	}
+	if payload == nil {
+		payload = []byte{} // nil would write no payload field
+	}
+	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, headers)}).Result()
+	if err != nil {
+		return "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err)
+	}
+	return id, nil
+}
+
+// checkHeaders refuses header names that would collide with settle's own fields.
+func checkHeaders(headers map[string]string) error {
+	for k := range headers {
+		switch {
+		case k == "":
+			return fmt.Errorf("header with an empty name")
+		case k == wire.FieldPayload:
+			return fmt.Errorf("header %q is the payload field's name", k)
+		case strings.HasPrefix(k, HeaderPrefix):
+			return fmt.Errorf("header %q uses the reserved prefix %q", k, HeaderPrefix)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package settle
+
+import (
+	"strconv"
+	"strings"
+)
+
+// HeaderPrefix starts every header settle writes. Headers with this prefix are reserved:
+// publishing one is refused.
+const HeaderPrefix = "settle-"
+
+// HeaderRetryCount is the retry-count header: how many deliveries of the message came
+// before this copy. Every retry copy carries it one higher than the delivery it copies;
+// a dead letter carries the attempts spent (the cap). A message published by settle has
+// none, which reads as 0.
+const HeaderRetryCount = HeaderPrefix + "retry-count"
+
+// parseRetryCount reads the retry-count header. A missing header is 0; a garbled one
+// (not a non-negative integer) is also 0 and ok is false so the caller can log it.
+func parseRetryCount(headers map[string]string) (n int, ok bool) {
+	v, present := headers[HeaderRetryCount]
+	if !present {
+		return 0, true
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// withRetryCount returns a copy of headers whose retry count is n.
+func withRetryCount(headers map[string]string, n int) map[string]string {
+	out := make(map[string]string, len(headers)+1)
+	for k, v := range headers {
+		out[k] = v
+	}
+	out[HeaderRetryCount] = strconv.Itoa(n)
+	return out
+}

@@ -1,0 +1,338 @@
+package settle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
+)
+
+// StreamSource reads a Redis stream through a consumer group. Make one with Stream.
+type StreamSource struct {
+	cfg   streamConfig
+	group string
+	key   string
+	rdb   redis.UniversalClient
+}
+
+var _ Source = (*StreamSource)(nil)
+
+// Stream returns a source that reads the stream key through the consumer group group,
+// creating both if missing (XGROUP CREATE … MKSTREAM; an existing group is used as it
+// is). Reads are XREADGROUP batches; on start a consumer first re-reads its own pending
+// entries (those delivered to its consumer name but never settled) before new ones.
+//
+// Retry without an attempts cap appends a copy of the entry (retry count + 1) and
+// acknowledges the original in one MULTI/EXEC; so does every retry under a cap. A dead
+// letter goes to a stream, written and acknowledged in one MULTI/EXEC.
+func Stream(rdb redis.UniversalClient, key, group string, opts ...StreamOption) *StreamSource {
+	cfg := streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0"}
+	for _, o := range opts {
+		if o != nil {
+			o.applyStream(&cfg)
+		}
+	}
+	return &StreamSource{cfg: cfg, group: group, key: key, rdb: rdb}
+}
+
+// Transport is for settle's own use and may change in any release.
+func (s *StreamSource) Transport(env source.Env) source.Transport {
+	consumer := s.cfg.consumer
+	if consumer == "" {
+		consumer = defaultConsumerName()
+	}
+	return &streamTransport{
+		consumer: consumer,
+		cursor:   "0",
+		env:      env,
+		inflight: map[string]struct{}{},
+		rescan:   true,
+		src:      s,
+	}
+}
+
+// defaultConsumerName is unique per process: host, pid and a random suffix.
+func defaultConsumerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "settle"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// streamTransport is one mount's consumer on a stream.
+type streamTransport struct {
+	consumer    string
+	env         source.Env
+	garbledOnce sync.Once
+	src         *StreamSource
+
+	mu       sync.Mutex
+	cursor   string              // where the next own-pending read starts
+	inflight map[string]struct{} // delivered here and not yet settled
+	rescan   bool                // re-read own pending entries before new ones
+}
+
+func (t *streamTransport) Info() source.Info {
+	return source.Info{
+		Caps:  source.Caps{RetryWithoutCap: source.ActionCopy},
+		Group: t.src.group,
+		Key:   t.src.key,
+		Kind:  source.KindStream,
+	}
+}
+
+// BatchSize is the most entries one read asks for.
+func (t *streamTransport) BatchSize() int { return t.src.cfg.batch }
+
+// BlockBound is the longest one read blocks.
+func (t *streamTransport) BlockBound() time.Duration { return t.src.cfg.block }
+
+func (t *streamTransport) Validate(p source.Policy) []error {
+	var errs []error
+	s := t.src
+	if s.rdb == nil {
+		errs = append(errs, errors.New("stream: redis client is nil"))
+	}
+	if s.key == "" {
+		errs = append(errs, errors.New("stream: key is empty"))
+	}
+	if s.group == "" {
+		errs = append(errs, errors.New("stream: group is empty"))
+	}
+	if s.cfg.batch < 1 {
+		errs = append(errs, fmt.Errorf("Batch(%d): must be at least 1", s.cfg.batch))
+	}
+	if s.cfg.block <= 0 {
+		errs = append(errs, fmt.Errorf("Block(%s): must be positive", s.cfg.block))
+	}
+	if p.DeadLetter != "" && p.DeadLetter == s.key {
+		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the stream the mount reads: dead letters would be read again", p.DeadLetter))
+	}
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
+		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
+			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one MULTI/EXEC): %w", err))
+		}
+	}
+	return errs
+}
+
+func (t *streamTransport) Open(ctx context.Context) error {
+	return t.createGroup(ctx)
+}
+
+func (t *streamTransport) createGroup(ctx context.Context) error {
+	s := t.src
+	err := s.rdb.XGroupCreateMkStream(ctx, s.key, s.group, s.cfg.startID).Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("stream %q: create group %q: %w", s.key, s.group, err)
+	}
+	return nil
+}
+
+func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	t.mu.Lock()
+	rescan := t.rescan
+	t.mu.Unlock()
+	if rescan {
+		ds, err := t.readOwnPending(ctx, max)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+	}
+	return t.read(ctx, ">", max, wait)
+}
+
+// readOwnPending re-reads entries delivered to this consumer and not settled (after a
+// restart with a stable consumer name, a dropped connection or a failed settlement),
+// skipping those in flight here.
+func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*source.Delivery, error) {
+	for {
+		t.mu.Lock()
+		cursor := t.cursor
+		t.mu.Unlock()
+		msgs, err := t.xread(ctx, cursor, max, -1)
+		if err != nil {
+			return nil, err
+		}
+		t.mu.Lock()
+		if len(msgs) == 0 {
+			t.rescan, t.cursor = false, "0"
+			t.mu.Unlock()
+			return nil, nil
+		}
+		t.cursor = msgs[len(msgs)-1].ID
+		t.mu.Unlock()
+		if ds := t.deliveries(ctx, msgs); len(ds) > 0 {
+			return ds, nil
+		}
+	}
+}
+
+// read reads entries after id (">" for new ones), blocking up to wait (-1: not at all).
+func (t *streamTransport) read(ctx context.Context, id string, max int, wait time.Duration) ([]*source.Delivery, error) {
+	msgs, err := t.xread(ctx, id, max, wait)
+	if err != nil {
+		return nil, err
+	}
+	return t.deliveries(ctx, msgs), nil
+}
+
+func (t *streamTransport) xread(ctx context.Context, id string, max int, wait time.Duration) ([]redis.XMessage, error) {
+	s := t.src
+	res, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Block:    wait,
+		Consumer: t.consumer,
+		Count:    int64(max),
+		Group:    s.group,
+		Streams:  []string{s.key, id},
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "NOGROUP") {
+			// The stream or its group was deleted under us: make them again.
+			if cerr := t.createGroup(ctx); cerr != nil {
+				return nil, errors.Join(fmt.Errorf("stream %q: xreadgroup: %w", s.key, err), cerr)
+			}
+			t.env.Logger.WarnContext(ctx, "settle: consumer group was missing; created it again",
+				slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.String(attrGroup, s.group))
+			return nil, nil
+		}
+		t.markRescan()
+		return nil, fmt.Errorf("stream %q: xreadgroup: %w", s.key, err)
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return res[0].Messages, nil
+}
+
+// deliveries turns entries into deliveries, skipping those already in flight here and
+// acknowledging pending entries whose body was deleted from the stream.
+func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage) []*source.Delivery {
+	ds := make([]*source.Delivery, 0, len(msgs))
+	var gone []string
+	t.mu.Lock()
+	for _, msg := range msgs {
+		if _, busy := t.inflight[msg.ID]; busy {
+			continue
+		}
+		if msg.Values == nil {
+			gone = append(gone, msg.ID)
+			continue
+		}
+		t.inflight[msg.ID] = struct{}{}
+		ds = append(ds, t.delivery(ctx, msg))
+	}
+	t.mu.Unlock()
+	if len(gone) > 0 {
+		t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; acknowledging them",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Any("ids", gone))
+		if err := t.src.rdb.XAck(ctx, t.src.key, t.src.group, gone...).Err(); err != nil {
+			t.env.Logger.ErrorContext(ctx, "settle: xack of deleted entries failed", slog.Any(attrError, err))
+		}
+	}
+	return ds
+}
+
+func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) *source.Delivery {
+	payload, ok, headers := wire.FromStream(msg.Values)
+	rc, valid := parseRetryCount(headers)
+	if !valid {
+		t.garbledOnce.Do(func() {
+			t.env.Logger.WarnContext(ctx, "settle: garbled retry-count header read as 0 (logged once per mount)",
+				slog.String(attrMount, t.env.Mount), slog.String(attrMsgID, msg.ID), slog.String(HeaderRetryCount, headers[HeaderRetryCount]))
+		})
+	}
+	return &source.Delivery{
+		Attempt:    rc + 1,
+		HasPayload: ok,
+		Headers:    headers,
+		ID:         msg.ID,
+		Key:        t.src.key,
+		Payload:    payload,
+		RetryCount: rc,
+	}
+}
+
+// settledIDs forgets deliveries that were settled; on failure it asks for a re-read of
+// own pending entries so that they are delivered again.
+func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
+	t.mu.Lock()
+	for _, d := range ds {
+		delete(t.inflight, d.ID)
+	}
+	if err != nil {
+		t.rescan, t.cursor = true, "0"
+	}
+	t.mu.Unlock()
+}
+
+func (t *streamTransport) markRescan() {
+	t.mu.Lock()
+	t.rescan, t.cursor = true, "0"
+	t.mu.Unlock()
+}
+
+func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+	}
+	err := t.src.rdb.XAck(ctx, t.src.key, t.src.group, ids...).Err()
+	if err != nil {
+		err = fmt.Errorf("stream %q: xack: %w", t.src.key, err)
+	}
+	t.settledIDs(err, ds...)
+	return err
+}
+
+func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
+	s := t.src
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: s.key, Values: wire.StreamValues(d.Payload, headers)})
+		p.XAck(ctx, s.key, s.group, d.ID)
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("stream %q: retry copy of %s: %w", s.key, d.ID, err)
+	}
+	t.settledIDs(err, d)
+	return err
+}
+
+func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+	s := t.src
+	args := &redis.XAddArgs{Stream: dest, Values: wire.StreamValues(d.Payload, headers)}
+	if n := t.env.Policy.DeadLetterMaxLen; n > 0 {
+		args.MaxLen, args.Approx = n, true
+	}
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, args)
+		p.XAck(ctx, s.key, s.group, d.ID)
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", s.key, d.ID, dest, err)
+	}
+	t.settledIDs(err, d)
+	return err
+}
+
+func (t *streamTransport) Close(context.Context) error { return nil }
