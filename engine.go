@@ -39,14 +39,14 @@ func (m *mount) prepare(a *App) {
 	m.policy = source.Policy{
 		DeadLetter:       m.cfg.deadLetter,
 		DeadLetterMaxLen: m.cfg.deadLetterMaxLen,
-		DurableDelay:     m.cfg.delay != nil && m.cfg.delay.Durable(),
+		Delay:            m.cfg.delay,
 		MaxAttempts:      m.cfg.maxAttempts,
 	}
 	m.name = m.cfg.name
 	if m.name == "" {
 		m.name = fmt.Sprintf("#%d", m.index+1)
 	}
-	m.transport = m.src.Transport(source.Env{Clock: a.clock, Logger: a.logger, Mount: m.name, Policy: m.policy})
+	m.transport = m.src.Transport(source.Env{Clock: a.clock, Logger: a.logger, Mount: m.name, Policy: m.policy, TestClock: a.cfg.Test.Clock})
 	m.info = m.transport.Info()
 	if m.cfg.name == "" {
 		m.name = string(m.info.Kind) + " " + m.info.Key
@@ -274,8 +274,12 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 	case source.ActionPark:
 		m.logger.InfoContext(ctx, "settle: retry after delay", logAttrs(slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))...)
 		ev.Delay = s.Delay
-		if p, ok := m.transport.(source.Parker); ok && m.policy.DurableDelay {
-			ev.Err = p.Park(sctx, d, withRetryCount(d.Headers, d.Attempt), s.Delay)
+		if m.info.Caps.Parks {
+			if p, ok := m.transport.(source.Parker); ok {
+				ev.Err = p.Park(sctx, d, withRetryCount(d.Headers, d.Attempt), s.Delay)
+			} else {
+				ev.Err = fmt.Errorf("transport %s declares Parks but cannot park", m.info.Kind)
+			}
 			break
 		}
 		// In-process: the original stays unsettled until the copy is written.

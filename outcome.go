@@ -137,7 +137,7 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) source.Settl
 		return source.Settlement{Action: source.ActionDeadLetter, Reason: "failed with no attempts cap declared"}
 	}
 	if o.Kind == OutcomeRetryAfter && o.Delay > 0 {
-		if c.DeliveryCounter && !p.DurableDelay {
+		if c.DeliveryCounter && !c.Parks {
 			return source.Settlement{Action: source.ActionLeave, Delay: c.MinIdle, Reason: "delay kept as min-idle"}
 		}
 		return source.Settlement{Action: source.ActionPark, Delay: o.Delay, Reason: "retry after delay"}

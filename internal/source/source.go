@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/clock"
 )
 
@@ -64,6 +65,10 @@ type Caps struct {
 	DeliveryCounter bool
 	// MinIdle is how long a left-in-place message waits before it comes back (claiming).
 	MinIdle time.Duration
+	// Parks: the transport keeps RetryAfter delays itself, durably (it implements
+	// Parker): a stream with a durable delay set, a SQL inbox's retry_after column. Without
+	// it the engine keeps delays in-process.
+	Parks bool
 	// RetryWithoutCap is what a Retry does when the mount declares no attempts cap.
 	RetryWithoutCap Action
 }
@@ -104,8 +109,9 @@ type Policy struct {
 	DeadLetter string
 	// DeadLetterMaxLen bounds a dead-letter stream (approximate trimming); 0: unbounded.
 	DeadLetterMaxLen int64
-	// DurableDelay is true when delays wait in a durable store rather than in-process.
-	DurableDelay bool
+	// Delay is where RetryAfter delays wait (never nil once the App has prepared the
+	// mount).
+	Delay delayed.Strategy
 	// MaxAttempts caps deliveries, the first included; 0 means no cap.
 	MaxAttempts int
 }
@@ -166,10 +172,18 @@ type Settlement struct {
 
 // Env is what a transport gets from the App that mounts it.
 type Env struct {
-	Clock  clock.Clock
+	// Clock is the App's clock (the wall clock unless a test injected one).
+	Clock clock.Clock
+	// Logger is the App's logger.
 	Logger *slog.Logger
-	Mount  string
+	// Mount names the mount.
+	Mount string
+	// Policy is the mount's retry and dead-letter policy.
 	Policy Policy
+	// TestClock is the clock a test injected (Config.Test.Clock), nil in production:
+	// a transport whose "now" comes from its server (Redis TIME, the database clock)
+	// uses it instead when set.
+	TestClock clock.Clock
 }
 
 // Parker is a transport that can keep a copy of a delivery in a durable delay store
