@@ -283,15 +283,18 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 			break
 		}
 		// In-process: the original stays unsettled until the copy is written.
-		delays.Schedule(s.Delay, func() {
+		// The copy is written on its own goroutine when due, so many delays coming due
+		// at once are written concurrently; Run waits for every one before returning.
+		writeCopy := func() {
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 			defer cancel()
 			ev := ev
 			ev.Action = source.ActionCopy
 			ev.Err = m.transport.Copy(wctx, d, withRetryCount(d.Headers, d.Attempt))
 			a.settled(wctx, m, d, ev)
-		})
-		return
+		}
+		delays.Schedule(s.Delay, func() { a.delayed.Go(writeCopy) })
+		// Reported once scheduled, so a test may advance its clock right after seeing it.
 	case source.ActionDeadLetter:
 		m.logger.WarnContext(ctx, "settle: dead letter: "+s.Reason, logAttrs(slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))...)
 		ev.Err = m.transport.DeadLetter(sctx, d, m.policy.DeadLetter, deadLetterHeaders(d, s, o.Err))

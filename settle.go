@@ -125,12 +125,13 @@ func (s Settled) Final() bool {
 
 // App runs mounts: each a source, a handler and a policy.
 type App struct {
-	clock  clock.Clock
-	cfg    Config
-	logger *slog.Logger
-	mounts []*mount
-	mu     sync.Mutex
-	ran    atomic.Bool
+	clock   clock.Clock
+	cfg     Config
+	delayed sync.WaitGroup // in-process delayed copies being written
+	logger  *slog.Logger
+	mounts  []*mount
+	mu      sync.Mutex
+	ran     atomic.Bool
 }
 
 // New returns an App. Nothing starts until Run.
@@ -236,6 +237,7 @@ func (a *App) Run(ctx context.Context) error {
 	for _, fn := range left {
 		fn()
 	}
+	a.delayed.Wait()
 	for _, m := range a.mounts {
 		if err := m.transport.Close(context.WithoutCancel(ctx)); err != nil {
 			a.logger.WarnContext(ctx, "settle: close source", slog.String(attrMount, m.name), slog.Any(attrError, err))
