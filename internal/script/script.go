@@ -1,0 +1,78 @@
+// Package script holds settle's Lua scripts, one .lua file each, embedded at build time
+// and wrapped once with redis.NewScript (EVALSHA, falling back to EVAL). Go encodes
+// every value a script writes; the scripts only move bytes between keys, all of them
+// given in KEYS.
+package script
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SweepBatch is the most members one sweep call moves; callers loop while a full batch
+// moved.
+const SweepBatch = 100
+
+var (
+	//go:embed park.lua
+	parkSrc string
+	//go:embed sweep.lua
+	sweepSrc string
+
+	park  = redis.NewScript(parkSrc)
+	sweep = redis.NewScript(sweepSrc)
+)
+
+// nowArg is the optional "now" argument: empty lets the script use the server's TIME.
+func nowArg(now int64) string {
+	if now < 0 {
+		return ""
+	}
+	return strconv.FormatInt(now, 10)
+}
+
+// Park adds member to the delay set scored by now + delay (ms) and acknowledges entry id
+// of stream in group, in one script; with ttl > 0 the set expires ttl after this park.
+// now is the time in ms since the epoch, or -1 for the server's TIME. It returns the
+// due time in ms.
+func Park(ctx context.Context, rdb redis.Scripter, set, stream, group, id, member string, delay, ttl time.Duration, now int64) (int64, error) {
+	ttlMs := ttl.Milliseconds()
+	if ttl > 0 && ttlMs == 0 {
+		ttlMs = 1
+	}
+	due, err := park.Run(ctx, rdb, []string{set, stream},
+		member, delay.Milliseconds(), ttlMs, group, id, nowArg(now)).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("park script: %w", err)
+	}
+	return due, nil
+}
+
+// SweepResult is one sweep call's answer.
+type SweepResult struct {
+	// Moved counts the members moved into the stream.
+	Moved int
+	// Next is the earliest due time (ms) still in the set, or -1 when it is empty.
+	Next int64
+	// Now is the time (ms) the sweep compared against.
+	Now int64
+}
+
+// Sweep moves up to limit members of the delay set due at now (ms since the epoch, or -1
+// for the server's TIME) into stream with new ids, in one script. payloadField names the
+// field a member that does not parse is written back under.
+func Sweep(ctx context.Context, rdb redis.Scripter, set, stream string, now int64, limit int, payloadField string) (SweepResult, error) {
+	vals, err := sweep.Run(ctx, rdb, []string{set, stream}, nowArg(now), limit, payloadField).Int64Slice()
+	if err != nil {
+		return SweepResult{}, fmt.Errorf("sweep script: %w", err)
+	}
+	if len(vals) != 3 {
+		return SweepResult{}, fmt.Errorf("sweep script: %d values returned, want 3", len(vals))
+	}
+	return SweepResult{Moved: int(vals[0]), Next: vals[1], Now: vals[2]}, nil
+}

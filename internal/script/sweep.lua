@@ -1,0 +1,64 @@
+-- sweep: move due members of a durable delay set back into their stream with new ids.
+-- Atomic: a member is moved (XADD + ZREM) exactly once, however many consumers sweep
+-- at the same time.
+--
+-- KEYS[1] -> the delay set (a sorted set scored by due time in ms)
+-- KEYS[2] -> the stream
+--
+-- ARGV[1] -> "now" in ms (a test's fake clock); empty: the server's TIME
+-- ARGV[2] -> the most members to move (a bounded batch: Go loops while a full one moved)
+-- ARGV[3] -> the payload field's name, for members that do not parse
+--
+-- A member is "<entry id>\n" followed by "<length>:<bytes>" items, the entry's
+-- field/value pairs (see internal/wire.DelayMember): only string operations here. A
+-- member that does not parse is not lost: it is written back whole as the payload.
+--
+-- Returns {moved, next due time in ms or -1 when the set is empty, now in ms}.
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fields(m)
+  local nl = string.find(m, '\n', 1, true)
+  if not nl then
+    return nil
+  end
+  local args = {}
+  local pos = nl + 1
+  local size = string.len(m)
+  while pos <= size do
+    local colon = string.find(m, ':', pos, true)
+    if not colon then
+      return nil
+    end
+    local n = tonumber(string.sub(m, pos, colon - 1))
+    if not n or n < 0 or colon + n > size then
+      return nil
+    end
+    args[#args + 1] = string.sub(m, colon + 1, colon + n)
+    pos = colon + n + 1
+  end
+  if #args == 0 or #args % 2 ~= 0 then
+    return nil
+  end
+  return args
+end
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, m in ipairs(due) do
+  local args = fields(m)
+  if not args then
+    args = {ARGV[3], m}
+  end
+  redis.call('XADD', KEYS[2], '*', unpack(args))
+  redis.call('ZREM', KEYS[1], m)
+end
+
+local nxt = -1
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 2 then
+  nxt = tonumber(first[2])
+end
+return {#due, nxt, now}
