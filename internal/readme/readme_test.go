@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadmeQuickStartIsThisCompiledProgram proves the README's Go code compiles: every
+// ```go block of README.md must appear verbatim in main.go, which the build compiles.
+func TestReadmeQuickStartIsThisCompiledProgram(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("README.md has no ```go block: the quick start is missing")
+	}
+	for i, b := range blocks {
+		if !strings.Contains(string(src), b[1]) {
+			t.Errorf("README.md's go block %d is not in internal/readme/main.go verbatim; copy it there so it is compiled:\n%s", i+1, b[1])
+		}
+	}
+}
