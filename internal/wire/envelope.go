@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -60,6 +61,11 @@ func FromEnvelope(value []byte) (payload []byte, headers map[string]string, isEn
 	if err != nil {
 		return nil, nil, true, fmt.Errorf("%w: headers: %v", ErrEnvelope, err)
 	}
+	// Each header takes at least two bytes (two empty strings): a longer count is a
+	// garbled value, refused before it sizes an allocation.
+	if n > r.Len()/2 {
+		return nil, nil, true, fmt.Errorf("%w: %d headers announced in %d bytes", ErrEnvelope, n, r.Len())
+	}
 	if n > 0 {
 		headers = make(map[string]string, n)
 	}
@@ -74,12 +80,23 @@ func FromEnvelope(value []byte) (payload []byte, headers map[string]string, isEn
 		}
 		headers[k] = v
 	}
-	payload, err = dec.DecodeBytes()
+	// The payload's length is checked against what is left before anything is allocated
+	// (msgpack's DecodeBytes would allocate whatever length a garbled value announces).
+	// The decoder reads r directly, unbuffered, because *bytes.Reader is an
+	// io.ByteScanner, so the payload bytes are the next ones in r.
+	pn, err := dec.DecodeBytesLen()
 	if err != nil {
 		return nil, nil, true, fmt.Errorf("%w: payload: %v", ErrEnvelope, err)
 	}
-	if payload == nil {
-		payload = []byte{}
+	if pn > r.Len() {
+		return nil, nil, true, fmt.Errorf("%w: payload of %d bytes announced, %d left", ErrEnvelope, pn, r.Len())
+	}
+	payload = []byte{}
+	if pn > 0 {
+		payload = make([]byte, pn)
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return nil, nil, true, fmt.Errorf("%w: payload: %v", ErrEnvelope, err)
+		}
 	}
 	if r.Len() > 0 {
 		return nil, nil, true, fmt.Errorf("%w: %d trailing bytes", ErrEnvelope, r.Len())

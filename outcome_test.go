@@ -1,0 +1,263 @@
+package settle
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle/internal/source"
+)
+
+// The transports' capabilities, as DESIGN.md's Redis tables describe them.
+var (
+	capsStream          = source.Caps{RetryWithoutCap: source.ActionCopy}
+	capsStreamZset      = source.Caps{Parks: true, RetryWithoutCap: source.ActionCopy}
+	capsClaiming        = source.Caps{DeliveryCounter: true, MinIdle: 30 * time.Second, RetryWithoutCap: source.ActionLeave}
+	capsClaimingZset    = source.Caps{DeliveryCounter: true, MinIdle: 30 * time.Second, Parks: true, RetryWithoutCap: source.ActionLeave}
+	capsReliableList    = source.Caps{RetryWithoutCap: source.ActionPutBack}
+	capsList            = source.Caps{RetryWithoutCap: source.ActionLose}
+	capsPubSub          = source.Caps{RetryWithoutCap: source.ActionLose}
+	policyNone          = source.Policy{}
+	policyCap3          = source.Policy{MaxAttempts: 3}
+	policyCap3DLQ       = source.Policy{MaxAttempts: 3, DeadLetter: "dlq"}
+	policyDLQ           = source.Policy{DeadLetter: "dlq"}
+	errBoom             = errors.New("boom")
+	outcomeAck          = Outcome{Kind: OutcomeAck}
+	outcomeDrop         = Outcome{Kind: OutcomeDrop, Err: errBoom}
+	outcomeRetry        = Outcome{Kind: OutcomeRetry, Err: errBoom}
+	outcomeRetryAfter5s = Outcome{Kind: OutcomeRetryAfter, Delay: 5 * time.Second, Err: errBoom}
+	outcomeRetryAfter1h = Outcome{Kind: OutcomeRetryAfter, Delay: time.Hour, Err: errBoom}
+)
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		outcome Outcome
+		attempt int
+		policy  source.Policy
+		caps    source.Caps
+		want    source.Action
+		delay   time.Duration
+	}{
+		// Ack completes on every transport, whatever the policy.
+		{name: "StreamAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionAck},
+		{name: "ClaimingAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsClaiming, want: source.ActionAck},
+		{name: "ReliableListAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsReliableList, want: source.ActionAck},
+		{name: "ListAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsList, want: source.ActionAck},
+		{name: "PubSubAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsPubSub, want: source.ActionAck},
+		{name: "AckAtCapAcks", outcome: outcomeAck, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionAck},
+
+		// Drop completes and never dead-letters, not even at the cap with a destination.
+		{name: "DropWithoutPolicyDrops", outcome: outcomeDrop, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionDrop},
+		{name: "DropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDrop},
+		{name: "DropUnderCapNeverDeadLetters", outcome: outcomeDrop, attempt: 1, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDrop},
+		{name: "DropWithDeadLetterWithoutCapNeverDeadLetters", outcome: outcomeDrop, attempt: 1, policy: policyDLQ, caps: capsStream, want: source.ActionDrop},
+		{name: "ClaimingDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionDrop},
+		{name: "ReliableListDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsReliableList, want: source.ActionDrop},
+		{name: "ListDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: source.ActionDrop},
+		{name: "PubSubDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsPubSub, want: source.ActionDrop},
+
+		// Retry with no cap, per transport (DESIGN's first Redis table).
+		{name: "StreamRetryWithoutCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionCopy},
+		{name: "StreamRetryWithoutCapCopiesAtAnyAttempt", outcome: outcomeRetry, attempt: 50, policy: policyNone, caps: capsStream, want: source.ActionCopy},
+		{name: "ClaimingRetryLeavesPending", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
+		{name: "ReliableListRetryWithoutCapPutsBack", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsReliableList, want: source.ActionPutBack},
+		{name: "ListRetryWithoutCapLoses", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsList, want: source.ActionLose},
+		{name: "PubSubRetryWithoutCapLoses", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsPubSub, want: source.ActionLose},
+
+		// With a cap, every subscription but the claiming stream retries by writing a copy.
+		{name: "StreamRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsStream, want: source.ActionCopy},
+		{name: "ReliableListRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsReliableList, want: source.ActionCopy},
+		{name: "ListRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsList, want: source.ActionCopy},
+		{name: "PubSubRetryUnderCapCopies", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsPubSub, want: source.ActionCopy},
+		{name: "ListRetryUnderCapWithoutDeadLetterCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3, caps: capsList, want: source.ActionCopy},
+		{name: "ClaimingRetryUnderCapLeavesPending", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
+
+		// The n-th failed delivery is not retried: dead letter, or reject with no destination.
+		{name: "NthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDeadLetter},
+		{name: "DeliveryPastCapDeadLetters", outcome: outcomeRetry, attempt: 7, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDeadLetter},
+		{name: "CapOfOneDeadLettersFirstFailure", outcome: outcomeRetry, attempt: 1, policy: source.Policy{MaxAttempts: 1, DeadLetter: "dlq"}, caps: capsStream, want: source.ActionDeadLetter},
+		{name: "ClaimingNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionDeadLetter},
+		{name: "ReliableListNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsReliableList, want: source.ActionDeadLetter},
+		{name: "ListNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: source.ActionDeadLetter},
+		{name: "PubSubNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsPubSub, want: source.ActionDeadLetter},
+		{name: "CapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsStream, want: source.ActionReject},
+		{name: "ClaimingCapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsClaiming, want: source.ActionReject},
+		{name: "ListCapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsList, want: source.ActionReject},
+		{name: "CapWithoutDeadLetterRetriesUnderCap", outcome: outcomeRetry, attempt: 2, policy: policyCap3, caps: capsStream, want: source.ActionCopy},
+
+		// A destination without a cap dead-letters at the first retry.
+		{name: "DeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsStream, want: source.ActionDeadLetter},
+		{name: "DeadLetterWithoutCapAtLaterAttempt", outcome: outcomeRetry, attempt: 4, policy: policyDLQ, caps: capsStream, want: source.ActionDeadLetter},
+		{name: "ClaimingDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsClaiming, want: source.ActionDeadLetter},
+		{name: "ReliableListDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsReliableList, want: source.ActionDeadLetter},
+		{name: "ListDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsList, want: source.ActionDeadLetter},
+		{name: "PubSubDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsPubSub, want: source.ActionDeadLetter},
+		{name: "DeadLetterWithoutCapAtFirstDelayedRetry", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyDLQ, caps: capsStream, want: source.ActionDeadLetter},
+
+		// RetryAfter: in-process or durable parking keeps the delay as asked.
+		{name: "RetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionPark, delay: 5 * time.Second},
+		{name: "RetryAfterUnderCapParksCopy", outcome: outcomeRetryAfter5s, attempt: 2, policy: policyCap3DLQ, caps: capsStream, want: source.ActionPark, delay: 5 * time.Second},
+		{name: "StreamWithDurableZsetParks", outcome: outcomeRetryAfter1h, attempt: 1, policy: policyNone, caps: capsStreamZset, want: source.ActionPark, delay: time.Hour},
+		{name: "ReliableListRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsReliableList, want: source.ActionPark, delay: 5 * time.Second},
+		{name: "ListRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsList, want: source.ActionPark, delay: 5 * time.Second},
+		{name: "PubSubRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsPubSub, want: source.ActionPark, delay: 5 * time.Second},
+		{name: "RetryAfterWithoutDelayRetriesNow", outcome: Outcome{Kind: OutcomeRetryAfter, Err: errBoom}, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionCopy},
+
+		// A claiming stream without a zset has only min-idle to wait with.
+		{name: "ClaimingRetryAfterRoundsToMinIdle", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
+		{name: "ClaimingRetryAfterCutToMinIdle", outcome: outcomeRetryAfter1h, attempt: 1, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
+		{name: "ClaimingWithDurableZsetParks", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsClaimingZset, want: source.ActionPark, delay: 5 * time.Second},
+		{name: "ClaimingWithDurableZsetParksLongDelay", outcome: outcomeRetryAfter1h, attempt: 2, policy: policyCap3DLQ, caps: capsClaimingZset, want: source.ActionPark, delay: time.Hour},
+		{name: "ClaimingWithDurableZsetRetryLeavesPending", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsClaimingZset, want: source.ActionLeave, delay: 30 * time.Second},
+
+		// A delayed retry counts like an immediate one.
+		{name: "DelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDeadLetter},
+		{name: "DelayedRetryAtCapWithoutDeadLetterRejects", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3, caps: capsStream, want: source.ActionReject},
+		{name: "ClaimingDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionDeadLetter},
+		{name: "DurableZsetDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter1h, attempt: 3, policy: policyCap3DLQ, caps: capsStreamZset, want: source.ActionDeadLetter},
+		{name: "ListDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: source.ActionDeadLetter},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := decide(tt.outcome, tt.attempt, tt.policy, tt.caps)
+			if got.Action != tt.want {
+				t.Fatalf("got action %s, want %s (settlement %+v)", got.Action, tt.want, got)
+			}
+			if got.Delay != tt.delay {
+				t.Fatalf("got delay %s, want %s", got.Delay, tt.delay)
+			}
+			if got.Action != source.ActionAck && got.Reason == "" {
+				t.Fatalf("got no reason for %s; every settlement but ack says why", got.Action)
+			}
+		})
+	}
+}
+
+func TestDecideReasonNamesTheCap(t *testing.T) {
+	t.Parallel()
+
+	got := decide(outcomeRetry, 3, policyCap3DLQ, capsStream)
+	if want := "max attempts reached (3 of 3)"; got.Reason != want {
+		t.Fatalf("got reason %q, want %q", got.Reason, want)
+	}
+	got = decide(outcomeRetry, 3, policyCap3, capsStream)
+	if want := "max attempts reached (3 of 3), no dead letter declared"; got.Reason != want {
+		t.Fatalf("got reason %q, want %q", got.Reason, want)
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	t.Parallel()
+
+	plain := errors.New("plain")
+	tests := []struct {
+		name    string
+		err     error
+		kind    OutcomeKind
+		delay   time.Duration
+		keepErr bool
+	}{
+		{name: "NilIsAck", err: nil, kind: OutcomeAck},
+		{name: "PlainErrorIsRetry", err: plain, kind: OutcomeRetry, keepErr: true},
+		{name: "DropIsDrop", err: Drop(plain), kind: OutcomeDrop, keepErr: true},
+		{name: "DropOfNilIsDrop", err: Drop(nil), kind: OutcomeDrop, keepErr: true},
+		{name: "RetryIsRetry", err: Retry(plain), kind: OutcomeRetry, keepErr: true},
+		{name: "RetryAfterIsRetryAfter", err: RetryAfter(time.Minute, plain), kind: OutcomeRetryAfter, delay: time.Minute, keepErr: true},
+		{name: "RetryAfterZeroIsRetry", err: RetryAfter(0, plain), kind: OutcomeRetry, keepErr: true},
+		{name: "RetryAfterNegativeIsRetry", err: RetryAfter(-time.Second, plain), kind: OutcomeRetry, keepErr: true},
+		{name: "LiteralRetryAfterZeroIsRetry", err: &OutcomeError{Kind: OutcomeRetryAfter}, kind: OutcomeRetry, keepErr: true},
+		{name: "DropThroughWrapping", err: fmt.Errorf("a: %w", fmt.Errorf("b: %w", fmt.Errorf("c: %w", Drop(plain)))), kind: OutcomeDrop, keepErr: true},
+		{name: "RetryThroughWrapping", err: fmt.Errorf("a: %w", fmt.Errorf("b: %w", Retry(plain))), kind: OutcomeRetry, keepErr: true},
+		{name: "RetryAfterThroughWrapping", err: fmt.Errorf("a: %w", fmt.Errorf("b: %w", fmt.Errorf("c: %w", RetryAfter(time.Second, plain)))), kind: OutcomeRetryAfter, delay: time.Second, keepErr: true},
+		{name: "DropThroughJoin", err: errors.Join(plain, fmt.Errorf("x: %w", Drop(nil))), kind: OutcomeDrop, keepErr: true},
+		{name: "RetryAfterThroughJoinInWrapping", err: fmt.Errorf("outer: %w", errors.Join(errors.New("other"), RetryAfter(2*time.Second, nil))), kind: OutcomeRetryAfter, delay: 2 * time.Second, keepErr: true},
+		{name: "PanicErrorIsRetry", err: &PanicError{Value: "boom"}, kind: OutcomeRetry, keepErr: true},
+		{name: "DecodeErrorIsRetry", err: &DecodeError{Codec: "msgpack", Err: plain}, kind: OutcomeRetry, keepErr: true},
+		{name: "WrappedDecodeErrorIsRetry", err: fmt.Errorf("handler: %w", &DecodeError{Codec: "json", Err: plain}), kind: OutcomeRetry, keepErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := OutcomeOf(tt.err)
+			if got.Kind != tt.kind {
+				t.Fatalf("got kind %q, want %q", got.Kind, tt.kind)
+			}
+			if got.Delay != tt.delay {
+				t.Fatalf("got delay %s, want %s", got.Delay, tt.delay)
+			}
+			if tt.keepErr && got.Err != tt.err {
+				t.Fatalf("got err %v, want the handler's error %v kept", got.Err, tt.err)
+			}
+			if !tt.keepErr && got.Err != nil {
+				t.Fatalf("got err %v, want nil", got.Err)
+			}
+		})
+	}
+}
+
+func TestOutcomeErrorIsMatchesByKind(t *testing.T) {
+	t.Parallel()
+
+	err := fmt.Errorf("deep: %w", Drop(errors.New("bad input")))
+	if !errors.Is(err, &OutcomeError{Kind: OutcomeDrop}) {
+		t.Fatalf("errors.Is(%v, Drop) = false, want true", err)
+	}
+	if errors.Is(err, &OutcomeError{Kind: OutcomeRetry}) {
+		t.Fatalf("errors.Is(%v, Retry) = true, want false", err)
+	}
+	if !errors.Is(RetryAfter(time.Hour, nil), &OutcomeError{Kind: OutcomeRetryAfter, Delay: time.Second}) {
+		t.Fatal("RetryAfter(1h) does not match a RetryAfter of another delay; Is must match by kind only")
+	}
+	if errors.Is(err, errors.New("settle: drop")) {
+		t.Fatal("an OutcomeError matched a plain error")
+	}
+}
+
+func TestOutcomeErrorKeepsCause(t *testing.T) {
+	t.Parallel()
+
+	cause := errors.New("card declined")
+	err := fmt.Errorf("charge: %w", RetryAfter(90*time.Second, cause))
+	if !errors.Is(err, cause) {
+		t.Fatalf("errors.Is(%v, cause) = false: the cause must stay reachable", err)
+	}
+	var oe *OutcomeError
+	if !errors.As(err, &oe) || oe.Delay != 90*time.Second {
+		t.Fatalf("errors.As found %+v, want a RetryAfter of 90s", oe)
+	}
+	if got, want := err.Error(), "charge: settle: retry_after 1m30s: card declined"; got != want {
+		t.Fatalf("got message %q, want %q", got, want)
+	}
+	if got, want := Drop(nil).Error(), "settle: drop"; got != want {
+		t.Fatalf("got message %q, want %q", got, want)
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	cases := []struct {
+		name    string
+		outcome Outcome
+		attempt int
+		policy  source.Policy
+		caps    source.Caps
+	}{
+		{name: "Ack", outcome: outcomeAck, attempt: 1, policy: policyCap3DLQ, caps: capsStream},
+		{name: "RetryCopy", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsStream},
+		{name: "RetryAfterPark", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyCap3DLQ, caps: capsStream},
+		{name: "ClaimingLeave", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsClaiming},
+		{name: "CapDeadLetter", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsStream},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = decide(c.outcome, c.attempt, c.policy, c.caps)
+			}
+		})
+	}
+}

@@ -1,0 +1,64 @@
+package settle
+
+import (
+	"maps"
+	"testing"
+)
+
+func TestParseRetryCount(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    int
+		wantOK  bool
+	}{
+		{name: "MissingIsZero", headers: map[string]string{"other": "7"}, want: 0, wantOK: true},
+		{name: "NilHeadersIsZero", headers: nil, want: 0, wantOK: true},
+		{name: "NumberIsRead", headers: map[string]string{HeaderRetryCount: "4"}, want: 4, wantOK: true},
+		{name: "ZeroIsRead", headers: map[string]string{HeaderRetryCount: "0"}, want: 0, wantOK: true},
+		{name: "SpacesAreTrimmed", headers: map[string]string{HeaderRetryCount: " 2 "}, want: 2, wantOK: true},
+		{name: "GarbledIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "two"}, want: 0, wantOK: false},
+		{name: "EmptyIsZeroNotOK", headers: map[string]string{HeaderRetryCount: ""}, want: 0, wantOK: false},
+		{name: "NegativeIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "-3"}, want: 0, wantOK: false},
+		{name: "FractionIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "1.5"}, want: 0, wantOK: false},
+		{name: "OverflowIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "99999999999999999999999"}, want: 0, wantOK: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := parseRetryCount(tt.headers)
+			if got != tt.want || ok != tt.wantOK {
+				t.Fatalf("got (%d, %t), want (%d, %t)", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestWithRetryCountCopiesHeaders(t *testing.T) {
+	t.Parallel()
+
+	orig := map[string]string{"trace": "abc", HeaderRetryCount: "1"}
+	snapshot := maps.Clone(orig)
+	got := withRetryCount(orig, 2)
+	if !maps.Equal(orig, snapshot) {
+		t.Fatalf("the original headers changed: got %v, want %v", orig, snapshot)
+	}
+	want := map[string]string{"trace": "abc", HeaderRetryCount: "2"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if n, ok := parseRetryCount(got); n != 2 || !ok {
+		t.Fatalf("parse of the incremented header: got (%d, %t), want (2, true)", n, ok)
+	}
+}
+
+func TestWithRetryCountOfNilHeaders(t *testing.T) {
+	t.Parallel()
+
+	got := withRetryCount(nil, 1)
+	if want := map[string]string{HeaderRetryCount: "1"}; !maps.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
