@@ -226,6 +226,7 @@ type tally struct {
 	deadLettered int
 	done         chan struct{}
 	dropped      int
+	finished     bool // done is closed
 	n            int
 	reviewed     int
 	// ours holds the deliveries of this run's refunds (and of their dead letters) that
@@ -268,7 +269,8 @@ func (t *tally) settled(s settle.Settled) {
 	default: // drop (and reject or lose, which this mount's policy does not produce)
 		t.dropped++
 	}
-	if t.acked+t.dropped+t.deadLettered == t.n && t.reviewed == t.deadLettered {
+	if !t.finished && t.acked+t.dropped+t.deadLettered == t.n && t.reviewed == t.deadLettered {
+		t.finished = true
 		close(t.done)
 	}
 }
