@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
 )
@@ -35,8 +36,9 @@ var _ Source = (*StreamSource)(nil)
 // entries (those delivered to its consumer name but never settled) before new ones.
 //
 // Retry without an attempts cap appends a copy of the entry (retry count + 1) and
-// acknowledges the original in one MULTI/EXEC; so does every retry under a cap. A dead
-// letter goes to a stream, written and acknowledged in one MULTI/EXEC.
+// acknowledges the original in one Lua script; so does every retry under a cap. A dead
+// letter goes to a stream, written and acknowledged in one Lua script (if the write
+// fails, nothing is written and the original stays pending).
 func Stream(rdb redis.UniversalClient, key, group string, opts ...StreamOption) *StreamSource {
 	cfg := streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0"}
 	for _, o := range opts {
@@ -125,7 +127,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	}
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
 		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
-			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one MULTI/EXEC): %w", err))
+			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one script): %w", err))
 		}
 	}
 	return errs
@@ -220,7 +222,13 @@ func (t *streamTransport) xread(ctx context.Context, id string, max int, wait ti
 	if len(res) == 0 {
 		return nil, nil
 	}
-	return res[0].Messages, nil
+	msgs := res[0].Messages
+	if len(msgs) > max {
+		// A re-read of pending entries on miniredis ignores COUNT; never hand the engine
+		// more than it has slots for (the rest stay pending and are read next).
+		msgs = msgs[:max]
+	}
+	return msgs, nil
 }
 
 // deliveries turns entries into deliveries, skipping those already in flight here and
@@ -303,13 +311,11 @@ func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error 
 	return err
 }
 
+// Copy appends the retry copy to the stream and acknowledges the original in one
+// script (not a MULTI/EXEC: Redis would run the XACK even if the XADD failed).
 func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
 	s := t.src
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: s.key, Values: wire.StreamValues(d.Payload, headers)})
-		p.XAck(ctx, s.key, s.group, d.ID)
-		return nil
-	})
+	_, err := script.StreamMove(ctx, s.rdb, s.key, s.key, s.group, d.ID, 0, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: retry copy of %s: %w", s.key, d.ID, err)
 	}
@@ -317,17 +323,12 @@ func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers 
 	return err
 }
 
+// DeadLetter appends the dead letter to dest (bounded by DeadLetterMaxLen) and
+// acknowledges the original in one script: if the write fails, the original stays
+// pending.
 func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
 	s := t.src
-	args := &redis.XAddArgs{Stream: dest, Values: wire.StreamValues(d.Payload, headers)}
-	if n := t.env.Policy.DeadLetterMaxLen; n > 0 {
-		args.MaxLen, args.Approx = n, true
-	}
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, args)
-		p.XAck(ctx, s.key, s.group, d.ID)
-		return nil
-	})
+	_, err := script.StreamMove(ctx, s.rdb, dest, s.key, s.group, d.ID, t.env.Policy.DeadLetterMaxLen, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", s.key, d.ID, dest, err)
 	}
