@@ -93,6 +93,9 @@ func (m *mount) validate() []error {
 	for _, err := range m.transport.Validate(m.policy) {
 		add("%v", err)
 	}
+	for _, err := range delayProblems(m) {
+		add("%v", err)
+	}
 	return errs
 }
 
@@ -269,7 +272,12 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 			ev.Err = fmt.Errorf("transport %s cannot put back", m.info.Kind)
 		}
 	case source.ActionCopy:
-		m.logger.InfoContext(ctx, "settle: retry", logAttrs(slog.Any(attrError, o.Err))...)
+		if o.Kind == OutcomeRetryAfter {
+			// The asked delay could not be kept (see delayRefusal): say why, loudly.
+			m.logger.WarnContext(ctx, "settle: "+s.Reason, logAttrs(slog.Duration(attrDelay, o.Delay), slog.Any(attrError, o.Err))...)
+		} else {
+			m.logger.InfoContext(ctx, "settle: retry", logAttrs(slog.Any(attrError, o.Err))...)
+		}
 		ev.Err = m.transport.Copy(sctx, d, withRetryCount(d.Headers, d.Attempt))
 	case source.ActionPark:
 		m.logger.InfoContext(ctx, "settle: retry after delay", logAttrs(slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))...)

@@ -137,6 +137,11 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) source.Settl
 		return source.Settlement{Action: source.ActionDeadLetter, Reason: "failed with no attempts cap declared"}
 	}
 	if o.Kind == OutcomeRetryAfter && o.Delay > 0 {
+		if refused := delayRefusal(o.Delay, p); refused != "" {
+			s := decide(Outcome{Kind: OutcomeRetry, Err: o.Err}, attempt, p, c)
+			s.Reason = refused + " (" + s.Reason + ")"
+			return s
+		}
 		if c.DeliveryCounter && !c.Parks {
 			return source.Settlement{Action: source.ActionLeave, Delay: c.MinIdle, Reason: "delay kept as min-idle"}
 		}

@@ -91,7 +91,7 @@ type streamTransport struct {
 
 func (t *streamTransport) Info() source.Info {
 	return source.Info{
-		Caps:  source.Caps{RetryWithoutCap: source.ActionCopy},
+		Caps:  source.Caps{Parks: t.parksDurably(), RetryWithoutCap: source.ActionCopy},
 		Group: t.src.group,
 		Key:   t.src.key,
 		Kind:  source.KindStream,
@@ -125,6 +125,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	if p.DeadLetter != "" && p.DeadLetter == s.key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the stream the mount reads: dead letters would be read again", p.DeadLetter))
 	}
+	errs = append(errs, t.validateDelay(p)...)
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
 		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
 			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one script): %w", err))
@@ -147,6 +148,10 @@ func (t *streamTransport) createGroup(ctx context.Context) error {
 }
 
 func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	wait, err := t.sweepDelays(ctx, wait)
+	if err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	rescan := t.rescan
 	t.mu.Unlock()

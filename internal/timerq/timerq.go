@@ -72,6 +72,12 @@ func (q *Queue) Run(stop <-chan struct{}) []func() {
 		if wait >= 0 {
 			t = q.clock.NewTimer(wait)
 			timerC = t.C()
+			// A fake clock may have been advanced between reading now and making the
+			// timer, leaving it due later than the item: look again before waiting.
+			if !q.clock.Now().Before(now.Add(wait)) {
+				t.Stop()
+				continue
+			}
 		}
 		select {
 		case <-stop:
