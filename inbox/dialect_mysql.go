@@ -1,0 +1,195 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MySQL is the MySQL 8 and MariaDB 10.6+ dialect (go-sql-driver/mysql; add
+// parseTime=true to the DSN). A claim is one transaction: SELECT … FOR UPDATE SKIP
+// LOCKED, UPDATE the lease, read the rows back; FIFO claims also hold GET_LOCK on the
+// group. A dead-letter move to a table is two statements in one transaction. Time
+// columns are DATETIME(6); "now" is NOW(6), the database's clock in the session's time
+// zone (keep it the same for every session, e.g. time_zone='+00:00' in the DSN).
+var MySQL Dialect = mysql{}
+
+type mysql struct{}
+
+func (mysql) String() string { return "mysql" }
+func (mysql) sealed()        {}
+
+// myNow is the statements' "now": the test clock's when one is passed, else the
+// database's.
+const myNow = `COALESCE(CAST(:now AS DATETIME(6)), NOW(6))`
+
+func (mysql) build(t Table, q queueSpec) *statements {
+	c := t.quoted('`')
+	s := &statements{}
+	groupIs := func(alias string) string {
+		if c.group == "" {
+			return "TRUE"
+		}
+		return alias + c.group + " = :group"
+	}
+	attempt := "1"
+	if c.attempt != "" {
+		attempt = c.attempt
+	}
+	due := fmt.Sprintf("(%s IS NULL OR %s <= %s)", c.lease, c.lease, myNow)
+	if c.retryAfter != "" {
+		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, myNow)
+	}
+	order, limit := c.id, ":n"
+	if q.fifo {
+		if c.retryAfter != "" {
+			order = c.retryAfter + ", " + c.id
+		}
+		limit = "1"
+		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, myNow)
+		s.claimLock = compile(`SELECT GET_LOCK(:lock_key, 30)`, questionRepeated)
+		s.claimUnlock = compile(`SELECT RELEASE_LOCK(:lock_key)`, questionRepeated)
+	}
+	leaseUntil := myNow + " + INTERVAL :lease MICROSECOND"
+	s.claimSelect = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED`,
+		c.id, c.table, groupIs(""), due, order, limit), questionRepeated)
+	s.claimUpdate = func(n int) stmt {
+		return compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s IN (%s)`, c.table, c.lease, leaseUntil, c.id, list("id", n)), questionRepeated)
+	}
+	s.claimRead = func(n int) stmt {
+		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
+			c.id, attempt, c.payload, c.lease, c.table, c.id, list("id", n), order), questionRepeated)
+	}
+	s.ackN = func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf("(%s = ? AND %s = ?)", c.id, c.lease)
+		}
+		return fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR "))
+	}
+	s.columns = func(table string) string {
+		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '`'))
+	}
+	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
+	s.extendLock = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
+	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s = :id`, c.table, c.lease, leaseUntil, c.id), questionRepeated)
+	s.extendRead = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = :id`, c.lease, c.table, c.id), questionRepeated)
+	plusOne := ""
+	if c.attempt != "" {
+		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
+	}
+	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), questionRepeated)
+	if c.retryAfter != "" {
+		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + INTERVAL :delay MICROSECOND%s WHERE %s`,
+			c.table, c.lease, c.retryAfter, myNow, plusOne, fence), questionRepeated)
+	}
+	if c.group != "" {
+		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL WHERE %s`, c.table, c.group, c.lease, fence), questionRepeated)
+		reset := ""
+		if c.attempt != "" {
+			reset = fmt.Sprintf(", %s = 1", c.attempt)
+		}
+		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), questionRepeated)
+	}
+	if q.deadTable != "" {
+		cols, vals := c.rowColumns()
+		s.deadInsert = compile(fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s`,
+			quoteWith(q.deadTable, '`'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionRepeated)
+		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionRepeated)
+	}
+	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
+	s.publish = compile(c.publishInsert(myNow), questionRepeated)
+	return s
+}
+
+func (mysql) begin(ctx context.Context, db *sql.DB) (txn, error) {
+	return db.BeginTx(ctx, nil)
+}
+
+func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, now any, lease time.Duration, n int) (rows []claimedRow, err error) {
+	vals := map[string]any{"now": now, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if s.claimLock.text != "" {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, s.claimLock.text, s.claimLock.bind(vals)...).Scan(&got); err != nil {
+			return nil, err
+		}
+		if got.Int64 != 1 {
+			return nil, nil // another worker holds the group: nothing for us now
+		}
+		defer func() {
+			_, uerr := conn.ExecContext(context.WithoutCancel(ctx), s.claimUnlock.text, s.claimUnlock.bind(vals)...)
+			if err == nil && uerr != nil {
+				err = uerr
+			}
+		}()
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	ids, err := queryIDs(ctx, tx, s.claimSelect.text, s.claimSelect.bind(vals))
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	for i, id := range ids {
+		vals[fmt.Sprintf("id%d", i)] = id
+	}
+	up := s.claimUpdate(len(ids))
+	if _, err := tx.ExecContext(ctx, up.text, up.bind(vals)...); err != nil {
+		return nil, err
+	}
+	read := s.claimRead(len(ids))
+	rows, err = queryClaimed(ctx, tx, read.text, read.bind(vals))
+	if err != nil {
+		return nil, err
+	}
+	return rows, tx.Commit()
+}
+
+func (mysql) durArg(d time.Duration) any { return d.Microseconds() }
+
+func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, now any, lease time.Duration) (any, bool, error) {
+	vals := map[string]any{"id": id, "token": token, "now": now, "lease": lease.Microseconds()}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	ids, err := queryIDs(ctx, tx, s.extendLock.text, s.extendLock.bind(vals))
+	if err != nil || len(ids) == 0 {
+		return nil, false, err
+	}
+	if _, err := tx.ExecContext(ctx, s.extend.text, s.extend.bind(vals)...); err != nil {
+		return nil, false, err
+	}
+	var next any
+	if err := tx.QueryRowContext(ctx, s.extendRead.text, s.extendRead.bind(vals)...).Scan(&next); err != nil {
+		return nil, false, err
+	}
+	return next, true, tx.Commit()
+}
+
+func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error) {
+	return moveInTx(ctx, d, db, s, id, token)
+}
+
+func (mysql) nowArg(t time.Time) any { return t.UTC() }
+
+// retryable: a deadlock (1213) or a lock wait timeout (1205).
+func (mysql) retryable(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Error 1213") || strings.Contains(msg, "Error 1205")
+}
+
+func (mysql) serialize(*sql.DB) func() { return func() {} }
+
+var _ = errors.New

@@ -1,0 +1,148 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Postgres is the PostgreSQL dialect (pgx v5 through database/sql: pgx/v5/stdlib).
+// Claims are one UPDATE over a SELECT … FOR UPDATE SKIP LOCKED; FIFO claims also take a
+// transaction-scoped advisory lock on the group. Time columns are timestamptz; "now"
+// is now(), the database's clock.
+var Postgres Dialect = postgres{}
+
+type postgres struct{}
+
+func (postgres) String() string { return "postgres" }
+func (postgres) sealed()        {}
+
+// pgNow is the statements' "now": the test clock's when one is passed, else the
+// database's.
+const pgNow = `COALESCE(:now::timestamptz, now())`
+
+func (postgres) build(t Table, q queueSpec) *statements {
+	c := t.quoted('"')
+	s := &statements{}
+	groupIs := func(alias string) string {
+		if c.group == "" {
+			return "TRUE"
+		}
+		return alias + c.group + " = :group"
+	}
+	attempt := "1"
+	if c.attempt != "" {
+		attempt = c.attempt
+	}
+	due := fmt.Sprintf("(%s IS NULL OR %s <= %s)", c.lease, c.lease, pgNow)
+	if c.retryAfter != "" {
+		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, pgNow)
+	}
+	order, limit := c.id, ":n::bigint"
+	if q.fifo {
+		if c.retryAfter != "" {
+			order = c.retryAfter + ", " + c.id
+		}
+		limit = "1"
+		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)",
+			c.table, groupIs("o."), c.lease, pgNow)
+		s.claimLock = compile(`SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0))`, dollarNumbered)
+	}
+	leaseUntil := pgNow + " + :lease::bigint * interval '1 microsecond'"
+	s.claim = compile(fmt.Sprintf(
+		`UPDATE %[1]s SET %[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
+		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload), dollarNumbered)
+	s.ackN = func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf("(%s = :id%d AND %s = :token%d)", c.id, i, c.lease, i)
+		}
+		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR ")), dollarNumbered).text
+	}
+	s.columns = func(table string) string {
+		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '"'))
+	}
+	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
+	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s RETURNING %s`, c.table, c.lease, leaseUntil, fence, c.lease), dollarNumbered)
+	plusOne := ""
+	if c.attempt != "" {
+		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
+	}
+	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), dollarNumbered)
+	if c.retryAfter != "" {
+		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + :delay::bigint * interval '1 microsecond'%s WHERE %s`,
+			c.table, c.lease, c.retryAfter, pgNow, plusOne, fence), dollarNumbered)
+	}
+	if c.group != "" {
+		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL WHERE %s`, c.table, c.group, c.lease, fence), dollarNumbered)
+		reset := ""
+		if c.attempt != "" {
+			reset = fmt.Sprintf(", %s = 1", c.attempt)
+		}
+		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), dollarNumbered)
+	}
+	if q.deadTable != "" {
+		cols, vals := c.rowColumns()
+		s.deadMove = compile(fmt.Sprintf(`WITH moved AS (DELETE FROM %s WHERE %s RETURNING %s) INSERT INTO %s (%s) SELECT %s FROM moved`,
+			c.table, fence, strings.Join(cols, ", "), quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", ")), dollarNumbered)
+	}
+	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
+	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
+	return s
+}
+
+func (postgres) begin(ctx context.Context, db *sql.DB) (txn, error) {
+	return db.BeginTx(ctx, nil)
+}
+
+func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, now any, lease time.Duration, n int) ([]claimedRow, error) {
+	vals := map[string]any{"now": now, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
+	if s.claimLock.text == "" {
+		return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, s.claimLock.text, s.claimLock.bind(vals)...); err != nil {
+		return nil, err
+	}
+	rows, err := queryClaimed(ctx, tx, s.claim.text, s.claim.bind(vals))
+	if err != nil {
+		return nil, err
+	}
+	return rows, tx.Commit()
+}
+
+func (postgres) durArg(d time.Duration) any { return d.Microseconds() }
+
+func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token, now any, lease time.Duration) (any, bool, error) {
+	var next any
+	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "now": now, "lease": lease.Microseconds()})...).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	return next, err == nil, err
+}
+
+func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error) {
+	res, err := db.ExecContext(ctx, s.deadMove.text, s.deadMove.bind(map[string]any{"id": id, "token": token})...)
+	return affectedOne(res, err)
+}
+
+func (postgres) nowArg(t time.Time) any { return t.UTC() }
+
+// retryable: a deadlock (40P01) or a serialization failure (40001).
+func (postgres) retryable(err error) bool {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return coded.SQLState() == "40P01" || coded.SQLState() == "40001"
+	}
+	return false
+}
+
+func (postgres) serialize(*sql.DB) func() { return func() {} }

@@ -1,0 +1,195 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SQLite is the SQLite dialect (any database/sql driver; settle's tests and examples
+// use modernc.org/sqlite). SQLite has one writer at a time: a claim is one
+// UPDATE … RETURNING statement (atomic on its own), a dead-letter move one
+// BEGIN IMMEDIATE transaction, and the inbox orders its own writes on one *sql.DB
+// behind a lock and retries a statement that meets SQLITE_BUSY from another process,
+// so the error never reaches the user. Open the database with a busy timeout all the
+// same, e.g. "file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)" with
+// modernc.org/sqlite. Time columns hold text as strftime('%Y-%m-%dT%H:%M:%f+00:00')
+// writes it; "now" is the host's clock, read by SQLite.
+var SQLite Dialect = sqlite{}
+
+type sqlite struct{}
+
+func (sqlite) String() string { return "sqlite" }
+func (sqlite) sealed()        {}
+
+const (
+	sqliteFormat = `'%Y-%m-%dT%H:%M:%f+00:00'`
+	// sqliteNow is the statements' "now": the test clock's when one is passed, else
+	// SQLite's.
+	sqliteNow = `COALESCE(:now, strftime(` + sqliteFormat + `, 'now'))`
+	// sqliteTimeLayout is sqliteFormat for Go.
+	sqliteTimeLayout = "2006-01-02T15:04:05.000+00:00"
+)
+
+func (sqlite) build(t Table, q queueSpec) *statements {
+	c := t.quoted('"')
+	s := &statements{}
+	groupIs := func(alias string) string {
+		if c.group == "" {
+			return "1"
+		}
+		return alias + c.group + " = :group"
+	}
+	attempt := "1"
+	if c.attempt != "" {
+		attempt = c.attempt
+	}
+	due := fmt.Sprintf("(%s IS NULL OR %s <= %s)", c.lease, c.lease, sqliteNow)
+	if c.retryAfter != "" {
+		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, sqliteNow)
+	}
+	order, limit := c.id, ":n"
+	if q.fifo {
+		if c.retryAfter != "" {
+			order = c.retryAfter + ", " + c.id
+		}
+		limit = "1"
+		// One statement is atomic on SQLite: no lock beyond its own is needed.
+		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, sqliteNow)
+	}
+	leaseUntil := fmt.Sprintf("strftime(%s, %s, :lease)", sqliteFormat, sqliteNow)
+	s.claim = compile(fmt.Sprintf(
+		`UPDATE %[1]s SET %[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
+		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload), questionNumbered)
+	s.ackN = func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf("(%s = :id%d AND %s = :token%d)", c.id, i, c.lease, i)
+		}
+		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR ")), questionNumbered).text
+	}
+	s.columns = func(table string) string {
+		return fmt.Sprintf(`SELECT * FROM %s WHERE 0`, quoteWith(table, '"'))
+	}
+	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
+	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s RETURNING CAST(%s AS TEXT)`, c.table, c.lease, leaseUntil, fence, c.lease), questionNumbered)
+	plusOne := ""
+	if c.attempt != "" {
+		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
+	}
+	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), questionNumbered)
+	if c.retryAfter != "" {
+		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = strftime(%s, %s, :delay)%s WHERE %s`,
+			c.table, c.lease, c.retryAfter, sqliteFormat, sqliteNow, plusOne, fence), questionNumbered)
+	}
+	if c.group != "" {
+		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL WHERE %s`, c.table, c.group, c.lease, fence), questionNumbered)
+		reset := ""
+		if c.attempt != "" {
+			reset = fmt.Sprintf(", %s = 1", c.attempt)
+		}
+		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), questionNumbered)
+	}
+	if q.deadTable != "" {
+		cols, vals := c.rowColumns()
+		s.deadInsert = compile(fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s`,
+			quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionNumbered)
+		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionNumbered)
+	}
+	// BEGIN IMMEDIATE already holds the only write lock.
+	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, c.id, c.table, fence), questionNumbered)
+	s.publish = compile(c.publishInsert(sqliteNow), questionNumbered)
+	return s
+}
+
+// sqliteTx is a connection inside BEGIN IMMEDIATE: database/sql cannot begin one.
+type sqliteTx struct {
+	*sql.Conn
+	ctx  context.Context // the begin's context, without its cancel: an ending is not skipped
+	done bool
+}
+
+func (tx *sqliteTx) Commit() error {
+	if tx.done {
+		return sql.ErrTxDone
+	}
+	tx.done = true
+	defer tx.Conn.Close()
+	_, err := tx.ExecContext(tx.ctx, `COMMIT`)
+	if err != nil {
+		_, _ = tx.ExecContext(tx.ctx, `ROLLBACK`)
+	}
+	return err
+}
+
+func (tx *sqliteTx) Rollback() error {
+	if tx.done {
+		return sql.ErrTxDone
+	}
+	tx.done = true
+	defer tx.Conn.Close()
+	_, err := tx.ExecContext(tx.ctx, `ROLLBACK`)
+	return err
+}
+
+func (sqlite) begin(ctx context.Context, db *sql.DB) (txn, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return &sqliteTx{Conn: conn, ctx: context.WithoutCancel(ctx)}, nil
+}
+
+func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, now any, lease time.Duration, n int) ([]claimedRow, error) {
+	vals := map[string]any{"now": now, "lease": sqliteModifier(lease), "n": int64(n), "group": s.group}
+	return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
+}
+
+// sqliteModifier is a strftime modifier adding d.
+func sqliteModifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds", d.Seconds()) }
+
+func (sqlite) durArg(d time.Duration) any { return sqliteModifier(d) }
+
+func (sqlite) extend(ctx context.Context, db *sql.DB, s *statements, id, token, now any, lease time.Duration) (any, bool, error) {
+	var next any
+	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "now": now, "lease": sqliteModifier(lease)})...).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	return next, err == nil, err
+}
+
+func (d sqlite) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error) {
+	return moveInTx(ctx, d, db, s, id, token)
+}
+
+func (sqlite) nowArg(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) }
+
+// retryable: SQLITE_BUSY (5) or SQLITE_LOCKED (6), extended codes included.
+func (sqlite) retryable(err error) bool {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		c := coded.Code() & 0xff
+		return c == 5 || c == 6
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+// sqliteLocks orders the inbox's writes per *sql.DB within the process.
+var sqliteLocks sync.Map // *sql.DB -> *sync.Mutex
+
+func (sqlite) serialize(db *sql.DB) func() {
+	m, _ := sqliteLocks.LoadOrStore(db, new(sync.Mutex))
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}

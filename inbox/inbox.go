@@ -1,0 +1,162 @@
+// Package inbox consumes a SQL table whose rows are deliveries: the table inbox of
+// settle. It is one more transport of settle's engine: a [Queue] is a settle.Source,
+// mounted with settle.App.Mount like a Redis stream, and its rows settle with one
+// statement each.
+//
+// # Settlements
+//
+//	Ack, Drop       delete the row (fenced by the lease)
+//	Retry           clear the lease, attempt + 1: due again at once
+//	RetryAfter(d)   retry_after = now + d, clear the lease, attempt + 1
+//	                (a table without retry_after: returned at once, with a warning)
+//	at the cap      with a group column: group = the dead-letter group, payload and
+//	                attempt kept; without one: moved into the dead-letter table
+//
+// Every settlement is fenced by the lease the claim wrote: a worker whose lease was
+// taken over changes nothing, and its settlement reports [ErrLeaseLost].
+//
+// # Time
+//
+// "Now" is the database's clock (now(), NOW(6), SQLite's strftime): no host clock
+// matters. Under settle's test kit the App's fake clock supplies it instead, so
+// advancing the fake clock brings a delayed row due without waiting.
+//
+// # Dialects
+//
+// [SQLite], [Postgres] and [MySQL] (MySQL 8 and MariaDB 10.6+). The package depends on
+// database/sql only: bring your own driver and *sql.DB.
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/settlekit/settle"
+)
+
+// ErrLeaseLost is reported by a settlement whose row's lease was taken over by another
+// worker (the lease passed before the settlement was written): the row is not changed.
+var ErrLeaseLost = errors.New("inbox: lease lost: the row's lease was taken over by another worker; nothing was changed")
+
+// Inbox is one table of deliveries in one database. Make one with New; it is safe for
+// concurrent use.
+type Inbox struct {
+	db      *sql.DB
+	dialect Dialect
+	table   Table
+
+	mu      sync.Mutex
+	testNow func() time.Time // the clock of the last test App a queue ran in
+	wake    chan struct{}    // closed when a row may have come due
+}
+
+// New returns the inbox of table t in db, spoken in dialect d. Nothing is checked
+// here: App.Validate checks the spec, and App.Run checks the table's columns.
+func New(db *sql.DB, d Dialect, t Table) *Inbox {
+	return &Inbox{db: db, dialect: d, table: t, wake: make(chan struct{})}
+}
+
+// Table returns the inbox's table spec.
+func (ib *Inbox) Table() Table { return ib.table }
+
+// Publish encodes v with msgpack (settle's default codec) and inserts it as a row of
+// group, as PublishBytes does.
+func (ib *Inbox) Publish(ctx context.Context, group string, v any) error {
+	b, err := settle.Msgpack.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("inbox: publish: encode: %w", err)
+	}
+	return ib.PublishBytes(ctx, group, b)
+}
+
+// PublishBytes inserts payload as a new row of group, as the service itself would:
+// attempt 1, due now, not leased. group must be empty for a table without a group
+// column.
+func (ib *Inbox) PublishBytes(ctx context.Context, group string, payload []byte) error {
+	d, err := ib.checked(group)
+	if err != nil {
+		return err
+	}
+	s := d.build(ib.table, queueSpec{})
+	args := s.publish.bind(map[string]any{"group": group, "payload": payload, "now": ib.nowArg(d)})
+	_, err = retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.publish.text, args...) })
+	if err != nil {
+		return fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
+	}
+	ib.notify()
+	return nil
+}
+
+// Resend moves every row of the dead-letter group from back to the group to with its
+// attempt reset to 1 and its lease cleared, in one statement, and returns how many rows
+// moved. It needs a group column (a dead-letter table's rows are the operator's to move).
+func (ib *Inbox) Resend(ctx context.Context, from, to string) (int64, error) {
+	d, err := ib.checked("")
+	if err != nil {
+		return 0, err
+	}
+	if ib.table.Group == "" {
+		return 0, fmt.Errorf("inbox: resend: table %s has no group column", ib.table.Name)
+	}
+	s := d.build(ib.table, queueSpec{})
+	args := s.resend.bind(map[string]any{"from": from, "to": to})
+	res, err := retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.resend.text, args...) })
+	if err != nil {
+		return 0, fmt.Errorf("inbox: resend %q to %q: %w", from, to, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("inbox: resend %q to %q: %w", from, to, err)
+	}
+	ib.notify()
+	return n, nil
+}
+
+// checked returns the dialect after checking what a direct call needs.
+func (ib *Inbox) checked(group string) (dialect, error) {
+	if ib == nil || ib.db == nil {
+		return nil, errors.New("inbox: nil inbox or *sql.DB")
+	}
+	d, ok := ib.dialect.(dialect)
+	if !ok {
+		return nil, errors.New("inbox: no dialect: use inbox.SQLite, inbox.Postgres or inbox.MySQL")
+	}
+	if errs := ib.table.problems(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if ib.table.Group == "" && group != "" {
+		return nil, fmt.Errorf("inbox: table %s has no group column: publish with group \"\"", ib.table.Name)
+	}
+	return d, nil
+}
+
+// nowArg is "now" for statements run outside a queue: the test clock of the last test
+// App one of the inbox's queues ran in, else nil (the database's clock).
+func (ib *Inbox) nowArg(d dialect) any {
+	ib.mu.Lock()
+	now := ib.testNow
+	ib.mu.Unlock()
+	if now == nil {
+		return nil
+	}
+	return d.nowArg(now())
+}
+
+// notify wakes queues waiting for a row.
+func (ib *Inbox) notify() {
+	ib.mu.Lock()
+	close(ib.wake)
+	ib.wake = make(chan struct{})
+	ib.mu.Unlock()
+}
+
+// woken returns a channel closed at the next notify.
+func (ib *Inbox) woken() <-chan struct{} {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return ib.wake
+}

@@ -1,0 +1,602 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// Queue defaults.
+const (
+	// DefaultBatch is the most rows one claim leases.
+	DefaultBatch = 100
+	// DefaultLease is how long a claimed row stays hidden from other workers; a
+	// handler running longer has its lease extended while it runs.
+	DefaultLease = 30 * time.Second
+	// DefaultPoll is how often an idle queue looks for due rows (a Publish through the
+	// same Inbox wakes it at once).
+	DefaultPoll = 200 * time.Millisecond
+)
+
+// Option configures a Queue.
+type Option interface {
+	applyQueue(*queueConfig)
+}
+
+type queueConfig struct {
+	batch      int
+	deadLetter DeadLetterFunc
+	fifo       bool
+	lease      time.Duration
+	poll       time.Duration
+}
+
+type optionFunc func(*queueConfig)
+
+func (f optionFunc) applyQueue(c *queueConfig) { f(c) }
+
+// Batch sets the most rows one claim leases; a claim never takes more than the mount has
+// free handler slots. Defaults to DefaultBatch.
+func Batch(n int) Option { return optionFunc(func(c *queueConfig) { c.batch = n }) }
+
+// FIFO makes the queue's group first-in first-out: at most one row of the group is in
+// flight at a time, taken in (retry_after, id) order. Retry keeps a row at the head of
+// its group; RetryAfter(d) lets rows due before it pass. Defaults to off (rows are
+// claimed in id order, in batches, by any number of workers).
+func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
+
+// Lease sets how long a claimed row stays hidden from other workers. While a handler
+// runs its lease is extended every third of it, so only a worker that stopped
+// (crashed, cut off from the database) lets its rows come back. Defaults to
+// DefaultLease.
+func Lease(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.lease = d }) }
+
+// Poll sets how often an idle queue looks for due rows. Defaults to DefaultPoll.
+func Poll(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.poll = d }) }
+
+// OnDeadLetter replaces the dead-letter move with the user's own SQL: at the cap, fn
+// runs inside a write transaction in which the row is locked and still leased to this
+// worker, and must move or delete it (leaving it in place lets it come back when its
+// lease passes). The transaction commits when fn returns nil. The mount still declares
+// settle.MaxAttempts and settle.DeadLetter; dest is the latter. Defaults to the move
+// described in the package doc.
+func OnDeadLetter(fn DeadLetterFunc) Option {
+	return optionFunc(func(c *queueConfig) { c.deadLetter = fn })
+}
+
+// DeadLetterFunc moves a dead row with its own SQL: see OnDeadLetter.
+type DeadLetterFunc func(ctx context.Context, tx Tx, row DeadRow) error
+
+// Tx is the transaction a DeadLetterFunc writes in (*sql.Tx, or on SQLite a connection
+// inside BEGIN IMMEDIATE).
+type Tx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// DeadRow is the row a DeadLetterFunc moves.
+type DeadRow struct {
+	// Attempt is the row's attempt: the attempts spent.
+	Attempt int
+	// Dest is the mount's settle.DeadLetter destination.
+	Dest string
+	// Err is the handler's last error, as text.
+	Err string
+	// Group is the queue's group ("" for a table without a group column).
+	Group string
+	// ID is the row's id as the driver returned it.
+	ID any
+	// Payload is the row's payload.
+	Payload []byte
+	// Table is the inbox table's name.
+	Table string
+}
+
+// Queue is a settle.Source reading one group of an inbox table (or the whole table,
+// when it has no group column). Make one with Inbox.Queue.
+type Queue struct {
+	cfg   queueConfig
+	group string
+	ib    *Inbox
+}
+
+var _ settle.Source = (*Queue)(nil)
+
+// Queue returns the source of group's rows; group is "" for a table without a group
+// column. Mount it with settle.App.Mount: settle.MaxAttempts(n) and
+// settle.DeadLetter(dest) are declared together (either alone stops startup), dest
+// being the dead-letter group, or, for a table without a group column, the dead-letter
+// table (same columns).
+func (ib *Inbox) Queue(group string, opts ...Option) *Queue {
+	cfg := queueConfig{batch: DefaultBatch, lease: DefaultLease, poll: DefaultPoll}
+	for _, o := range opts {
+		if o != nil {
+			o.applyQueue(&cfg)
+		}
+	}
+	return &Queue{cfg: cfg, group: group, ib: ib}
+}
+
+// Transport is for settle's own use and may change in any release.
+func (q *Queue) Transport(env source.Env) source.Transport {
+	t := &transport{env: env, inflight: map[*held]struct{}{}, q: q}
+	if q.ib != nil {
+		t.d, _ = q.ib.dialect.(dialect)
+		if env.TestClock != nil {
+			q.ib.mu.Lock()
+			q.ib.testNow = env.TestClock.Now
+			q.ib.mu.Unlock()
+		}
+	}
+	return t
+}
+
+// transport is one mount's consumer of a queue.
+type transport struct {
+	d        dialect
+	env      source.Env
+	q        *Queue
+	s        *statements
+	base     context.Context // Open's context without its cancel, for heartbeat writes
+	extended func()          // test hook: called after each heartbeat pass
+	stop     chan struct{}
+	stopped  chan struct{}
+	warnOnce sync.Once
+
+	mu       sync.Mutex
+	inflight map[*held]struct{}
+}
+
+// held is a row leased to this worker, until settled.
+type held struct {
+	attempt int
+	id      any
+	payload []byte
+
+	mu      sync.Mutex
+	settled bool
+	token   any // the lease as stored: the fence of every write
+}
+
+func (t *transport) Info() source.Info {
+	info := source.Info{
+		Caps:  source.Caps{Parks: true, RetryWithoutCap: source.ActionPutBack},
+		Group: t.q.group,
+		Kind:  source.KindTable,
+	}
+	if t.q.ib != nil {
+		info.Key = t.q.ib.table.Name
+	}
+	return info
+}
+
+// BatchSize is the most rows one claim leases.
+func (t *transport) BatchSize() int { return t.q.cfg.batch }
+
+// BlockBound is the longest one Fetch waits for a due row (it also bounds how long a
+// shutdown waits for a Fetch in progress).
+func (t *transport) BlockBound() time.Duration { return min(time.Second, 2*t.q.cfg.poll) }
+
+func (t *transport) Validate(p source.Policy) []error {
+	q := t.q
+	if q.ib == nil || q.ib.db == nil {
+		return []error{errors.New("inbox: the queue is not bound to a table (nil Inbox or *sql.DB): it can neither claim nor take MaxAttempts/DeadLetter")}
+	}
+	var errs []error
+	if t.d == nil {
+		errs = append(errs, errors.New("inbox: no dialect: use inbox.SQLite, inbox.Postgres or inbox.MySQL"))
+	}
+	tb := q.ib.table
+	errs = append(errs, tb.problems()...)
+	switch {
+	case tb.Group == "" && q.group != "":
+		errs = append(errs, fmt.Errorf("inbox: table %s has no group column, so the queue must read the whole table: Queue(\"\"), not Queue(%q)", tb.Name, q.group))
+	case tb.Group != "" && q.group == "":
+		errs = append(errs, fmt.Errorf("inbox: table %s has a group column (%s): name the group the queue reads", tb.Name, tb.Group))
+	}
+	if p.MaxAttempts > 0 && p.DeadLetter == "" {
+		errs = append(errs, fmt.Errorf("inbox: MaxAttempts(%d) without DeadLetter: an inbox declares both (the row at the cap moves to the dead letter)", p.MaxAttempts))
+	}
+	if p.DeadLetter != "" && p.MaxAttempts == 0 {
+		errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q) without MaxAttempts: an inbox declares both", p.DeadLetter))
+	}
+	if p.MaxAttempts > 0 && tb.Attempt == "" {
+		errs = append(errs, fmt.Errorf("inbox: MaxAttempts(%d) on table %s, which has no attempt column: the cap cannot be counted", p.MaxAttempts, tb.Name))
+	}
+	if p.DeadLetter != "" {
+		if tb.Group != "" && p.DeadLetter == q.group {
+			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q) is the group the queue reads: dead rows would be read again", p.DeadLetter))
+		}
+		if tb.Group == "" && p.DeadLetter == tb.Name {
+			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q) is the table the queue reads: dead rows would be read again", p.DeadLetter))
+		}
+		if tb.Group == "" && strings.ContainsAny(p.DeadLetter, "\"`'\x00;") {
+			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q): the table name contains a quote or ';'", p.DeadLetter))
+		}
+	}
+	if q.cfg.batch < 1 {
+		errs = append(errs, fmt.Errorf("inbox: Batch(%d): must be at least 1", q.cfg.batch))
+	}
+	if q.cfg.lease < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("inbox: Lease(%s): must be at least 10ms", q.cfg.lease))
+	}
+	if q.cfg.poll <= 0 {
+		errs = append(errs, fmt.Errorf("inbox: Poll(%s): must be positive", q.cfg.poll))
+	}
+	return errs
+}
+
+// deadTable is the dead-letter table of a table without a group column.
+func (t *transport) deadTable() string {
+	if t.q.ib.table.Group != "" || t.q.cfg.deadLetter != nil {
+		return ""
+	}
+	return t.env.Policy.DeadLetter
+}
+
+func (t *transport) Open(ctx context.Context) error {
+	tb := t.q.ib.table
+	t.s = t.d.build(tb, queueSpec{deadTable: t.deadTable(), fifo: t.q.cfg.fifo})
+	t.s.group = t.q.group
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("settle-inbox\x00" + tb.Name + "\x00" + t.q.group))
+	t.s.lockKey = fmt.Sprintf("settle:%x", h.Sum64())
+
+	var errs []error
+	want := tb.columnNames()
+	if err := t.checkColumns(ctx, tb.Name, want); err != nil {
+		errs = append(errs, err)
+	}
+	if dt := t.deadTable(); dt != "" {
+		if err := t.checkColumns(ctx, dt, want); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	t.base = context.WithoutCancel(ctx)
+	t.stop, t.stopped = make(chan struct{}), make(chan struct{})
+	go t.heartbeat()
+	return nil
+}
+
+// checkColumns returns one error naming every column of want that table lacks.
+func (t *transport) checkColumns(ctx context.Context, table string, want []string) error {
+	rows, err := t.q.ib.db.QueryContext(ctx, t.s.columns(table))
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
+	}
+	have, err := rows.Columns()
+	_ = rows.Close()
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
+	}
+	var missing []string
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if strings.EqualFold(h, w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("inbox: table %s lacks the columns %s named by the table spec", table, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// now is the statements' "now": the test clock's, else nil (the database's clock).
+func (t *transport) now() any {
+	if t.env.TestClock == nil {
+		return nil
+	}
+	return t.d.nowArg(t.env.TestClock.Now())
+}
+
+func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		woken := t.q.ib.woken()
+		ds, err := t.claim(ctx, max)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		// Polling runs on the wall clock: it only bounds how soon a due row is seen (a
+		// test's fake clock decides what is due).
+		timer := time.NewTimer(min(left, t.q.cfg.poll))
+		select {
+		case <-timer.C:
+		case <-woken:
+			timer.Stop()
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, nil
+		}
+	}
+}
+
+// claim leases up to max due rows.
+func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
+	db := t.q.ib.db
+	now := t.now()
+	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
+		return t.d.claim(ctx, db, t.s, now, t.q.cfg.lease, max)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table %s: claim: %w", t.q.ib.table.Name, err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	ds := make([]*source.Delivery, len(rows))
+	t.mu.Lock()
+	for i, r := range rows {
+		h := &held{attempt: int(r.attempt), id: r.id, payload: r.payload, token: r.token}
+		t.inflight[h] = struct{}{}
+		ds[i] = &source.Delivery{
+			Attempt:    h.attempt,
+			HasPayload: true,
+			Headers:    map[string]string{},
+			ID:         idString(r.id),
+			Key:        t.q.ib.table.Name,
+			Payload:    r.payload,
+			Raw:        h,
+			RetryCount: h.attempt - 1,
+		}
+	}
+	t.mu.Unlock()
+	return ds, nil
+}
+
+func idString(id any) string {
+	if b, ok := id.([]byte); ok {
+		return string(b)
+	}
+	return fmt.Sprint(id)
+}
+
+// heartbeat extends the leases of rows in flight every third of the lease, on the
+// App's clock, until Close.
+func (t *transport) heartbeat() {
+	defer close(t.stopped)
+	every := t.q.cfg.lease / 3
+	for {
+		timer := t.env.Clock.NewTimer(every)
+		select {
+		case <-t.stop:
+			timer.Stop()
+			return
+		case <-timer.C():
+		}
+		t.mu.Lock()
+		hs := make([]*held, 0, len(t.inflight))
+		for h := range t.inflight {
+			hs = append(hs, h)
+		}
+		t.mu.Unlock()
+		for _, h := range hs {
+			t.extend(h)
+		}
+		if t.extended != nil {
+			t.extended()
+		}
+	}
+}
+
+// extend moves one held row's lease forward.
+func (t *transport) extend(h *held) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.settled {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.base, t.q.cfg.lease/3)
+	defer cancel()
+	db := t.q.ib.db
+	type result struct {
+		next any
+		ok   bool
+	}
+	r, err := retry(ctx, t.d, db, func() (result, error) {
+		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.now(), t.q.cfg.lease)
+		return result{ownValue(next), ok}, err
+	})
+	switch {
+	case err != nil:
+		t.env.Logger.WarnContext(ctx, "settle: inbox: extending a lease failed; the row may be claimed again if the lease passes",
+			slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)), slog.Any("error", err))
+	case !r.ok:
+		t.env.Logger.WarnContext(ctx, "settle: inbox: a lease was taken over while the handler ran; its settlement will change nothing",
+			slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)))
+	default:
+		h.token = r.next
+	}
+}
+
+// fenced applies one fenced write to d's row and forgets the row.
+func (t *transport) fenced(ctx context.Context, d *source.Delivery, what string, write func(h *held) (bool, error)) error {
+	h, ok := d.Raw.(*held)
+	if !ok {
+		return fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	defer t.forget(h)
+	db := t.q.ib.db
+	ok, err := retry(ctx, t.d, db, func() (bool, error) { return write(h) })
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: %s row %s: %w", t.q.ib.table.Name, what, d.ID, err)
+	}
+	if !ok {
+		return fmt.Errorf("inbox: table %s: %s row %s: %w", t.q.ib.table.Name, what, d.ID, ErrLeaseLost)
+	}
+	return nil
+}
+
+// forget marks h settled and drops it from the rows in flight; h.mu is held.
+func (t *transport) forget(h *held) {
+	h.settled = true
+	t.mu.Lock()
+	delete(t.inflight, h)
+	t.mu.Unlock()
+}
+
+// maxAckRows bounds the rows one DELETE names.
+const maxAckRows = 200
+
+// Ack deletes the rows (Ack and Drop), each fenced by its lease, in batches.
+func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
+	var errs []error
+	for len(ds) > 0 {
+		n := min(len(ds), maxAckRows)
+		if err := t.ackBatch(ctx, ds[:n]); err != nil {
+			errs = append(errs, err)
+		}
+		ds = ds[n:]
+	}
+	return errors.Join(errs...)
+}
+
+func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
+	hs := make([]*held, 0, len(ds))
+	for _, d := range ds {
+		h, ok := d.Raw.(*held)
+		if !ok {
+			return fmt.Errorf("inbox: ack: delivery %s is not an inbox row", d.ID)
+		}
+		h.mu.Lock()
+		hs = append(hs, h)
+	}
+	defer func() {
+		for _, h := range hs {
+			t.forget(h)
+			h.mu.Unlock()
+		}
+	}()
+	args := make([]any, 0, 2*len(hs))
+	for _, h := range hs {
+		args = append(args, h.id, h.token)
+	}
+	text := t.s.ackN(len(hs))
+	db := t.q.ib.db
+	res, err := retry(ctx, t.d, db, func() (sql.Result, error) { return db.ExecContext(ctx, text, args...) })
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: delete %d rows: %w", t.q.ib.table.Name, len(hs), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: delete %d rows: %w", t.q.ib.table.Name, len(hs), err)
+	}
+	if int(n) != len(hs) {
+		return fmt.Errorf("inbox: table %s: deleted %d of %d rows: %w", t.q.ib.table.Name, n, len(hs), ErrLeaseLost)
+	}
+	return nil
+}
+
+// PutBack (Retry without a cap) clears the lease and adds one attempt: the row is due
+// again at once, in place.
+func (t *transport) PutBack(ctx context.Context, d *source.Delivery) error {
+	err := t.fenced(ctx, d, "put back", func(h *held) (bool, error) {
+		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.putBack.text, t.s.putBack.bind(map[string]any{"id": h.id, "token": h.token})...))
+	})
+	if err == nil {
+		t.q.ib.notify()
+	}
+	return err
+}
+
+// Copy is the engine's retry under a cap. A table has no copy: its retry is the same
+// in-place statement as PutBack (clear the lease, attempt + 1), the attempt column
+// carrying the count the copy's header carries elsewhere. headers are ignored.
+func (t *transport) Copy(ctx context.Context, d *source.Delivery, _ map[string]string) error {
+	return t.PutBack(ctx, d)
+}
+
+// Park (RetryAfter) sets retry_after = now + delay, clears the lease and adds one
+// attempt. A table without a retry_after column returns the row at once, with a
+// warning logged once per mount.
+func (t *transport) Park(ctx context.Context, d *source.Delivery, _ map[string]string, delay time.Duration) error {
+	if t.s.park.text == "" {
+		t.warnOnce.Do(func() {
+			t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
+				slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", delay))
+		})
+		return t.PutBack(ctx, d)
+	}
+	return t.fenced(ctx, d, "retry after", func(h *held) (bool, error) {
+		args := t.s.park.bind(map[string]any{"id": h.id, "token": h.token, "now": t.now(), "delay": t.d.durArg(delay)})
+		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.park.text, args...))
+	})
+}
+
+// DeadLetter moves the row at the cap: to the dead-letter group (payload and attempt
+// kept, lease cleared), or into the dead-letter table in one transaction, or through
+// the user's OnDeadLetter hook.
+func (t *transport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+	db := t.q.ib.db
+	switch {
+	case t.q.cfg.deadLetter != nil:
+		return t.fenced(ctx, d, "dead letter (hook)", func(h *held) (bool, error) {
+			return t.deadLetterHook(ctx, h, dest, headers[settle.HeaderDeadError])
+		})
+	case t.q.ib.table.Group != "":
+		err := t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
+			args := t.s.deadGroup.bind(map[string]any{"id": h.id, "token": h.token, "dest": dest})
+			return affectedOne(db.ExecContext(ctx, t.s.deadGroup.text, args...))
+		})
+		if err == nil {
+			t.q.ib.notify()
+		}
+		return err
+	default:
+		return t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
+			return t.d.moveToTable(ctx, db, t.s, h.id, h.token)
+		})
+	}
+}
+
+// deadLetterHook runs the user's move in a transaction holding the leased row.
+func (t *transport) deadLetterHook(ctx context.Context, h *held, dest, lastErr string) (bool, error) {
+	tx, err := t.d.begin(ctx, t.q.ib.db)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	ids, err := queryIDs(ctx, tx, t.s.lockLeased.text, t.s.lockLeased.bind(map[string]any{"id": h.id, "token": h.token}))
+	if err != nil || len(ids) == 0 {
+		return false, err
+	}
+	row := DeadRow{Attempt: h.attempt, Dest: dest, Err: lastErr, Group: t.q.group, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
+	if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
+		return false, fmt.Errorf("OnDeadLetter hook: %w", err)
+	}
+	return true, tx.Commit()
+}
+
+func (t *transport) Close(context.Context) error {
+	if t.stop != nil {
+		close(t.stop)
+		<-t.stopped
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package inbox
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Table names an inbox table and its columns. The column names are the user's: the
+// table is the service's own, and settle reads and writes only the columns named here.
+//
+// Time columns (RetryAfter, LockedUntil) hold timestamptz on Postgres, DATETIME(6) on
+// MySQL/MariaDB, and on SQLite text in the form strftime('%Y-%m-%dT%H:%M:%f+00:00')
+// writes (the seed schema's default), which compares in time order.
+type Table struct {
+	// Attempt names the column counting a row's deliveries, the first included (an
+	// integer defaulting to 1). Optional: without it every delivery reads attempt 1, and
+	// an attempts cap is refused.
+	Attempt string
+	// Group names the column holding which queue a row waits in. Optional: without it
+	// the whole table is one queue, and dead letters go to a dead-letter table.
+	Group string
+	// ID names the row's generated primary key. Required.
+	ID string
+	// LockedUntil names the lease column: a claimed row is hidden until the time it
+	// holds (NULL: not leased). Required.
+	LockedUntil string
+	// Name is the table's name, optionally schema-qualified ("jobs", "app.jobs").
+	// Required.
+	Name string
+	// Payload names the column holding the message body (bytes). Required.
+	Payload string
+	// RetryAfter names the column holding when a row comes due (NULL: due). Optional:
+	// without it RetryAfter returns the row at once, with a warning.
+	RetryAfter string
+}
+
+// problems returns every problem of the spec itself.
+func (t Table) problems() []error {
+	var errs []error
+	required := []struct{ field, value string }{
+		{"Name", t.Name}, {"ID", t.ID}, {"LockedUntil", t.LockedUntil}, {"Payload", t.Payload},
+	}
+	for _, r := range required {
+		if r.value == "" {
+			errs = append(errs, fmt.Errorf("inbox: Table.%s is empty: it is required", r.field))
+		}
+	}
+	for _, name := range append(t.columnNames(), t.Name) {
+		if strings.ContainsAny(name, "\"`'\x00;") {
+			errs = append(errs, fmt.Errorf("inbox: table or column name %q contains a quote or ';'", name))
+		}
+	}
+	return errs
+}
+
+// columnNames returns the columns the spec names, in a fixed order.
+func (t Table) columnNames() []string {
+	var out []string
+	for _, c := range []string{t.ID, t.Group, t.Attempt, t.RetryAfter, t.LockedUntil, t.Payload} {
+		if c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// quotedTable is a Table with every name quoted for one dialect; an empty column
+// stays empty.
+type quotedTable struct {
+	attempt, group, id, lease, payload, retryAfter, table string
+}
+
+func (t Table) quoted(q byte) quotedTable {
+	qc := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return string(q) + s + string(q)
+	}
+	return quotedTable{
+		attempt: qc(t.Attempt), group: qc(t.Group), id: qc(t.ID), lease: qc(t.LockedUntil),
+		payload: qc(t.Payload), retryAfter: qc(t.RetryAfter), table: quoteWith(t.Name, q),
+	}
+}
+
+// rowColumns returns the columns a dead-letter move copies and the values it writes
+// for them (the lease cleared).
+func (c quotedTable) rowColumns() (cols, vals []string) {
+	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload} {
+		if col == "" {
+			continue
+		}
+		cols = append(cols, col)
+		if col == c.lease {
+			vals = append(vals, "NULL")
+		} else {
+			vals = append(vals, col)
+		}
+	}
+	return cols, vals
+}
+
+// publishInsert is the INSERT of Publish: group and payload, attempt 1 and due now.
+func (c quotedTable) publishInsert(now string) string {
+	var cols, vals []string
+	if c.group != "" {
+		cols, vals = append(cols, c.group), append(vals, ":group")
+	}
+	cols, vals = append(cols, c.payload), append(vals, ":payload")
+	if c.attempt != "" {
+		cols, vals = append(cols, c.attempt), append(vals, "1")
+	}
+	if c.retryAfter != "" {
+		cols, vals = append(cols, c.retryAfter), append(vals, now)
+	}
+	return fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, c.table, strings.Join(cols, ", "), strings.Join(vals, ", "))
+}
