@@ -264,6 +264,9 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		}
 		m.logger.InfoContext(ctx, "settle: retry: left pending", logAttrs(slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))...)
 		ev.Delay = s.Delay
+		if l, ok := m.transport.(source.Leaver); ok {
+			ev.Err = l.Leave(sctx, d)
+		}
 	case source.ActionPutBack:
 		m.logger.InfoContext(ctx, "settle: retry: put back", logAttrs(slog.Any(attrError, o.Err))...)
 		if pb, ok := m.transport.(source.PutBacker); ok {

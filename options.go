@@ -106,6 +106,7 @@ type streamConfig struct {
 	batch    int
 	block    time.Duration
 	consumer string
+	reclaim  time.Duration // Reclaim's idle; 0: no reclaim
 	startID  string
 }
 

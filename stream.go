@@ -56,6 +56,7 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		consumer = defaultConsumerName()
 	}
 	return &streamTransport{
+		claim:    s.cfg.reclaimer(),
 		consumer: consumer,
 		cursor:   "0",
 		env:      env,
@@ -78,6 +79,7 @@ func defaultConsumerName() string {
 
 // streamTransport is one mount's consumer on a stream.
 type streamTransport struct {
+	claim       *claimer // takes idle pending entries over (Reclaim, ClaimingStream); nil: none
 	consumer    string
 	env         source.Env
 	garbledOnce sync.Once
@@ -122,6 +124,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	if s.cfg.block <= 0 {
 		errs = append(errs, fmt.Errorf("Block(%s): must be positive", s.cfg.block))
 	}
+	errs = append(errs, t.claim.validate()...)
 	if p.DeadLetter != "" && p.DeadLetter == s.key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the stream the mount reads: dead letters would be read again", p.DeadLetter))
 	}
@@ -135,7 +138,11 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 }
 
 func (t *streamTransport) Open(ctx context.Context) error {
-	return t.createGroup(ctx)
+	if err := t.createGroup(ctx); err != nil {
+		return err
+	}
+	t.claim.start(ctx, t)
+	return nil
 }
 
 func (t *streamTransport) createGroup(ctx context.Context) error {
@@ -155,11 +162,18 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 	t.mu.Lock()
 	rescan := t.rescan
 	t.mu.Unlock()
-	if rescan {
+	if rescan && !t.claim.leavesRetries() {
 		ds, err := t.readOwnPending(ctx, max)
 		if err != nil || len(ds) > 0 {
 			return ds, err
 		}
+	}
+	if t.claim != nil {
+		ds, err := t.claim.fetch(ctx, t, max)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		wait = t.claim.bound(t, wait)
 	}
 	return t.read(ctx, ">", max, wait)
 }
@@ -341,4 +355,7 @@ func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, de
 	return err
 }
 
-func (t *streamTransport) Close(context.Context) error { return nil }
+func (t *streamTransport) Close(context.Context) error {
+	t.claim.close()
+	return nil
+}

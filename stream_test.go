@@ -575,7 +575,8 @@ func TestStreamReadsEntriesWrittenByOtherClients(t *testing.T) {
 			t.Error("the typed function ran without a payload")
 			return nil
 		})
-		start(t, b.app(t, b.stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.dlq)))
+		// Concurrency(1): the copy's own settlement cannot be reported before the copy's.
+		start(t, b.app(t, b.stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.dlq), settle.Concurrency(1)))
 		evs := finals(t, b.rec, 1)
 		if len(evs) != 2 || evs[0].Action != settle.ActionCopy || evs[1].Action != settle.ActionDeadLetter {
 			t.Fatalf("events %+v, want a retry copy then a dead letter", evs)

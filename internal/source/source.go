@@ -103,6 +103,14 @@ type PutBacker interface {
 	PutBack(ctx context.Context, d *Delivery) error
 }
 
+// Leaver is a transport that leaves a retried delivery pending where it is, to come
+// back once Caps.MinIdle has passed (a claiming stream). The engine calls Leave for
+// ActionLeave: the transport stops tracking the delivery as in flight and restarts its
+// wait. A transport that needs neither does not implement it.
+type Leaver interface {
+	Leave(ctx context.Context, d *Delivery) error
+}
+
 // Policy is what a mount declares about retries and dead letters.
 type Policy struct {
 	// DeadLetter is the dead-letter destination; empty means none.

@@ -1,0 +1,104 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// ClaimingStreamSource reads a Redis stream through a consumer group and keeps failed
+// entries pending, to be claimed back once idle. Make one with ClaimingStream.
+type ClaimingStreamSource struct {
+	minIdle time.Duration
+	onBeat  func() // tests: called after each heartbeat
+	stream  *StreamSource
+}
+
+var _ Source = (*ClaimingStreamSource)(nil)
+
+// ClaimingStream returns a source that reads the stream key through the consumer group
+// group like Stream does (same options, same wire format, same dead letters), except for
+// how a delivery comes again:
+//
+//   - Retry leaves the entry pending where it is: nothing is copied and it keeps its id.
+//     Before each read of new entries, the subscription takes back the group's entries
+//     idle for at least minIdle (XAUTOCLAIM, at most as many as it has free handler
+//     slots): its own retries, minIdle after the retry, and the entries of consumers that
+//     crashed or hung. So a Retry comes back after minIdle.
+//   - The attempt is the retry-count header (0 for a message that was never copied) plus
+//     Redis's delivery counter for the entry, which counts every delivery to any
+//     consumer, crashed ones included: a message that kills its worker still reaches
+//     MaxAttempts and is dead-lettered then, with its retry count set to the cap.
+//   - RetryAfter(d) has no wait of its own but minIdle: without a durable delay set a
+//     shorter d is rounded up to minIdle and a longer one cut to it (a warning is logged
+//     once per mount), so choose minIdle as the backoff. With
+//     DelayIn(delayed.DurableZset{…}) each delay is kept as asked: the retry copy
+//     (retry count set to the attempt) is parked and the original acknowledged.
+//   - While a handler runs, its entry is kept from being claimed by other consumers: every
+//     minIdle/3 (on the App's clock) the subscription resets the idle time of the entries
+//     it is handling, which does not count as a delivery. So minIdle may be short without
+//     a long handler's entry being handled twice.
+//
+// A restarted consumer does not re-read its own pending entries at once (they may be
+// retries waiting out minIdle): they come back through the claim like any other.
+// Reclaim is not an option of a claiming stream, which always claims after minIdle.
+// minIdle must be at least a millisecond.
+func ClaimingStream(rdb redis.UniversalClient, key, group string, minIdle time.Duration, opts ...StreamOption) *ClaimingStreamSource {
+	return &ClaimingStreamSource{minIdle: minIdle, stream: Stream(rdb, key, group, opts...)}
+}
+
+// Transport is for settle's own use and may change in any release.
+func (s *ClaimingStreamSource) Transport(env source.Env) source.Transport {
+	st := s.stream.Transport(env).(*streamTransport)
+	t := &claimTransport{reclaim: st.claim, streamTransport: st}
+	st.claim = newClaimer("ClaimingStream minIdle", s.minIdle, true, s.onBeat)
+	st.rescan = false
+	return t
+}
+
+// claimTransport is a streamTransport whose retries stay pending and are claimed back.
+type claimTransport struct {
+	*streamTransport
+	reclaim *claimer // what a Reclaim option asked for: refused
+}
+
+var _ source.Leaver = (*claimTransport)(nil)
+
+func (t *claimTransport) Info() source.Info {
+	info := t.streamTransport.Info()
+	info.Caps.DeliveryCounter = true
+	info.Caps.MinIdle = t.claim.idle
+	info.Caps.RetryWithoutCap = source.ActionLeave
+	return info
+}
+
+func (t *claimTransport) Validate(p source.Policy) []error {
+	errs := t.streamTransport.Validate(p)
+	if t.reclaim != nil {
+		errs = append(errs, errors.New("Reclaim is not an option of a ClaimingStream: it always claims entries idle for minIdle"))
+	}
+	return errs
+}
+
+// Leave implements source.Leaver: the entry stays pending at this consumer; its idle
+// time restarts now (without counting a delivery), so it is claimed back minIdle after
+// the retry, not minIdle after it was delivered.
+func (t *claimTransport) Leave(ctx context.Context, d *source.Delivery) error {
+	c, s := t.claim, t.src
+	c.beatMu.Lock()
+	_, err := script.Touch(ctx, s.rdb, s.key, s.group, t.consumer, d.ID)
+	at := t.env.Clock.Now()
+	t.settledIDs(nil, d)
+	c.beatMu.Unlock()
+	c.left(at)
+	if err != nil {
+		return fmt.Errorf("stream %q: leave %s pending: %w", s.key, d.ID, err)
+	}
+	return nil
+}

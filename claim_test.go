@@ -1,0 +1,224 @@
+package settle_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+)
+
+func TestClaimingStream(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RetryLeavesTheEntryPendingAndItComesBackAfterMinIdle", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		id := w.publish(t, "refund", nil)
+		var a attempts
+		app := w.app(t, w.claiming(), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			a.add(m, w.now())
+			if m.Attempt == 1 {
+				return errClaimTest
+			}
+			return nil
+		}))
+		w.run(t, app)
+
+		left := w.waitEvents(t, "the retry", 1, func(e settle.Settled) bool { return e.Action == settle.ActionLeave })
+		if left[0].ID != id || left[0].Attempt != 1 || left[0].Err != nil {
+			t.Fatalf("retry = %+v, want entry %s left pending at attempt 1", left[0], id)
+		}
+		if owner, count, ok := w.pendingEntry(t, id); !ok || owner == "" || count < 1 {
+			t.Fatalf("entry %s after the retry: pending %v (owner %q, count %d), want pending", id, ok, owner, count)
+		}
+		if n := w.xlen(t, w.in); n != 1 {
+			t.Fatalf("stream length after the retry = %d, want 1: a claiming stream copies nothing", n)
+		}
+
+		w.advance(w.idle)
+		acked := w.waitEvents(t, "the second delivery", 1, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
+		if acked[0].ID != id || acked[0].Attempt != 2 {
+			t.Fatalf("second delivery = %+v, want the same entry %s at attempt 2", acked[0], id)
+		}
+		got := a.all()
+		if len(got) != 2 {
+			t.Fatalf("handler saw %d deliveries, want 2", len(got))
+		}
+		if waited := got[1].at.Sub(got[0].at); waited < w.idle {
+			t.Fatalf("the retry came back after %s, want at least min-idle %s", waited, w.idle)
+		}
+		if n := w.pendingCount(t); n != 0 {
+			t.Fatalf("%d entries pending after the ack, want 0", n)
+		}
+	})
+
+	t.Run("CrashedDeliveriesCountTowardTheCap", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		id := w.publish(t, "poison", nil)
+		// A worker read it and died holding it: delivery 1.
+		w.crash(t, "crashed-worker", 1)
+		var a attempts
+		app := w.app(t, w.claiming(), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			a.add(m, w.now())
+			return errClaimTest
+		}), settle.MaxAttempts(2), settle.DeadLetter(w.dlq))
+		w.run(t, app)
+
+		w.advance(w.idle)
+		dead := w.waitEvents(t, "the dead letter", 1, func(e settle.Settled) bool { return e.Action == settle.ActionDeadLetter })
+		if dead[0].ID != id || dead[0].Attempt != 2 || dead[0].Err != nil {
+			t.Fatalf("dead letter = %+v, want entry %s dead-lettered at attempt 2", dead[0], id)
+		}
+		if got := a.all(); len(got) != 1 || got[0].attempt != 2 {
+			t.Fatalf("handler saw %+v, want one delivery at attempt 2 (the crashed one counted)", got)
+		}
+		msgs, err := w.r.Client.XRange(w.ctx, w.dlq, "-", "+").Result()
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("dead letters = %v (%v), want 1", msgs, err)
+		}
+		if rc := msgs[0].Values[settle.HeaderRetryCount]; rc != "2" {
+			t.Fatalf("dead letter's retry count = %v, want 2 (the cap)", rc)
+		}
+		if n := w.pendingCount(t); n != 0 {
+			t.Fatalf("%d entries pending after the dead letter, want 0", n)
+		}
+	})
+
+	t.Run("RetryAfterWaitsMinIdleAndWarnsOnce", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		short := w.publish(t, "short", nil)
+		long := w.publish(t, "long", nil)
+		var a attempts
+		app := w.app(t, w.claiming(), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			a.add(m, w.now())
+			switch {
+			case m.Attempt > 1:
+				return nil
+			case m.ID == short:
+				return settle.RetryAfter(w.idle/10, errClaimTest)
+			default:
+				return settle.RetryAfter(w.idle*10, errClaimTest)
+			}
+		}))
+		w.run(t, app)
+
+		left := w.waitEvents(t, "both retries", 2, func(e settle.Settled) bool { return e.Action == settle.ActionLeave })
+		for _, e := range left {
+			if e.Delay != w.idle || e.Outcome != settle.OutcomeRetryAfter {
+				t.Fatalf("retry = %+v, want a RetryAfter kept as min-idle %s", e, w.idle)
+			}
+		}
+		w.advance(w.idle)
+		w.waitEvents(t, "both acks", 2, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
+		first := map[string]time.Time{}
+		for _, s := range a.all() {
+			if s.attempt == 1 {
+				first[s.id] = s.at
+				continue
+			}
+			waited := s.at.Sub(first[s.id])
+			if waited < w.idle {
+				t.Fatalf("entry %s came back after %s, want min-idle %s", s.id, waited, w.idle)
+			}
+			if s.id == long && waited >= w.idle*10 {
+				t.Fatalf("the long delay was kept (%s): want it cut to min-idle %s", waited, w.idle)
+			}
+		}
+		if n := w.logs.count("rounded"); n != 1 {
+			t.Fatalf("the rounding warning was logged %d times, want once per mount", n)
+		}
+	})
+
+	t.Run("HeartbeatKeepsALongHandlersEntryFromOtherConsumers", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		long := w.publish(t, "long", nil)
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		releaseLong := func() { releaseOnce.Do(func() { close(release) }) }
+		started := make(chan struct{})
+		beats := make(chan struct{}, 16)
+		srcA := w.claiming(settle.Consumer("a"))
+		settle.SetClaimingOnBeat(srcA, func() {
+			select {
+			case beats <- struct{}{}:
+			default:
+			}
+		})
+		appA := w.app(t, srcA, settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
+			if m.ID == long {
+				close(started)
+				<-release
+			}
+			return nil
+		}), settle.Concurrency(1), settle.Name("a"))
+		w.run(t, appA)
+		<-started
+
+		// An entry a dead worker holds: B claims it once it is idle, which shows B scans.
+		orphan := w.publish(t, "orphan", nil)
+		w.crash(t, "dead", 1)
+		appB := w.app(t, w.claiming(settle.Consumer("b")), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }), settle.Name("b"))
+		w.run(t, appB)
+		t.Cleanup(releaseLong) // runs before the Apps' cleanups: a failed test does not hang
+
+		if w.clock != nil {
+			// Three beats of A cover min-idle: after each, the long entry is fresh again.
+			for range 3 {
+				w.advance(w.idle / 3)
+				select {
+				case <-beats:
+				case <-time.After(claimWait):
+					t.Fatal("no heartbeat after the clock passed min-idle/3")
+				}
+			}
+		}
+		w.waitEvents(t, "B claiming the orphan", 1, func(e settle.Settled) bool { return e.Mount == "b" && e.ID == orphan })
+		if w.clock == nil {
+			// On the wall clock let the long handler outlive min-idle several times over.
+			<-time.After(5 * w.idle)
+		}
+		owner, count, ok := w.pendingEntry(t, long)
+		if !ok || owner != "a" || count != 1 {
+			t.Fatalf("long entry: pending %v at %q with count %d, want still at a with count 1 (heartbeats are not deliveries)", ok, owner, count)
+		}
+		releaseLong()
+		acked := w.waitEvents(t, "A's ack", 1, func(e settle.Settled) bool { return e.ID == long })
+		if acked[0].Mount != "a" || acked[0].Attempt != 1 || acked[0].Action != settle.ActionAck {
+			t.Fatalf("long entry settled %+v, want acked by a at attempt 1", acked[0])
+		}
+		for _, e := range w.events() {
+			if e.Mount == "b" && e.ID == long {
+				t.Fatalf("b handled the entry a was still handling: %+v", e)
+			}
+		}
+	})
+
+	t.Run("ValidateRefusesBadSettings", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		app, _ := settle.New(settle.Config{})
+		app.Mount(settle.ClaimingStream(w.r.Client, w.in, w.group, 0), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+		app.Mount(settle.ClaimingStream(w.r.Client, w.in, w.group, time.Second, settle.Reclaim(time.Second)), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }), settle.Name("both"))
+		err := app.Validate()
+		var ce *settle.ConfigError
+		if !errors.As(err, &ce) {
+			t.Fatalf("Validate = %v, want config errors", err)
+		}
+		for _, want := range []string{"ClaimingStream minIdle(0s): must be at least 1ms", "Reclaim is not an option of a ClaimingStream"} {
+			if !containsErr(err, want) {
+				t.Fatalf("Validate = %v, want it to say %q", err, want)
+			}
+		}
+	})
+}
+
+func containsErr(err error, s string) bool {
+	return err != nil && strings.Contains(err.Error(), s)
+}

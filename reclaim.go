@@ -1,0 +1,268 @@
+package settle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// Reclaim makes a Stream consumer also take over entries that other consumers of its
+// group were delivered but left pending for at least idle: the entries of a consumer
+// whose process died. Before each read of new entries the consumer claims idle ones
+// (XAUTOCLAIM, at most as many as it has free handler slots) and delivers them as new
+// deliveries: the attempt comes from the retry-count header as usual (Redis's delivery
+// counter is not read), and their retries are copies like any other.
+//
+// While a handler runs, its entry is kept from being reclaimed by other consumers: every
+// idle/3 the consumer resets the idle time of the entries it is handling (a heartbeat
+// that does not count as a delivery). So idle may be short without a long handler's entry
+// being handled twice, as long as every consumer of the group runs with Reclaim or on a
+// ClaimingStream. idle must be at least a millisecond. Defaults to no reclaim.
+func Reclaim(idle time.Duration) StreamOption {
+	return streamOptionFunc(func(c *streamConfig) { c.reclaim = idle })
+}
+
+// reclaimer returns the claimer Reclaim asks for, or nil.
+func (c streamConfig) reclaimer() *claimer {
+	if c.reclaim == 0 {
+		return nil
+	}
+	return newClaimer("Reclaim", c.reclaim, false, nil)
+}
+
+// claimTestPoll bounds a read under a test's fake clock: the test may advance the clock
+// at any moment, and the next scan must see it soon.
+const claimTestPoll = 5 * time.Millisecond
+
+// claimPollMin bounds how often a consumer whose last scan found nothing idle scans its
+// group's pending entries again.
+const claimPollMin = 10 * time.Millisecond
+
+// claimer takes a stream group's idle pending entries over to one consumer: on a
+// claiming stream its own left-pending retries and the entries of crashed consumers; with
+// Reclaim, the entries of dead consumers. While handlers run, it heartbeats their
+// entries so that no other consumer claims them.
+type claimer struct {
+	// counted: a delivery's attempt adds Redis's delivery count to the retry-count
+	// header (a claiming stream); else it is the header + 1.
+	counted bool
+	// idle is how long an entry must be idle to be claimed.
+	idle time.Duration
+	// name names the setting of idle, for refusals.
+	name string
+	// onBeat, when set (tests), is called after each heartbeat.
+	onBeat func()
+	// poll is how long after a scan that found nothing the next one comes.
+	poll time.Duration
+
+	mu       sync.Mutex
+	cursor   string      // where the next XAUTOCLAIM starts
+	dues     []time.Time // when entries this consumer left pending come due, ascending
+	nextScan time.Time   // no scan before this, unless a due passed
+
+	beatMu sync.Mutex // a heartbeat and a Leave do not interleave
+	done   chan struct{}
+	stop   context.CancelFunc
+}
+
+func newClaimer(name string, idle time.Duration, counted bool, onBeat func()) *claimer {
+	return &claimer{counted: counted, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(idle/2, claimPollMin)}
+}
+
+// leavesRetries reports whether retries stay pending here to be claimed back (a
+// claiming stream): then the consumer never re-reads its own pending entries, which
+// would bring them back before their min-idle.
+func (c *claimer) leavesRetries() bool { return c != nil && c.counted }
+
+// validate returns the refusals of the claimer's settings (none for a nil claimer).
+func (c *claimer) validate() []error {
+	if c != nil && c.idle < time.Millisecond {
+		return []error{fmt.Errorf("%s(%s): must be at least 1ms (Redis counts idle time in milliseconds)", c.name, c.idle)}
+	}
+	return nil
+}
+
+// fetch claims up to max idle entries, scanning the group's pending entries from where
+// the last call stopped until it claims some or has scanned them all. It scans only when
+// the last full pass is poll old, or an entry this consumer left pending came due.
+func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*source.Delivery, error) {
+	now := t.env.Clock.Now()
+	c.mu.Lock()
+	due := len(c.dues) > 0 && !now.Before(c.dues[0])
+	if now.Before(c.nextScan) && !due {
+		c.mu.Unlock()
+		return nil, nil
+	}
+	for len(c.dues) > 0 && !now.Before(c.dues[0]) {
+		c.dues = c.dues[1:]
+	}
+	cursor := c.cursor
+	c.mu.Unlock()
+
+	s := t.src
+	for {
+		res, err := script.Claim(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, cursor, max)
+		if err != nil {
+			if strings.Contains(err.Error(), "NOGROUP") {
+				// The stream or its group was deleted: make them again, as a read does.
+				return nil, t.createGroup(ctx)
+			}
+			return nil, fmt.Errorf("stream %q: claim idle entries: %w", s.key, err)
+		}
+		if len(res.Deleted) > 0 {
+			t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; Redis dropped them from the pending list",
+				slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", res.Deleted))
+		}
+		ds := t.deliveries(ctx, res.Entries)
+		if c.counted {
+			counts := make(map[string]int, len(res.Entries))
+			for i, e := range res.Entries {
+				counts[e.ID] = res.Counts[i]
+			}
+			for _, d := range ds {
+				d.Attempt = d.RetryCount + counts[d.ID]
+			}
+		}
+		cursor = res.Next
+		if len(ds) > 0 || cursor == "0-0" {
+			c.mu.Lock()
+			c.cursor = cursor
+			if len(ds) == 0 {
+				c.nextScan = now.Add(c.poll)
+			}
+			c.mu.Unlock()
+			return ds, nil
+		}
+	}
+}
+
+// bound shortens wait, a read's block, so that the read ends by the next scan (and, under
+// a test's fake clock, soon after any advance).
+func (c *claimer) bound(t *streamTransport, wait time.Duration) time.Duration {
+	if wait < 0 {
+		return wait
+	}
+	if t.env.TestClock != nil {
+		wait = min(wait, claimTestPoll)
+	}
+	now := t.env.Clock.Now()
+	c.mu.Lock()
+	next := c.nextScan
+	if len(c.dues) > 0 && c.dues[0].Before(next) {
+		next = c.dues[0]
+	}
+	c.mu.Unlock()
+	if d := next.Sub(now); d < wait {
+		return max(d, time.Millisecond)
+	}
+	return wait
+}
+
+// left records that an entry was left pending at (after its idle time was reset): it
+// comes due idle later.
+func (c *claimer) left(at time.Time) {
+	due := at.Add(c.idle)
+	c.mu.Lock()
+	i := len(c.dues)
+	for i > 0 && c.dues[i-1].After(due) {
+		i--
+	}
+	c.dues = slices.Insert(c.dues, i, due)
+	c.mu.Unlock()
+}
+
+// start starts the heartbeat (nothing for a nil claimer); close stops it.
+func (c *claimer) start(ctx context.Context, t *streamTransport) {
+	if c == nil {
+		return
+	}
+	ctx, c.stop = context.WithCancel(context.WithoutCancel(ctx))
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.beat(ctx, t)
+	}()
+}
+
+func (c *claimer) close() {
+	if c != nil && c.stop != nil {
+		c.stop()
+		<-c.done
+		c.stop = nil
+	}
+}
+
+// beat resets the idle time of the entries in flight here every idle/3 on the App's
+// clock, until ctx ends.
+func (c *claimer) beat(ctx context.Context, t *streamTransport) {
+	every := max(c.idle/3, time.Millisecond)
+	tm := t.env.Clock.NewTimer(every)
+	for {
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return
+		case <-tm.C():
+		}
+		c.touchInflight(ctx, t, every)
+		tm = t.env.Clock.NewTimer(every)
+		if c.onBeat != nil {
+			c.onBeat() // after the next timer exists, so a test may advance past it
+		}
+	}
+}
+
+func (c *claimer) touchInflight(ctx context.Context, t *streamTransport, every time.Duration) {
+	c.beatMu.Lock()
+	defer c.beatMu.Unlock()
+	ids := t.inflightIDs()
+	if len(ids) == 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
+	defer cancel()
+	s := t.src
+	lost, err := script.Touch(tctx, s.rdb, s.key, s.group, t.consumer, ids...)
+	if err != nil {
+		t.env.Logger.WarnContext(ctx, "settle: heartbeat of entries in flight failed; another consumer may claim them",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+		return
+	}
+	// Entries settled since the snapshot are not pending any more: only those still in
+	// flight here were taken by another consumer.
+	if taken := t.stillInflight(lost); len(taken) > 0 {
+		t.env.Logger.WarnContext(ctx, "settle: entries in flight here were claimed by another consumer (their idle time passed before a heartbeat); they may be handled twice",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", taken))
+	}
+}
+
+// inflightIDs returns the ids of the entries in flight here.
+func (t *streamTransport) inflightIDs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]string, 0, len(t.inflight))
+	for id := range t.inflight {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// stillInflight returns those of ids still in flight here.
+func (t *streamTransport) stillInflight(ids []string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if _, ok := t.inflight[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}

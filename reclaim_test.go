@@ -1,0 +1,96 @@
+package settle_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+)
+
+func TestReclaim(t *testing.T) {
+	t.Parallel()
+
+	reclaiming := func(w *claimWorld) *settle.StreamSource {
+		return settle.Stream(w.r.Client, w.in, w.group, settle.Block(50*time.Millisecond), settle.Reclaim(w.idle))
+	}
+
+	t.Run("TakesOverEntriesADeadConsumerLeftPending", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		ids := []string{w.publish(t, 1, nil), w.publish(t, 2, nil)}
+		w.crash(t, "dead", 2)
+		crashed := w.now()
+		var a attempts
+		app := w.app(t, reclaiming(w), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			a.add(m, w.now())
+			return nil
+		}))
+		w.run(t, app)
+
+		w.advance(w.idle)
+		acked := w.waitEvents(t, "both reclaimed entries acked", 2, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
+		got := map[string]bool{}
+		for _, e := range acked {
+			if e.Attempt != 1 {
+				t.Fatalf("ack = %+v, want attempt 1 (from the retry-count header)", e)
+			}
+			got[e.ID] = true
+		}
+		if !got[ids[0]] || !got[ids[1]] {
+			t.Fatalf("acked %+v, want both entries %v", acked, ids)
+		}
+		for _, s := range a.all() {
+			if waited := s.at.Sub(crashed); waited < w.idle {
+				t.Fatalf("entry %s reclaimed %s after its consumer died, want at least %s", s.id, waited, w.idle)
+			}
+		}
+		if n := w.pendingCount(t); n != 0 {
+			t.Fatalf("%d entries pending after the reclaim, want 0", n)
+		}
+	})
+
+	t.Run("RetriesOfReclaimedEntriesAreCopies", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		id := w.publish(t, "x", nil)
+		w.crash(t, "dead", 1)
+		app := w.app(t, reclaiming(w), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			if m.Attempt == 1 {
+				return errClaimTest
+			}
+			return nil
+		}), settle.MaxAttempts(3))
+		w.run(t, app)
+
+		w.advance(w.idle)
+		copied := w.waitEvents(t, "the retry copy", 1, func(e settle.Settled) bool { return e.Action == settle.ActionCopy })
+		if copied[0].ID != id || copied[0].Attempt != 1 || copied[0].Err != nil {
+			t.Fatalf("retry = %+v, want a copy of %s at attempt 1", copied[0], id)
+		}
+		acked := w.waitEvents(t, "the copy acked", 1, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
+		if acked[0].ID == id || acked[0].Attempt != 2 {
+			t.Fatalf("ack = %+v, want the copy (a new entry) at attempt 2", acked[0])
+		}
+		msgs, err := w.r.Client.XRange(w.ctx, w.in, "-", "+").Result()
+		if err != nil || len(msgs) != 2 {
+			t.Fatalf("stream = %v (%v), want the original and its copy", msgs, err)
+		}
+		if rc := msgs[1].Values[settle.HeaderRetryCount]; rc != "1" {
+			t.Fatalf("copy's retry count = %v, want 1", rc)
+		}
+		if n := w.pendingCount(t); n != 0 {
+			t.Fatalf("%d entries pending, want 0", n)
+		}
+	})
+
+	t.Run("ValidateRefusesAnIdleBelowAMillisecond", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		app, _ := settle.New(settle.Config{})
+		app.Mount(settle.Stream(w.r.Client, w.in, w.group, settle.Reclaim(500*time.Microsecond)), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+		if err := app.Validate(); !containsErr(err, "Reclaim(500µs): must be at least 1ms") {
+			t.Fatalf("Validate = %v, want the Reclaim refusal", err)
+		}
+	})
+}
