@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/settlekit/settle/internal/source"
@@ -24,7 +25,8 @@ type mount struct {
 	info      source.Info
 	logger    *slog.Logger
 	name      string
-	onced     sync.Map // reason -> *sync.Once, for warnings logged once per mount
+	lost      atomic.Int64 // messages lost to a retry the transport cannot honour (ActionLose)
+	onced     sync.Map     // reason -> *sync.Once, for warnings logged once per mount
 	policy    source.Policy
 	src       Source
 	transport source.Transport
@@ -168,6 +170,9 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	}
 	t.Stop()
 	acks.close()
+	if n := m.lost.Load(); n > 0 {
+		m.logger.WarnContext(ctx, "settle: messages lost because their retry could not be honoured without an attempts cap", slog.Int64("lost", n))
+	}
 }
 
 // blockBound is how long one read may block.
@@ -254,7 +259,11 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		acks.add(d, ev)
 		return
 	case source.ActionLose:
-		m.logger.WarnContext(ctx, "settle: "+s.Reason, logAttrs(slog.Any(attrError, o.Err))...)
+		// Warned once per mount, counted every time (reported again when the mount stops).
+		n := m.lost.Add(1)
+		m.warnOnce(ctx, "lose", "settle: "+s.Reason+"; declare MaxAttempts to retry with a copy (warned once per mount; every loss is counted)",
+			logAttrs(slog.Any(attrError, o.Err))...)
+		m.logger.DebugContext(ctx, "settle: "+s.Reason, logAttrs(slog.Int64("lost", n), slog.Any(attrError, o.Err))...)
 		acks.add(d, ev)
 		return
 	case source.ActionLeave:

@@ -1,6 +1,9 @@
 package settle
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Message is one delivery of a message to a handler.
 type Message struct {
@@ -31,6 +34,9 @@ func (m *Message) Decode(v any) error {
 		c = Msgpack
 	}
 	if !m.hasPayload {
+		if why, ok := m.Headers[HeaderInvalidEnvelope]; ok {
+			return &DecodeError{Codec: c.Name(), Err: errors.New("list item or channel message is not a valid settle envelope: " + why)}
+		}
 		return &DecodeError{Codec: c.Name(), Err: errNoPayload}
 	}
 	if err := c.Unmarshal(m.Payload, v); err != nil {

@@ -123,26 +123,43 @@ type streamOptionFunc func(*streamConfig)
 
 func (f streamOptionFunc) applyStream(c *streamConfig) { f(c) }
 
-// Batch sets the most entries one read asks for; a read never asks for more than the
-// mount has free handler slots. Defaults to DefaultBatch.
-func Batch(n int) StreamOption {
-	return streamOptionFunc(func(c *streamConfig) { c.batch = n })
+// ReadOption configures how a source reads (Batch, Block). It is a StreamOption, a
+// ListOption, a ReliableListOption and a PubSubOption.
+type ReadOption struct {
+	set func(batch *int, block *time.Duration)
+}
+
+func (o ReadOption) applyStream(c *streamConfig) { o.set(&c.batch, &c.block) }
+
+// Batch sets the most entries (list items, channel messages) one read asks for; a read
+// never asks for more than the mount has free handler slots. Defaults to DefaultBatch.
+func Batch(n int) ReadOption {
+	return ReadOption{set: func(batch *int, _ *time.Duration) { *batch = n }}
 }
 
 // Block sets the longest a read blocks waiting for entries. It bounds how long a
-// graceful shutdown waits for a read in progress (go-redis cannot interrupt one).
+// graceful shutdown waits for a read in progress (go-redis cannot interrupt one). Lists
+// block in whole seconds (BLPOP, BLMOVE): a list rounds Block up to the next second.
 // Defaults to DefaultBlock.
-func Block(d time.Duration) StreamOption {
-	return streamOptionFunc(func(c *streamConfig) { c.block = d })
+func Block(d time.Duration) ReadOption {
+	return ReadOption{set: func(_ *int, block *time.Duration) { *block = d }}
 }
 
 // Consumer sets the consumer name within the group. Give each process a stable name of
 // its own (a pod name, say) so that a restarted process first re-reads the entries it
 // had been delivered but not settled. Defaults to "<hostname>-<pid>-<random>", unique
 // per process.
-func Consumer(name string) StreamOption {
-	return streamOptionFunc(func(c *streamConfig) { c.consumer = name })
+//
+// On a ReliableList the name also names the consumer's processing list and heartbeat.
+func Consumer(name string) ConsumerOption {
+	return ConsumerOption{name: name}
 }
+
+// ConsumerOption names a consumer (see Consumer). It is a StreamOption and a
+// ReliableListOption.
+type ConsumerOption struct{ name string }
+
+func (o ConsumerOption) applyStream(c *streamConfig) { c.consumer = o.name }
 
 // StartAt sets where a consumer group created by the mount starts: "0" reads the whole
 // stream, "$" only entries added after the group is created. A group that already exists

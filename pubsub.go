@@ -1,0 +1,292 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
+)
+
+// PubSubOption configures a PubSub or PubSubPattern source.
+type PubSubOption interface {
+	applyPubSub(*pubsubConfig)
+}
+
+type pubsubConfig struct {
+	batch    int
+	block    time.Duration
+	buffer   int
+	outRetry string
+}
+
+func (o ReadOption) applyPubSub(c *pubsubConfig) { o.set(&c.batch, &c.block) }
+
+// OutRetryOption names where a subscription's retry copies go; see OutRetry.
+type OutRetryOption struct{ channel string }
+
+func (o OutRetryOption) applyPubSub(c *pubsubConfig) { c.outRetry = o.channel }
+
+// OutRetry names the channel a subscription publishes its retry copies to. A pattern
+// subscription reads many channels and names none, so PubSubPattern requires it: without
+// it App.Validate (and so App.Run) refuses the mount. Subscribe to that channel (the
+// pattern may match it) to read the copies again. On PubSub it replaces the default, the
+// channel the message came on.
+func OutRetry(channel string) OutRetryOption { return OutRetryOption{channel: channel} }
+
+// BufferOption sets how many received messages wait in memory; see Buffer.
+type BufferOption struct{ n int }
+
+func (o BufferOption) applyPubSub(c *pubsubConfig) { c.buffer = o.n }
+
+// Buffer sets how many received messages may wait in memory for a free handler. When it
+// is full for a minute, go-redis drops messages (at-most-once). Defaults to
+// DefaultBuffer.
+func Buffer(n int) BufferOption { return BufferOption{n: n} }
+
+// DefaultBuffer is how many received channel messages may wait for a handler unless
+// Buffer says otherwise.
+const DefaultBuffer = 1000
+
+// PubSubSource subscribes to a Redis Pub/Sub channel or pattern. Make one with PubSub or
+// PubSubPattern.
+type PubSubSource struct {
+	cfg     pubsubConfig
+	name    string // a channel, or a pattern when pattern is true
+	pattern bool
+	rdb     redis.UniversalClient
+}
+
+var _ Source = (*PubSubSource)(nil)
+
+// PubSub returns a source subscribed to channel (SUBSCRIBE). Messages are settle's
+// envelope (written by Publisher.PublishChannel); a message that is not one is a bare
+// payload with no headers.
+//
+// Pub/Sub is at-most-once, plainly: Redis keeps no message for a subscriber, so messages
+// published while no App is subscribed (before Run, during a restart, during a dropped
+// connection) are missed; a message being handled when the process dies is lost; a retry
+// copy or dead letter published while nobody listens on its channel is lost (a warning
+// says so); and in-process delays live in the process (a graceful shutdown publishes the
+// waiting copies at once, a crash loses them).
+//
+// Retry without an attempts cap cannot be honoured and loses the message, with a warning
+// (logged once per mount; every loss is a Settled event with ActionLose). With a cap, a
+// retry publishes a copy (retry count + 1) to the channel the message came on (or to
+// OutRetry), and an in-process RetryAfter does the same when its delay has passed. A
+// dead letter is published to the channel named by DeadLetter.
+func PubSub(rdb redis.UniversalClient, channel string, opts ...PubSubOption) *PubSubSource {
+	return newPubSub(rdb, channel, false, opts)
+}
+
+// PubSubPattern returns a source subscribed to every channel matching pattern
+// (PSUBSCRIBE, Redis glob syntax). It must be given OutRetry: retry copies go there. It
+// is otherwise PubSub, at-most-once included.
+func PubSubPattern(rdb redis.UniversalClient, pattern string, opts ...PubSubOption) *PubSubSource {
+	return newPubSub(rdb, pattern, true, opts)
+}
+
+func newPubSub(rdb redis.UniversalClient, name string, pattern bool, opts []PubSubOption) *PubSubSource {
+	cfg := pubsubConfig{batch: DefaultBatch, block: DefaultBlock, buffer: DefaultBuffer}
+	for _, o := range opts {
+		if o != nil {
+			o.applyPubSub(&cfg)
+		}
+	}
+	return &PubSubSource{cfg: cfg, name: name, pattern: pattern, rdb: rdb}
+}
+
+// Transport is for settle's own use and may change in any release.
+func (s *PubSubSource) Transport(env source.Env) source.Transport {
+	return &pubsubTransport{env: env, reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
+}
+
+// pubsubTransport is one mount's subscription.
+type pubsubTransport struct {
+	ch     <-chan *redis.Message
+	env    source.Env
+	reader envelopeReader
+	seq    atomic.Uint64
+	src    *PubSubSource
+	sub    *redis.PubSub
+}
+
+func (t *pubsubTransport) Info() source.Info {
+	return source.Info{
+		Caps: source.Caps{RetryWithoutCap: source.ActionLose},
+		Key:  t.src.name,
+		Kind: source.KindChannel,
+	}
+}
+
+// BatchSize is the most messages one read takes.
+func (t *pubsubTransport) BatchSize() int { return t.src.cfg.batch }
+
+// BlockBound is the longest one read waits.
+func (t *pubsubTransport) BlockBound() time.Duration { return t.src.cfg.block }
+
+func (t *pubsubTransport) Validate(p source.Policy) []error {
+	var errs []error
+	s := t.src
+	what := "PubSub"
+	if s.pattern {
+		what = "PubSubPattern"
+	}
+	if s.rdb == nil {
+		errs = append(errs, fmt.Errorf("%s: redis client is nil", what))
+	}
+	if s.name == "" {
+		errs = append(errs, fmt.Errorf("%s: channel is empty", what))
+	}
+	if s.pattern && s.cfg.outRetry == "" {
+		errs = append(errs, fmt.Errorf("PubSubPattern(%q) has no out-retry channel: a pattern subscription reads many channels and names none, so give settle.OutRetry(channel) for its retry copies", s.name))
+	}
+	if s.cfg.batch < 1 {
+		errs = append(errs, fmt.Errorf("Batch(%d): must be at least 1", s.cfg.batch))
+	}
+	if s.cfg.block <= 0 {
+		errs = append(errs, fmt.Errorf("Block(%s): must be positive", s.cfg.block))
+	}
+	if s.cfg.buffer < 1 {
+		errs = append(errs, fmt.Errorf("Buffer(%d): must be at least 1", s.cfg.buffer))
+	}
+	if p.DeadLetter != "" && !s.pattern && p.DeadLetter == s.name {
+		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the channel the mount reads: dead letters would be read again", p.DeadLetter))
+	}
+	return errs
+}
+
+// Open subscribes and waits for Redis to confirm the subscription, so a message
+// published after Open returns is received.
+func (t *pubsubTransport) Open(ctx context.Context) error {
+	s := t.src
+	if s.pattern {
+		t.sub = s.rdb.PSubscribe(ctx, s.name)
+	} else {
+		t.sub = s.rdb.Subscribe(ctx, s.name)
+	}
+	if _, err := t.sub.Receive(ctx); err != nil {
+		_ = t.sub.Close()
+		return fmt.Errorf("subscribe %q: %w", s.name, err)
+	}
+	t.ch = t.sub.Channel(redis.WithChannelSize(s.cfg.buffer))
+	t.env.Logger.DebugContext(ctx, "settle: subscribed", slog.String(attrMount, t.env.Mount), slog.String("channel", s.name), slog.Bool("pattern", s.pattern))
+	return nil
+}
+
+// errUnsubscribed is Fetch's error once the subscription has been closed.
+var errUnsubscribed = errors.New("subscription closed")
+
+func (t *pubsubTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	// The wait is on the wall clock, as Redis's own blocking reads are: a test's paused
+	// clock must not hold a shutdown.
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var first *redis.Message
+	select {
+	case m, ok := <-t.ch:
+		if !ok {
+			return nil, fmt.Errorf("channel %q: %w", t.src.name, errUnsubscribed)
+		}
+		first = m
+	case <-timer.C:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, nil
+	}
+	ds := []*source.Delivery{t.delivery(ctx, first)}
+	for len(ds) < max {
+		select {
+		case m, ok := <-t.ch:
+			if !ok {
+				return ds, nil
+			}
+			ds = append(ds, t.delivery(ctx, m))
+		default:
+			return ds, nil
+		}
+	}
+	return ds, nil
+}
+
+func (t *pubsubTransport) delivery(ctx context.Context, m *redis.Message) *source.Delivery {
+	payload, headers, ok, rc := t.reader.read(ctx, m.Channel, []byte(m.Payload))
+	return &source.Delivery{
+		Attempt:    rc + 1,
+		HasPayload: ok,
+		Headers:    headers,
+		ID:         strconv.FormatUint(t.seq.Add(1), 10),
+		Key:        m.Channel,
+		Payload:    payload,
+		RetryCount: rc,
+	}
+}
+
+// Ack does nothing: a received message is gone from Redis.
+func (t *pubsubTransport) Ack(context.Context, []*source.Delivery) error { return nil }
+
+// Copy publishes the copy to OutRetry, or to the channel the message came on.
+func (t *pubsubTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
+	dest := t.src.cfg.outRetry
+	if dest == "" {
+		dest = d.Key
+	}
+	return t.publish(ctx, d, dest, headers, "retry copy")
+}
+
+// DeadLetter publishes the dead letter to the channel dest.
+func (t *pubsubTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+	return t.publish(ctx, d, dest, headers, "dead letter")
+}
+
+func (t *pubsubTransport) publish(ctx context.Context, d *source.Delivery, dest string, headers map[string]string, what string) error {
+	n, err := t.src.rdb.Publish(ctx, dest, wire.Envelope(d.Payload, headers)).Result()
+	if err != nil {
+		return fmt.Errorf("channel %q: %s of %s to %q: publish: %w", d.Key, what, d.ID, dest, err)
+	}
+	if n == 0 {
+		t.env.Logger.WarnContext(ctx, "settle: "+what+" published to a channel with no subscriber: it is lost (pub/sub is at-most-once)",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, d.Key), slog.String("channel", dest), slog.String(attrMsgID, d.ID))
+	}
+	return nil
+}
+
+// Close unsubscribes.
+func (t *pubsubTransport) Close(context.Context) error {
+	if t.sub == nil {
+		return nil
+	}
+	return t.sub.Close()
+}
+
+// PublishChannel encodes v with the publisher's codec and publishes it, in settle's
+// envelope with the given headers (may be nil), to channel. It returns how many
+// subscribers received it: a message nobody receives is gone (Pub/Sub keeps nothing).
+// Header names starting with HeaderPrefix are refused.
+func (p *Publisher) PublishChannel(ctx context.Context, channel string, v any, headers map[string]string) (int64, error) {
+	payload, err := p.cfg.codec.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("settle: publish to channel %q: encode (%s): %w", channel, p.cfg.codec.Name(), err)
+	}
+	return p.PublishChannelBytes(ctx, channel, payload, headers)
+}
+
+// PublishChannelBytes publishes payload, as it is, in settle's envelope with the given
+// headers (may be nil), to channel. It returns how many subscribers received it.
+func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, payload []byte, headers map[string]string) (int64, error) {
+	if err := checkHeaders(headers); err != nil {
+		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+	}
+	n, err := p.rdb.Publish(ctx, channel, wire.Envelope(payload, headers)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+	}
+	return n, nil
+}
