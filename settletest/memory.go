@@ -28,13 +28,14 @@ const memoryBlock = 20 * time.Millisecond
 // DeadLetters. Messages outlive the Apps that consume them, so a Memory can be shared by
 // an App that stops and one that starts. Make one with NewMemory.
 type Memory struct {
-	dead   []DeadLetter
-	mu     sync.Mutex
-	name   string
-	parked []*parkedMessage
-	ready  []*memoryMessage
-	seq    uint64
-	wake   chan struct{} // closed and replaced on every change
+	dead     []DeadLetter
+	inflight int // delivered, not yet settled, over every transport
+	mu       sync.Mutex
+	name     string
+	parked   []*parkedMessage
+	ready    []*memoryMessage
+	seq      uint64
+	wake     chan struct{} // closed and replaced on every change
 }
 
 // DeadLetter is one message a Memory source dead-lettered.
@@ -75,6 +76,13 @@ func (m *Memory) DeadLetters() []DeadLetter {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]DeadLetter(nil), m.dead...)
+}
+
+// InFlight returns how many messages were delivered and not yet settled.
+func (m *Memory) InFlight() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inflight
 }
 
 // Len returns how many messages wait for a delivery now (parked ones excluded).
@@ -177,6 +185,7 @@ func (t *memoryTransport) Fetch(ctx context.Context, max int, wait time.Duration
 			msg := m.ready[0]
 			m.ready = m.ready[1:]
 			ds = append(ds, t.deliver(msg))
+			m.inflight++
 		}
 		var next time.Time
 		if len(m.parked) > 0 {
@@ -257,8 +266,14 @@ func (t *memoryTransport) deliver(msg *memoryMessage) *source.Delivery {
 
 func (t *memoryTransport) done(d *source.Delivery) {
 	t.mu.Lock()
+	_, ok := t.inflight[d.ID]
 	delete(t.inflight, d.ID)
 	t.mu.Unlock()
+	if ok {
+		t.m.mu.Lock()
+		t.m.inflight--
+		t.m.mu.Unlock()
+	}
 }
 
 func (t *memoryTransport) Ack(_ context.Context, ds []*source.Delivery) error {
@@ -334,6 +349,7 @@ func (t *memoryTransport) Close(context.Context) error {
 	})
 	m := t.m
 	m.mu.Lock()
+	m.inflight -= len(left)
 	m.ready = append(left, m.ready...)
 	m.changed()
 	m.mu.Unlock()

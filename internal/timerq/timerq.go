@@ -46,6 +46,7 @@ func (q *Queue) Schedule(d time.Duration, fn func()) {
 // Run runs due functions until stop is closed, then returns the functions still waiting
 // in due order, without running them.
 func (q *Queue) Run(stop <-chan struct{}) []func() {
+	recheck := 0
 	for {
 		q.mu.Lock()
 		var wait time.Duration = -1
@@ -73,11 +74,14 @@ func (q *Queue) Run(stop <-chan struct{}) []func() {
 			t = q.clock.NewTimer(wait)
 			timerC = t.C()
 			// A fake clock may have been advanced between reading now and making the
-			// timer, leaving it due later than the item: look again before waiting.
-			if !q.clock.Now().Before(now.Add(wait)) {
+			// timer, leaving it due later than the item: look again before waiting (a
+			// few times: the wall clock always moves a little, and that is harmless).
+			if q.clock.Now().After(now) && recheck < 3 {
 				t.Stop()
+				recheck++
 				continue
 			}
+			recheck = 0
 		}
 		select {
 		case <-stop:

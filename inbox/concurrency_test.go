@@ -1,0 +1,150 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+)
+
+// bulkInsert inserts n rows of group with payloads "0" … "n-1", in chunks.
+func bulkInsert(t testing.TB, b backend, db *sql.DB, tb Table, group string, n int) {
+	t.Helper()
+	q := quoteFor(b.d)
+	style := map[Dialect]placeholderStyle{SQLite: questionNumbered, Postgres: dollarNumbered, MySQL: questionRepeated}[b.d]
+	for start := 0; start < n; start += 500 {
+		end := min(n, start+500)
+		var vals []string
+		named := map[string]any{}
+		for i := start; i < end; i++ {
+			vals = append(vals, fmt.Sprintf("(:g%d, :p%d)", i, i))
+			named[fmt.Sprintf("g%d", i)] = group
+			named[fmt.Sprintf("p%d", i)] = []byte(fmt.Sprint(i))
+		}
+		st := compile(fmt.Sprintf("INSERT INTO %s (%s, %s) VALUES %s", q(tb.Name), q(tb.Group), q(tb.Payload), strings.Join(vals, ", ")), style)
+		if _, err := db.ExecContext(context.Background(), st.text, st.bind(named)...); err != nil {
+			t.Fatalf("bulk insert: %v", err)
+		}
+	}
+}
+
+// openSeparate opens a pool of its own on b's database (a separate consumer).
+func openSeparate(t testing.TB, b backend, shared *sql.DB) *sql.DB {
+	t.Helper()
+	if b.d == SQLite {
+		return shared // one file: separate pools would only fight over its one writer lock
+	}
+	driver, dsn := "pgx", os.Getenv("SETTLE_POSTGRES_URL")
+	if b.d == MySQL {
+		driver, dsn = "mysql", mysqlDSN(os.Getenv("SETTLE_MYSQL_DSN"))
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(12)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// drain runs consumers separate Apps on the table until rows rows are settled, and
+// returns how many times each payload was handled and the elapsed time.
+func drain(t testing.TB, b backend, db *sql.DB, tb Table, consumers, rows int) (map[string]int, time.Duration) {
+	t.Helper()
+	var mu sync.Mutex
+	handled := map[string]int{}
+	var settled, failed atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < consumers; i++ {
+		app, err := settle.New(settle.Config{Logger: quietLogger(t), OnSettled: func(_ context.Context, s settle.Settled) {
+			if s.Err != nil {
+				failed.Add(1)
+				t.Errorf("settlement failed: %+v", s)
+			}
+			if settled.Add(1) == int64(rows) {
+				once.Do(func() { close(done) })
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib := New(openSeparate(t, b, db), b.d, tb)
+		app.Mount(ib.Queue("load", Poll(20*time.Millisecond)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
+			mu.Lock()
+			handled[string(m.Payload)]++
+			mu.Unlock()
+			return nil
+		}), settle.Concurrency(16))
+		wg.Go(func() {
+			if err := app.Run(ctx); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Errorf("timed out: %d of %d rows settled", settled.Load(), rows)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	return handled, elapsed
+}
+
+func TestFourConsumersSettleEveryRowExactlyOnce(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		rows := 5000
+		if b.d == SQLite && testing.Short() {
+			rows = 1000
+		}
+		db := b.open(t)
+		tb := createTable(t, b, db, cols{})
+		bulkInsert(t, b, db, tb, "load", rows)
+		handled, elapsed := drain(t, b, db, tb, 4, rows)
+		if len(handled) != rows {
+			t.Fatalf("got %d distinct rows handled, want %d", len(handled), rows)
+		}
+		for p, n := range handled {
+			if n != 1 {
+				t.Fatalf("row %s handled %d times, want once", p, n)
+			}
+		}
+		if left := readRows(t, b, db, tb); len(left) != 0 {
+			t.Fatalf("got %d rows left, want none", len(left))
+		}
+		t.Logf("%s: 4 consumers drained %d rows in %s (%.0f rows/s)", b.name, rows, elapsed, float64(rows)/elapsed.Seconds())
+	})
+}
+
+// BenchmarkDrainFourConsumers reports rows/s drained by four consumers (separate Apps)
+// from a table of 5,000 rows, per backend:
+//
+//	go test -run '^$' -bench DrainFourConsumers -benchtime 1x ./inbox/
+func BenchmarkDrainFourConsumers(b *testing.B) {
+	for _, be := range backends() {
+		b.Run(be.name, func(b *testing.B) {
+			db := be.open(b)
+			for b.Loop() {
+				b.StopTimer()
+				tb := createTable(b, be, db, cols{})
+				bulkInsert(b, be, db, tb, "load", 5000)
+				b.StartTimer()
+				_, elapsed := drain(b, be, db, tb, 4, 5000)
+				b.ReportMetric(5000/elapsed.Seconds(), "rows/s")
+			}
+		})
+	}
+}

@@ -1,0 +1,161 @@
+package settletest_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/settletest"
+)
+
+type seen struct {
+	attempt int
+	at      time.Time
+}
+
+// memoryBundle is a harness with a Memory source mounted.
+type memoryBundle struct {
+	h   *settletest.Harness
+	mem *settletest.Memory
+	mu  sync.Mutex
+	got []seen
+}
+
+func setupMemory(t *testing.T, fn func(m *settle.Message) error, opts ...settle.MountOption) *memoryBundle {
+	t.Helper()
+	b := &memoryBundle{h: settletest.New(t), mem: settletest.NewMemory("payments")}
+	b.h.Mount(b.mem, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		b.mu.Lock()
+		b.got = append(b.got, seen{attempt: m.Attempt, at: b.h.Clock.Now()})
+		b.mu.Unlock()
+		return fn(m)
+	}), opts...)
+	b.h.Start()
+	return b
+}
+
+func (b *memoryBundle) deliveries() []seen {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.got)
+}
+
+func TestMemory(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AckCompletes", func(t *testing.T) {
+		t.Parallel()
+		b := setupMemory(t, func(*settle.Message) error { return nil })
+		b.mem.Publish([]byte("p"), nil)
+		evs := b.h.WaitSettled(1)
+		if evs[0].Action != settle.ActionAck || b.mem.Len() != 0 {
+			t.Fatalf("events %+v, %d left; want one ack and nothing left", evs, b.mem.Len())
+		}
+	})
+
+	t.Run("RetryRedeliversWithAttemptPlusOne", func(t *testing.T) {
+		t.Parallel()
+		b := setupMemory(t, func(m *settle.Message) error {
+			if m.Attempt < 3 {
+				return errors.New("unavailable")
+			}
+			return nil
+		})
+		b.mem.Publish([]byte("p"), nil)
+		b.h.WaitAction(settle.ActionAck, 1)
+		var attempts []int
+		for _, d := range b.deliveries() {
+			attempts = append(attempts, d.attempt)
+		}
+		if !slices.Equal(attempts, []int{1, 2, 3}) {
+			t.Fatalf("attempts = %v, want [1 2 3]", attempts)
+		}
+	})
+
+	t.Run("RetryAfterRedeliversExactlyAfterTheDelay", func(t *testing.T) {
+		t.Parallel()
+		b := setupMemory(t, func(m *settle.Message) error {
+			if m.Attempt == 1 {
+				return settle.RetryAfter(time.Second, errors.New("busy"))
+			}
+			return nil
+		})
+		start := b.h.Clock.Now()
+		b.mem.Publish([]byte("p"), nil)
+		b.h.WaitAction(settle.ActionPark, 1)
+		b.h.Advance(time.Second - time.Millisecond)
+		b.h.Advance(time.Millisecond)
+		b.h.WaitAction(settle.ActionAck, 1)
+		ds := b.deliveries()
+		if len(ds) != 2 || ds[1].attempt != 2 || !ds[1].at.Equal(start.Add(time.Second)) {
+			t.Fatalf("deliveries = %+v, want attempt 2 at exactly start + 1s (%v)", ds, start.Add(time.Second))
+		}
+	})
+
+	t.Run("DeadLettersAreCollected", func(t *testing.T) {
+		t.Parallel()
+		b := setupMemory(t, func(*settle.Message) error { return errors.New("declined") },
+			settle.MaxAttempts(2), settle.DeadLetter("payments.dead"))
+		b.mem.Publish([]byte("p"), map[string]string{"order": "7"})
+		b.h.WaitAction(settle.ActionDeadLetter, 1)
+		dead := b.mem.DeadLetters()
+		if len(dead) != 1 || dead[0].Dest != "payments.dead" || string(dead[0].Payload) != "p" ||
+			dead[0].Headers["order"] != "7" || dead[0].Headers[settle.HeaderRetryCount] != "2" || dead[0].Headers[settle.HeaderDeadError] != "declined" {
+			t.Fatalf("dead letters = %+v", dead)
+		}
+	})
+
+	t.Run("ParkedMessagesOutliveTheApp", func(t *testing.T) {
+		t.Parallel()
+		mem := settletest.NewMemory("payments")
+		clk := settletest.NewClock(time.UnixMilli(1_000_000))
+		busy := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			if m.Attempt == 1 {
+				return settle.RetryAfter(time.Minute, nil)
+			}
+			return nil
+		})
+		h1 := settletest.New(t, settletest.WithClock(clk))
+		h1.Mount(mem, busy)
+		h1.Start()
+		mem.Publish([]byte("p"), nil)
+		h1.WaitAction(settle.ActionPark, 1)
+		h1.Stop()
+		if mem.Parked() != 1 {
+			t.Fatalf("parked = %d after the App stopped, want 1", mem.Parked())
+		}
+		h2 := settletest.New(t, settletest.WithClock(clk))
+		h2.Mount(mem, busy)
+		h2.Start()
+		h2.Advance(time.Minute)
+		evs := h2.WaitAction(settle.ActionAck, 1)
+		if evs[0].Attempt != 2 {
+			t.Fatalf("App 2 settled %+v, want attempt 2", evs[0])
+		}
+	})
+}
+
+func TestHarnessLiveModeRunsOnTheWallClock(t *testing.T) {
+	t.Parallel()
+	h := settletest.New(t, settletest.Live())
+	if h.Clock != nil {
+		t.Fatalf("live harness has a fake clock")
+	}
+	in := h.Redis.Key("in")
+	h.Mount(settle.Stream(h.Redis.Client, in, "g", settle.Block(50*time.Millisecond)), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		if m.Attempt == 1 {
+			return settle.RetryAfter(20*time.Millisecond, nil)
+		}
+		return nil
+	}))
+	h.Start()
+	h.Publish(in, 1, nil)
+	evs := h.WaitAction(settle.ActionAck, 1)
+	if last := evs[len(evs)-1]; last.Attempt != 2 {
+		t.Fatalf("ack of attempt %d, want 2 (the in-process delay passed on the wall clock)", last.Attempt)
+	}
+}
