@@ -197,3 +197,55 @@ func quoteWith(name string, q byte) string {
 	}
 	return strings.Join(parts, ".")
 }
+
+// quotedTable is a Table with every name quoted for one dialect; an empty column
+// stays empty.
+type quotedTable struct {
+	attempt, group, id, lease, payload, retryAfter, table string
+}
+
+func (t Table) quoted(q byte) quotedTable {
+	qc := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return string(q) + s + string(q)
+	}
+	return quotedTable{
+		attempt: qc(t.Attempt), group: qc(t.Group), id: qc(t.ID), lease: qc(t.LockedUntil),
+		payload: qc(t.Payload), retryAfter: qc(t.RetryAfter), table: quoteWith(t.Name, q),
+	}
+}
+
+// rowColumns returns the columns a dead-letter move copies and the values it writes
+// for them (the lease cleared).
+func (c quotedTable) rowColumns() (cols, vals []string) {
+	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload} {
+		if col == "" {
+			continue
+		}
+		cols = append(cols, col)
+		if col == c.lease {
+			vals = append(vals, "NULL")
+		} else {
+			vals = append(vals, col)
+		}
+	}
+	return cols, vals
+}
+
+// publishInsert is the INSERT of Publish: group and payload, attempt 1 and due now.
+func (c quotedTable) publishInsert(now string) string {
+	var cols, vals []string
+	if c.group != "" {
+		cols, vals = append(cols, c.group), append(vals, ":group")
+	}
+	cols, vals = append(cols, c.payload), append(vals, ":payload")
+	if c.attempt != "" {
+		cols, vals = append(cols, c.attempt), append(vals, "1")
+	}
+	if c.retryAfter != "" {
+		cols, vals = append(cols, c.retryAfter), append(vals, now)
+	}
+	return fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, c.table, strings.Join(cols, ", "), strings.Join(vals, ", "))
+}

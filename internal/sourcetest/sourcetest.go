@@ -24,6 +24,10 @@ type Features struct {
 	// Ephemeral: messages exist only while a subscriber listens (PubSub), so a message
 	// settled by one App is not looked for from another App started afterwards.
 	Ephemeral bool
+	// CapNeedsDeadLetter: MaxAttempts and DeadLetter must be declared together (a SQL
+	// inbox): instead of the reject and dead-letter-without-cap scenarios, the suite
+	// checks that either one alone stops startup.
+	CapNeedsDeadLetter bool
 	// LosesRetryWithoutCap: Retry with no cap completes the message and loses it, with a
 	// warning (List, PubSub).
 	LosesRetryWithoutCap bool

@@ -257,6 +257,10 @@ func testCapDeadLettersAtNthDelivery(t *testing.T, f Features, s *Subject) {
 }
 
 func testCapWithoutDeadLetterRejects(t *testing.T, f Features, s *Subject) {
+	if f.CapNeedsDeadLetter {
+		checkRefused(t, s, settle.MaxAttempts(2))
+		return
+	}
 	c := newCalls(s)
 	run := Start(t, s, c.handler(func(context.Context, *settle.Message, int) error {
 		return errors.New("always fails")
@@ -283,6 +287,10 @@ func testCapWithoutDeadLetterRejects(t *testing.T, f Features, s *Subject) {
 }
 
 func testDeadLetterWithoutCapAtFirstFailure(t *testing.T, f Features, s *Subject) {
+	if f.CapNeedsDeadLetter {
+		checkRefused(t, s, settle.DeadLetter(s.DeadLetter))
+		return
+	}
 	c := newCalls(s)
 	run := Start(t, s, c.handler(func(context.Context, *settle.Message, int) error {
 		return errors.New("no cap declared")
@@ -666,4 +674,17 @@ func describe(evs []settle.Settled) string {
 		parts[i] = describeOne(e)
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// checkRefused checks that an App mounting s.Source with opts refuses to start.
+func checkRefused(t *testing.T, s *Subject, opts ...settle.MountOption) {
+	t.Helper()
+	app, err := settle.New(s.Config)
+	if err != nil {
+		t.Fatalf("settle.New: %v", err)
+	}
+	app.Mount(s.Source, settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }), opts...)
+	if err := app.Validate(); err == nil {
+		t.Fatal("App.Validate returned nil, want a refusal of the policy")
+	}
 }

@@ -1,0 +1,74 @@
+package inbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/sourcetest"
+)
+
+// conformance are the differences the suite allows a table inbox: no headers, Retry
+// without a cap puts the row back in place, and a cap and a dead letter come together.
+var conformance = sourcetest.Features{CapNeedsDeadLetter: true, NoHeaders: true, PutsBackWithoutCap: true}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		t.Run("FakeClock", func(t *testing.T) {
+			t.Parallel()
+			sourcetest.Run(t, conformance, func(t *testing.T) *sourcetest.Subject { return subject(t, b, true) })
+		})
+		t.Run("RealClock", func(t *testing.T) {
+			t.Parallel()
+			sourcetest.Run(t, conformance, func(t *testing.T) *sourcetest.Subject { return subject(t, b, false) })
+		})
+	})
+}
+
+// subject is a fresh table on b, read as the group "jobs", dead letters in "jobs.dead".
+func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
+	db := b.open(t)
+	tb := createTable(t, b, db, cols{})
+	ib := New(db, b.d, tb)
+	s := &sourcetest.Subject{
+		Config:     settle.Config{Logger: quietLogger(t), DrainTimeout: 2 * time.Second},
+		DeadLetter: "jobs.dead",
+		DeadLetters: func(t testing.TB) []sourcetest.Dead {
+			var out []sourcetest.Dead
+			for _, r := range readRows(t, b, db, tb) {
+				if r.group == "jobs.dead" {
+					out = append(out, sourcetest.Dead{Payload: []byte(r.payload)})
+				}
+			}
+			return out
+		},
+		Pending: func(t testing.TB) int64 {
+			var n int64
+			for _, r := range readRows(t, b, db, tb) {
+				if r.leased {
+					n++
+				}
+			}
+			return n
+		},
+		Publish: func(t testing.TB, payload []byte, _ map[string]string) {
+			if err := ib.PublishBytes(context.Background(), "jobs", payload); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+		},
+		Source: ib.Queue("jobs", Poll(20*time.Millisecond)),
+	}
+	if fake {
+		// The suite's waits nudge the fake clock a minute every few milliseconds: a lease
+		// longer than any wait keeps a row from expiring under its running handler (a
+		// jump past the lease is a crashed worker to the table).
+		s.Source = ib.Queue("jobs", Poll(20*time.Millisecond), Lease(7*24*time.Hour))
+		c := newFakeClock()
+		ib.testNow = c.Now
+		s.Advance = c.Advance
+		s.Config.Test.Clock = c
+	}
+	return s
+}
