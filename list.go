@@ -111,7 +111,17 @@ func validateList(kind string, rdb redis.UniversalClient, key string, batch int,
 	if p.DeadLetter != "" && p.DeadLetter == key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the list the mount reads: dead letters would be read again", p.DeadLetter))
 	}
+	errs = append(errs, refuseDurableDelay(kind, p)...)
 	return errs
+}
+
+// refuseDurableDelay refuses a durable delay strategy on a transport that cannot keep
+// one yet (lists and channels), rather than silently keeping the delays in-process.
+func refuseDurableDelay(kind string, p source.Policy) []error {
+	if p.Delay != nil && p.Delay.Durable() {
+		return []error{fmt.Errorf("DelayIn(%T): a %s cannot keep durable delays yet; use delayed.InProcess{} (the default)", p.Delay, kind)}
+	}
+	return nil
 }
 
 // listBlock rounds a block bound up to whole seconds, the resolution go-redis gives

@@ -160,6 +160,7 @@ func (t *pubsubTransport) Validate(p source.Policy) []error {
 	if p.DeadLetter != "" && !s.pattern && p.DeadLetter == s.name {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the channel the mount reads: dead letters would be read again", p.DeadLetter))
 	}
+	errs = append(errs, refuseDurableDelay("channel subscription", p)...)
 	return errs
 }
 
