@@ -57,7 +57,7 @@ func ClaimingStream(rdb redis.UniversalClient, key, group string, minIdle time.D
 func (s *ClaimingStreamSource) Transport(env source.Env) source.Transport {
 	st := s.stream.Transport(env).(*streamTransport)
 	t := &claimTransport{reclaim: st.claim, streamTransport: st}
-	st.claim = newClaimer("ClaimingStream minIdle", s.minIdle, true, s.onBeat)
+	st.claim = newClaimer("ClaimingStream minIdle", s.minIdle, s.stream.cfg.block, true, s.onBeat)
 	st.rescan = false
 	return t
 }

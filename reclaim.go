@@ -34,7 +34,7 @@ func (c streamConfig) reclaimer() *claimer {
 	if c.reclaim == 0 {
 		return nil
 	}
-	return newClaimer("Reclaim", c.reclaim, false, nil)
+	return newClaimer("Reclaim", c.reclaim, c.block, false, nil)
 }
 
 // claimTestPoll bounds a read under a test's fake clock: the test may advance the clock
@@ -72,8 +72,11 @@ type claimer struct {
 	stop   context.CancelFunc
 }
 
-func newClaimer(name string, idle time.Duration, counted bool, onBeat func()) *claimer {
-	return &claimer{counted: counted, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(idle/2, claimPollMin)}
+// newClaimer returns a claimer of entries idle for idle. After a scan that found nothing,
+// the next one comes a read's block (or idle/2, if shorter) later: an entry a crashed
+// consumer left is claimed at most that long after it became idle enough.
+func newClaimer(name string, idle, block time.Duration, counted bool, onBeat func()) *claimer {
+	return &claimer{counted: counted, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(min(idle/2, block), claimPollMin)}
 }
 
 // leavesRetries reports whether retries stay pending here to be claimed back (a
@@ -91,12 +94,13 @@ func (c *claimer) validate() []error {
 
 // fetch claims up to max idle entries, scanning the group's pending entries from where
 // the last call stopped until it claims some or has scanned them all. It scans only when
-// the last full pass is poll old, or an entry this consumer left pending came due.
+// the last full pass is poll old or an entry this consumer left pending came due, or
+// always under a test's fake clock (whose Advance may make any entry idle enough).
 func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*source.Delivery, error) {
 	now := t.env.Clock.Now()
 	c.mu.Lock()
 	due := len(c.dues) > 0 && !now.Before(c.dues[0])
-	if now.Before(c.nextScan) && !due {
+	if now.Before(c.nextScan) && !due && t.env.TestClock == nil {
 		c.mu.Unlock()
 		return nil, nil
 	}
