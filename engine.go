@@ -31,6 +31,12 @@ type mount struct {
 	src       Source
 	transport source.Transport
 	wrapped   Handler
+
+	// settleFailed and settleOK tell the read loop that a settlement failed (its
+	// delivery will be read again at once: back off first) or succeeded (reset the
+	// backoff).
+	settleFailed atomic.Bool
+	settleOK     atomic.Bool
 }
 
 // prepare builds the mount's transport and policy. It runs once per mount.
@@ -118,7 +124,7 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	slots := make(chan struct{}, m.cfg.concurrency)
 	batch := m.batchSize()
 	readCtx := context.WithoutCancel(ctx)
-	backoff := time.Duration(0)
+	backoff, settleBackoff := time.Duration(0), time.Duration(0)
 
 	for ctx.Err() == nil {
 		select {
@@ -135,6 +141,24 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 			default:
 				break more
 			}
+		}
+		if m.settleOK.Swap(false) {
+			settleBackoff = 0
+		}
+		if m.settleFailed.Swap(false) {
+			// A failed settlement leaves its delivery to be read again at once: without a
+			// pause, a write that keeps failing (a dead-letter key of the wrong type, a
+			// server refusing writes) would run the handler again thousands of times a
+			// second.
+			for range n {
+				<-slots
+			}
+			settleBackoff = nextBackoff(settleBackoff)
+			select {
+			case <-time.After(settleBackoff):
+			case <-ctx.Done():
+			}
+			continue
 		}
 		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
 		for i := len(ds); i < n; i++ {
@@ -324,7 +348,10 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 
 // settled reports an applied (or failed) settlement.
 func (a *App) settled(ctx context.Context, m *mount, d *source.Delivery, ev Settled) {
-	if ev.Err != nil {
+	if ev.Err == nil {
+		m.settleOK.Store(true)
+	} else {
+		m.settleFailed.Store(true)
 		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
 			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
 	}

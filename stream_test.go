@@ -816,3 +816,47 @@ func TestStreamShutdownEndsWithinBlockBound(t *testing.T) {
 		t.Fatalf("shutdown took %s, want about the block bound %s", took, block)
 	}
 }
+
+func TestStreamFailedSettlementBacksOffBeforeRedelivery(t *testing.T) {
+	t.Parallel()
+	b := setupStream(t)
+	ctx := context.Background()
+	// Every dead letter fails: the key holds a string.
+	if err := b.r.Client.Set(ctx, b.dlq, "occupied", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(t, "doomed", nil)
+	var mu sync.Mutex
+	var at []time.Time
+	cfg := b.config()
+	cfg.OnSettled = func(ctx context.Context, s settle.Settled) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		b.rec.OnSettled(ctx, s)
+	}
+	app, err := settle.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
+	app.Mount(b.stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.dlq), settle.Concurrency(1))
+	stop := start(t, app)
+	b.rec.WaitFor(t, waitBound, "three failed dead letters", func(evs []settle.Settled) bool { return len(evs) >= 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The delivery comes back at once (it stays pending), but not before a pause that
+	// grows while the failures go on: not a hot loop.
+	first, second := at[1].Sub(at[0]), at[2].Sub(at[1])
+	if first < 90*time.Millisecond || second < 180*time.Millisecond {
+		t.Fatalf("redelivered after %s, then %s; want pauses of about 100ms, then 200ms", first, second)
+	}
+	for _, e := range b.rec.Events() {
+		if e.Err == nil {
+			t.Fatalf("event %+v succeeded; want every dead letter to fail", e)
+		}
+	}
+}
