@@ -73,6 +73,11 @@ func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) (
 	if !ok {
 		return wait, nil
 	}
+	// Look at the deliveries in flight before sweeping: one that settles between the
+	// sweep and this check may have parked a delay the sweep did not see.
+	t.mu.Lock()
+	inflight := len(t.inflight)
+	t.mu.Unlock()
 	var res script.SweepResult
 	for {
 		var err error
@@ -84,9 +89,6 @@ func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) (
 			break
 		}
 	}
-	t.mu.Lock()
-	inflight := len(t.inflight)
-	t.mu.Unlock()
 	return boundedWait(wait, res, t.env.TestClock != nil, inflight > 0), nil
 }
 
