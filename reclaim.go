@@ -112,7 +112,9 @@ func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*so
 
 	s := t.src
 	for {
-		res, err := script.Claim(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, cursor, max)
+		// Entries in flight here are skipped inside the script: one whose handler settles
+		// it meanwhile must not be delivered again.
+		res, err := script.Claim(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, cursor, max, t.inflightIDs()...)
 		if err != nil {
 			if strings.Contains(err.Error(), "NOGROUP") {
 				// The stream or its group was deleted: make them again, as a read does.

@@ -36,9 +36,15 @@ type ClaimResult struct {
 
 // Claim takes up to count entries of stream's group, idle at least minIdle and with ids
 // at or after start, over to consumer (XAUTOCLAIM) and reads each one's delivery count,
-// in one script (see claim.lua).
-func Claim(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, minIdle time.Duration, start string, count int) (ClaimResult, error) {
-	res, err := claim.Run(ctx, rdb, []string{stream}, group, consumer, minIdle.Milliseconds(), start, count).Slice()
+// in one script (see claim.lua). Entries among inflight (in flight at consumer) are not
+// returned and keep their delivery counts.
+func Claim(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, minIdle time.Duration, start string, count int, inflight ...string) (ClaimResult, error) {
+	args := make([]any, 0, 5+len(inflight))
+	args = append(args, group, consumer, minIdle.Milliseconds(), start, count)
+	for _, id := range inflight {
+		args = append(args, id)
+	}
+	res, err := claim.Run(ctx, rdb, []string{stream}, args...).Slice()
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim script: %w", err)
 	}

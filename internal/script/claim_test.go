@@ -127,6 +127,23 @@ func TestClaim(t *testing.T) {
 	})
 }
 
+func TestClaimSkipsEntriesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupClaim(t, 2)
+	b.idle(t, 50*time.Millisecond)
+	// "dead" still handles ids[0]: its own claim must neither return it nor count it.
+	res, err := script.Claim(b.ctx, b.r.Client, b.stream, "g", "dead", 20*time.Millisecond, "0-0", 10, b.ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Entries) != 1 || res.Entries[0].ID != b.ids[1] || res.Counts[0] != 2 {
+		t.Fatalf("claimed %+v (counts %v), want only %s with count 2", res.Entries, res.Counts, b.ids[1])
+	}
+	if owner, n := b.pending(t, b.ids[0]); owner != "dead" || n != 1 {
+		t.Fatalf("entry in flight: pending %s/%d, want dead/1 (its count untouched)", owner, n)
+	}
+}
+
 func TestTouch(t *testing.T) {
 	t.Parallel()
 
