@@ -270,12 +270,20 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 			slog.String(attrOutcome, string(o.Kind)), slog.String(attrAction, s.Action.String()),
 		}, extra...)
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
+	// Completions go to the batched acker, which bounds its own write: only the other
+	// actions need a settlement context (and its timer) of their own.
+	sctx := ctx
+	if !s.Action.Completes() {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+	}
 
 	switch s.Action {
 	case source.ActionAck:
-		m.logger.DebugContext(ctx, "settle: ack", logAttrs()...)
+		if m.logger.Enabled(ctx, slog.LevelDebug) { // the attributes cost allocations on the hot path
+			m.logger.DebugContext(ctx, "settle: ack", logAttrs()...)
+		}
 		acks.add(d, ev)
 		return
 	case source.ActionDrop, source.ActionReject:

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// sample is what one run of one system on one scenario measured.
+type sample struct {
+	elapsed time.Duration
+	msgs    int              // messages the scenario counts (originals, not deliveries)
+	cmds    map[string]int64 // Redis command calls during the run, by command
+	srvCPU  time.Duration    // redis-server user+system CPU; srvOK false when unknown
+	srvOK   bool
+	cliCPU  time.Duration // this process's user+system CPU
+	mallocs uint64        // heap allocations in this process
+	late    []time.Duration
+}
+
+func (s *sample) totalCmds() int64 {
+	var n int64
+	for _, v := range s.cmds {
+		n += v
+	}
+	return n
+}
+
+// meter takes the snapshots a sample is the difference of.
+type meter struct {
+	admin *redis.Client
+	pid   int
+
+	t0    time.Time
+	cmds0 map[string]int64
+	srv0  time.Duration
+	srvOK bool
+	cli0  time.Duration
+	mem0  uint64
+}
+
+func (m *meter) start(ctx context.Context) error {
+	runtime.GC()
+	var err error
+	if m.cmds0, err = commandStats(ctx, m.admin); err != nil {
+		return fmt.Errorf("info commandstats: %w", err)
+	}
+	m.srv0, err = serverCPU(m.pid)
+	m.srvOK = err == nil
+	m.cli0 = rusageCPU()
+	m.mem0 = mallocs()
+	m.t0 = time.Now()
+	return nil
+}
+
+func (m *meter) stop(ctx context.Context, msgs int) (*sample, error) {
+	s := &sample{elapsed: time.Since(m.t0), msgs: msgs}
+	s.mallocs = mallocs() - m.mem0
+	s.cliCPU = rusageCPU() - m.cli0
+	if m.srvOK {
+		if srv, err := serverCPU(m.pid); err == nil {
+			s.srvCPU, s.srvOK = srv-m.srv0, true
+		}
+	}
+	cmds, err := commandStats(ctx, m.admin)
+	if err != nil {
+		return nil, fmt.Errorf("info commandstats: %w", err)
+	}
+	s.cmds = map[string]int64{}
+	for k, v := range cmds {
+		if d := v - m.cmds0[k]; d > 0 {
+			s.cmds[k] = d
+		}
+	}
+	return s, nil
+}
+
+func rusageCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+// counter counts messages reaching their final state and closes done at the target.
+type counter struct {
+	n      atomic.Int64
+	target int64
+	once   sync.Once
+	done   chan struct{}
+}
+
+func newCounter(target int) *counter {
+	return &counter{target: int64(target), done: make(chan struct{})}
+}
+
+func (c *counter) add(n int) {
+	if c.n.Add(int64(n)) >= c.target {
+		c.once.Do(func() { close(c.done) })
+	}
+}
+
+// lateness records, per message, when its delayed retry was due and how late it came.
+type lateness struct {
+	due  []atomic.Int64 // unix ns, by message index
+	mu   sync.Mutex
+	late []time.Duration
+}
+
+func newLateness(n int) *lateness { return &lateness{due: make([]atomic.Int64, n)} }
+
+func (l *lateness) setDue(idx int, t time.Time) {
+	if idx >= 0 && idx < len(l.due) {
+		l.due[idx].Store(t.UnixNano())
+	}
+}
+
+func (l *lateness) seen(idx int, now time.Time) {
+	if idx < 0 || idx >= len(l.due) {
+		return
+	}
+	d := l.due[idx].Load()
+	if d == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.late = append(l.late, time.Duration(now.UnixNano()-d))
+	l.mu.Unlock()
+}
+
+func (l *lateness) values() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.late)
+}
+
+// payloadSize is the size of every benchmark message's payload.
+const payloadSize = 100
+
+// payload is message i's payload: its index in 8 digits, then filler.
+func payload(i int) []byte {
+	b := make([]byte, payloadSize)
+	copy(b, fmt.Sprintf("%08d", i))
+	for j := 8; j < payloadSize; j++ {
+		b[j] = 'x'
+	}
+	return b
+}
+
+// index reads a payload's message index (-1 when it has none).
+func index(p []byte) int {
+	if len(p) < 8 {
+		return -1
+	}
+	i, err := strconv.Atoi(string(p[:8]))
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+// failing reports whether message i is one of the 10% that always fail (dlq scenario).
+func failing(i int) bool { return i%10 == 0 }
+
+// publishStream appends n messages to key in pipelined batches; fields gives each
+// message's fields.
+func publishStream(ctx context.Context, rdb *redis.Client, key string, n int, fields func(i int) []any) error {
+	for lo := 0; lo < n; lo += 1000 {
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := lo; i < min(lo+1000, n); i++ {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: fields(i)})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("publish to %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// publishList pushes n bare payloads to the tail of key.
+func publishList(ctx context.Context, rdb *redis.Client, key string, n int) error {
+	for lo := 0; lo < n; lo += 1000 {
+		vals := make([]any, 0, 1000)
+		for i := lo; i < min(lo+1000, n); i++ {
+			vals = append(vals, payload(i))
+		}
+		if err := rdb.RPush(ctx, key, vals...).Err(); err != nil {
+			return fmt.Errorf("publish to %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// percentile returns the p-th percentile (0..1) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(p*float64(len(s))+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// topCommands formats the commands of a sample, most called first.
+func topCommands(cmds map[string]int64, msgs int) string {
+	names := slices.Collect(maps.Keys(cmds))
+	slices.SortFunc(names, func(a, b string) int { return int(cmds[b] - cmds[a]) })
+	out := ""
+	for _, k := range names {
+		out += fmt.Sprintf(" %s=%.3f", k, float64(cmds[k])/float64(msgs))
+	}
+	return out
+}

@@ -1,0 +1,72 @@
+package settle
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// nopTransport settles everything at once and reads nothing: a benchmark of the engine's
+// own cost per delivery.
+type nopTransport struct{}
+
+func (nopTransport) Info() source.Info {
+	return source.Info{Kind: source.KindStream, Key: "bench", Caps: source.Caps{RetryWithoutCap: source.ActionCopy}}
+}
+func (nopTransport) Validate(source.Policy) []error { return nil }
+func (nopTransport) Open(context.Context) error     { return nil }
+func (nopTransport) Fetch(context.Context, int, time.Duration) ([]*source.Delivery, error) {
+	return nil, nil
+}
+func (nopTransport) Ack(context.Context, []*source.Delivery) error { return nil }
+func (nopTransport) Copy(context.Context, *source.Delivery, map[string]string) error {
+	return nil
+}
+func (nopTransport) DeadLetter(context.Context, *source.Delivery, string, map[string]string) error {
+	return nil
+}
+func (nopTransport) Close(context.Context) error { return nil }
+
+// benchMount returns a prepared mount on nopTransport with handler h, logging nothing.
+func benchMount(b *testing.B, h Handler) (*App, *mount) {
+	b.Helper()
+	a, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := &mount{cfg: defaultMountConfig(), handler: h, src: benchSource{}}
+	m.cfg.delay = delayed.InProcess{}
+	m.prepare(a)
+	return a, m
+}
+
+type benchSource struct{}
+
+func (benchSource) Transport(source.Env) source.Transport { return nopTransport{} }
+
+// benchHandle runs the engine's per-delivery path (handler, decision, settlement, the
+// batched acker) b.N times.
+func benchHandle(b *testing.B, h Handler) {
+	a, m := benchMount(b, h)
+	acks := newAcker(context.Background(), m, a)
+	defer acks.close()
+	d := &source.Delivery{Attempt: 1, Headers: map[string]string{}, HasPayload: true, ID: "1-0", Key: "bench", Payload: []byte("payload")}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		a.handle(ctx, m, d, acks, nil)
+	}
+}
+
+func BenchmarkHandleAck(b *testing.B) {
+	benchHandle(b, HandlerFunc(func(context.Context, *Message) error { return nil }))
+}
+
+func BenchmarkHandleRetryCopy(b *testing.B) {
+	benchHandle(b, HandlerFunc(func(context.Context, *Message) error { return Retry(nil) }))
+}
