@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/settletest"
 )
 
 func TestClaimingStream(t *testing.T) {
@@ -135,6 +138,53 @@ func TestClaimingStream(t *testing.T) {
 		}
 	})
 
+	t.Run("RetryAfterWithADurableZsetKeepsEachDelay", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		delay := 5 * w.idle
+		zset := w.r.Key("delayed")
+		id := w.publish(t, "later", nil)
+		var a attempts
+		app := w.app(t, w.claiming(), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			a.add(m, w.now())
+			if m.Attempt == 1 {
+				return settle.RetryAfter(delay, errClaimTest)
+			}
+			return nil
+		}), settle.DelayIn(delayed.DurableZset{Key: zset}), settle.MaxAttempts(5))
+		w.run(t, app)
+
+		parked := w.waitEvents(t, "the park", 1, func(e settle.Settled) bool { return e.Action == settle.ActionPark })
+		if parked[0].ID != id || parked[0].Delay != delay || parked[0].Err != nil {
+			t.Fatalf("retry = %+v, want %s parked for %s as asked", parked[0], id, delay)
+		}
+		if w.clock != nil {
+			// Past min-idle, short of the delay: a min-idle wait would deliver it now.
+			w.advance(delay - w.idle)
+			if n, err := w.r.Client.ZCard(w.ctx, zset).Result(); err != nil || n != 1 {
+				t.Fatalf("delay set holds %d members (%v) before the delay passed, want 1", n, err)
+			}
+			w.advance(w.idle)
+		}
+		acked := w.waitEvents(t, "the delayed delivery", 1, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
+		if acked[0].ID == id || acked[0].Attempt != 2 {
+			t.Fatalf("delayed delivery = %+v, want a new entry (the parked copy) at attempt 2", acked[0])
+		}
+		got := a.all()
+		if len(got) != 2 {
+			t.Fatalf("handler saw %d deliveries, want 2", len(got))
+		}
+		if waited := got[1].at.Sub(got[0].at); waited < delay {
+			t.Fatalf("the delayed retry came back after %s, want the %s asked (not min-idle %s)", waited, delay, w.idle)
+		}
+		if n := w.logs.count("rounded"); n != 0 {
+			t.Fatalf("the rounding warning was logged %d times with a durable delay set, want never", n)
+		}
+		if n := w.pendingCount(t); n != 0 {
+			t.Fatalf("%d entries pending, want 0", n)
+		}
+	})
+
 	t.Run("HeartbeatKeepsALongHandlersEntryFromOtherConsumers", func(t *testing.T) {
 		t.Parallel()
 		w := setupClaimWorld(t)
@@ -221,4 +271,35 @@ func TestClaimingStream(t *testing.T) {
 
 func containsErr(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
+}
+
+// TestClaimingStreamBackoffPassesWithAdvance is seed 002's test story on the claiming
+// subscription: a 30 s min-idle backoff passes at once when the test kit advances its
+// clock (which moves miniredis's clock, and so the entry's idle time, with it).
+func TestClaimingStreamBackoffPassesWithAdvance(t *testing.T) {
+	t.Parallel()
+	if redistest.Real() {
+		t.Skip("a fake clock cannot move a real server's idle times; runs on miniredis")
+	}
+	h := settletest.New(t)
+	in := h.Redis.Key("refunds.priority")
+	h.Mount(settle.ClaimingStream(h.Redis.Client, in, "refunds", 30*time.Second), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		if m.Attempt == 1 {
+			return settle.Retry(errClaimTest)
+		}
+		return nil
+	}), settle.MaxAttempts(5), settle.DeadLetter(h.Redis.Key("refunds.dlq")))
+	h.Start()
+	id := h.Publish(in, "refund", nil)
+	h.WaitAction(settle.ActionLeave, 1)
+	start := time.Now()
+	h.Advance(30 * time.Second)
+	evs := h.WaitAction(settle.ActionAck, 1)
+	last := evs[len(evs)-1]
+	if len(evs) != 2 || last.Action != settle.ActionAck || last.ID != id || last.Attempt != 2 {
+		t.Fatalf("after the backoff: %+v, want the retry then %s acked at attempt 2", evs, id)
+	}
+	if took := time.Since(start); took >= 30*time.Second {
+		t.Fatalf("the 30s backoff took %s of real time, want it to pass at once", took)
+	}
 }
