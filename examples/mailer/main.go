@@ -213,27 +213,35 @@ func open(dsn string) (*sql.DB, inbox.Dialect, error) {
 	}
 }
 
-// tally counts this run's settlements.
+// tally counts this run's settlements. A row keeps its id from attempt to attempt, so
+// a delivery is named by mount, id and attempt: the event of a retry comes after the
+// retry is written, and by then the row's next delivery may have begun (keyed by mount
+// and id alone, that late event erased the next delivery's claim, whose final event
+// then went uncounted and the run never ended).
 type tally struct {
-	mu                                    sync.Mutex
-	acked, dropped, dead, reviewed, total int
-	n                                     int
-	review                                bool
-	ours                                  map[string]string // delivery "mount/id" -> mount, for this run's rows
-	done                                  chan struct{}
+	mu                             sync.Mutex
+	acked, dropped, dead, reviewed int
+	n                              int
+	review                         bool
+	ours                           map[string]bool // "mount/id/attempt" of this run's deliveries
+	done                           chan struct{}
 }
 
-func (t *tally) claim(mount, id string) {
+func deliveryKey(mount, id string, attempt int) string {
+	return fmt.Sprintf("%s/%s/%d", mount, id, attempt)
+}
+
+func (t *tally) claim(mount string, m *settle.Message) {
 	t.mu.Lock()
-	t.ours[mount+"/"+id] = mount
+	t.ours[deliveryKey(mount, m.ID, m.Attempt)] = true
 	t.mu.Unlock()
 }
 
 func (t *tally) settled(s settle.Settled) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	key := s.Mount + "/" + s.ID
-	if _, ok := t.ours[key]; !ok || s.Err != nil {
+	key := deliveryKey(s.Mount, s.ID, s.Attempt)
+	if !t.ours[key] || s.Err != nil {
 		return
 	}
 	delete(t.ours, key)
@@ -285,7 +293,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	batch := hex.EncodeToString(b[:])
-	t := &tally{n: o.n, review: o.review, ours: map[string]string{}, done: make(chan struct{})}
+	t := &tally{n: o.n, review: o.review, ours: map[string]bool{}, done: make(chan struct{})}
 	provider := Provider{Seed: o.seed}
 
 	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.settled(s) }})
@@ -294,7 +302,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	app.Mount(ib.Queue(groupEmails, inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, mail Mail) error {
 		if mail.Batch == batch {
-			t.claim("send", m.ID)
+			t.claim("send", m)
 		}
 		a := provider.Answer(mail.ID, m.Attempt)
 		if a == Rejected {
@@ -308,7 +316,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.review {
 		app.Mount(ib.Queue(groupDead, inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, mail Mail) error {
 			if mail.Batch == batch {
-				t.claim("review", m.ID)
+				t.claim("review", m)
 			}
 			logger.ErrorContext(ctx, "email not sent, needs a person", slog.String("to", mail.To), slog.Int("attempt", m.Attempt))
 			return nil
