@@ -91,11 +91,11 @@ func (t *claimTransport) Validate(p source.Policy) []error {
 // the retry, not minIdle after it was delivered.
 func (t *claimTransport) Leave(ctx context.Context, d *source.Delivery) error {
 	c, s := t.claim, t.src
-	c.beatMu.Lock()
+	c.serial.Lock()
 	_, err := script.Touch(ctx, s.rdb, s.key, s.group, t.consumer, d.ID)
 	at := t.env.Clock.Now()
 	t.settledIDs(nil, d)
-	c.beatMu.Unlock()
+	c.serial.Unlock()
 	c.left(at)
 	if err != nil {
 		return fmt.Errorf("stream %q: leave %s pending: %w", s.key, d.ID, err)

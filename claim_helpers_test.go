@@ -175,7 +175,10 @@ func (w *claimWorld) waitEvents(t *testing.T, what string, n int, pred func(sett
 		select {
 		case <-wake:
 		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s; settlements: %+v", claimWait, what, evs)
+			w.logs.mu.Lock()
+			logs := strings.Join(w.logs.msgs, "\n")
+			w.logs.mu.Unlock()
+			t.Fatalf("timed out after %s waiting for %s; settlements: %+v\nlogs:\n%s", claimWait, what, evs, logs)
 		}
 	}
 }
@@ -326,7 +329,12 @@ type claimLogs struct {
 func (l *claimLogs) Enabled(context.Context, slog.Level) bool { return true }
 func (l *claimLogs) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
-	l.msgs = append(l.msgs, fmt.Sprintf("%s %s", r.Level, r.Message))
+	msg := fmt.Sprintf("%s %s", r.Level, r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.String()
+		return true
+	})
+	l.msgs = append(l.msgs, msg)
 	l.mu.Unlock()
 	return nil
 }

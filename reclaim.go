@@ -67,7 +67,7 @@ type claimer struct {
 	dues     []time.Time // when entries this consumer left pending come due, ascending
 	nextScan time.Time   // no scan before this, unless a due passed
 
-	beatMu sync.Mutex // a heartbeat and a Leave do not interleave
+	serial sync.Mutex // a heartbeat, a Leave and a claim do not interleave (see fetch)
 	done   chan struct{}
 	stop   context.CancelFunc
 }
@@ -112,9 +112,13 @@ func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*so
 
 	s := t.src
 	for {
-		// Entries in flight here are skipped inside the script: one whose handler settles
-		// it meanwhile must not be delivered again.
+		// Entries in flight here are skipped inside the script: one whose handler acks it
+		// meanwhile must not be delivered again. A Leave waits for the claim (and a claim
+		// for a Leave): an entry left just after the snapshot would be skipped, and the
+		// skip restarts its idle time.
+		c.serial.Lock()
 		res, err := script.Claim(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, cursor, max, t.inflightIDs()...)
+		c.serial.Unlock()
 		if err != nil {
 			if strings.Contains(err.Error(), "NOGROUP") {
 				// The stream or its group was deleted: make them again, as a read does.
@@ -226,8 +230,8 @@ func (c *claimer) beat(ctx context.Context, t *streamTransport) {
 }
 
 func (c *claimer) touchInflight(ctx context.Context, t *streamTransport, every time.Duration) {
-	c.beatMu.Lock()
-	defer c.beatMu.Unlock()
+	c.serial.Lock()
+	defer c.serial.Unlock()
 	ids := t.inflightIDs()
 	if len(ids) == 0 {
 		return
