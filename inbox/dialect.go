@@ -26,17 +26,20 @@ type dialect interface {
 	// begin starts a write transaction (BEGIN IMMEDIATE on SQLite).
 	begin(ctx context.Context, db *sql.DB) (txn, error)
 	// claim leases up to n due rows of the queue and returns them.
-	claim(ctx context.Context, db *sql.DB, s *statements, now any, lease time.Duration, n int) ([]claimedRow, error)
+	// skew is skewArg's value (see testSkew).
+	claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error)
 	// durArg is how a duration is passed to the statements.
 	durArg(d time.Duration) any
 	// extend moves a held lease to now + lease and returns the new token, or ok false
 	// when the lease was taken over.
-	extend(ctx context.Context, db *sql.DB, s *statements, id, token, now any, lease time.Duration) (newToken any, ok bool, err error)
+	extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (newToken any, ok bool, err error)
 	// moveToTable moves the leased row into the dead-letter table in one transaction
 	// and reports whether the lease still held.
 	moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error)
-	// nowArg is how a test clock's now is passed to the statements.
-	nowArg(t time.Time) any
+	// skewArg is how the statements take the skew their "now" adds to the database's
+	// clock: zero in production, how far a test clock has moved under a test (see
+	// testSkew).
+	skewArg(d time.Duration) any
 	// retryable reports whether err is a transient lock conflict (SQLITE_BUSY, a
 	// deadlock) that the same statement may retry.
 	retryable(err error) bool

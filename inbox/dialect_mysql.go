@@ -22,9 +22,9 @@ type mysql struct{}
 func (mysql) String() string { return "mysql" }
 func (mysql) sealed()        {}
 
-// myNow is the statements' "now": the test clock's when one is passed, else the
-// database's.
-const myNow = `COALESCE(CAST(:now AS DATETIME(6)), NOW(6))`
+// myNow is the statements' "now": the database's clock plus the skew a test clock
+// adds (microseconds; 0 in production).
+const myNow = `(NOW(6) + INTERVAL :skew MICROSECOND)`
 
 func (mysql) build(t Table, q queueSpec) *statements {
 	c := t.quoted('`')
@@ -109,8 +109,8 @@ func (mysql) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return db.BeginTx(ctx, nil)
 }
 
-func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, now any, lease time.Duration, n int) (rows []claimedRow, err error) {
-	vals := map[string]any{"now": now, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
+func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) (rows []claimedRow, err error) {
+	vals := map[string]any{"skew": skew, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -157,8 +157,8 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, now any, leas
 
 func (mysql) durArg(d time.Duration) any { return d.Microseconds() }
 
-func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, now any, lease time.Duration) (any, bool, error) {
-	vals := map[string]any{"id": id, "token": token, "now": now, "lease": lease.Microseconds()}
+func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
+	vals := map[string]any{"id": id, "token": token, "skew": skew, "lease": lease.Microseconds()}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, false, err
@@ -182,7 +182,7 @@ func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, t
 	return moveInTx(ctx, d, db, s, id, token)
 }
 
-func (mysql) nowArg(t time.Time) any { return t.UTC() }
+func (mysql) skewArg(d time.Duration) any { return d.Microseconds() }
 
 // retryable: a deadlock (1213) or a lock wait timeout (1205).
 func (mysql) retryable(err error) bool {

@@ -20,9 +20,9 @@ type postgres struct{}
 func (postgres) String() string { return "postgres" }
 func (postgres) sealed()        {}
 
-// pgNow is the statements' "now": the test clock's when one is passed, else the
-// database's.
-const pgNow = `COALESCE(:now::timestamptz, now())`
+// pgNow is the statements' "now": the database's clock plus the skew a test clock
+// adds (microseconds; 0 in production).
+const pgNow = `(now() + :skew::bigint * interval '1 microsecond')`
 
 func (postgres) build(t Table, q queueSpec) *statements {
 	c := t.quoted('"')
@@ -98,8 +98,8 @@ func (postgres) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return db.BeginTx(ctx, nil)
 }
 
-func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, now any, lease time.Duration, n int) ([]claimedRow, error) {
-	vals := map[string]any{"now": now, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
+func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error) {
+	vals := map[string]any{"skew": skew, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
 	if s.claimLock.text == "" {
 		return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
 	}
@@ -120,9 +120,9 @@ func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, now any,
 
 func (postgres) durArg(d time.Duration) any { return d.Microseconds() }
 
-func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token, now any, lease time.Duration) (any, bool, error) {
+func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
 	var next any
-	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "now": now, "lease": lease.Microseconds()})...).Scan(&next)
+	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "skew": skew, "lease": lease.Microseconds()})...).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -134,7 +134,7 @@ func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, 
 	return affectedOne(res, err)
 }
 
-func (postgres) nowArg(t time.Time) any { return t.UTC() }
+func (postgres) skewArg(d time.Duration) any { return d.Microseconds() }
 
 // retryable: a deadlock (40P01) or a serialization failure (40001).
 func (postgres) retryable(err error) bool {

@@ -28,11 +28,9 @@ func (sqlite) sealed()        {}
 
 const (
 	sqliteFormat = `'%Y-%m-%dT%H:%M:%f+00:00'`
-	// sqliteNow is the statements' "now": the test clock's when one is passed, else
-	// SQLite's.
-	sqliteNow = `COALESCE(:now, strftime(` + sqliteFormat + `, 'now'))`
-	// sqliteTimeLayout is sqliteFormat for Go.
-	sqliteTimeLayout = "2006-01-02T15:04:05.000+00:00"
+	// sqliteNow is the statements' "now": SQLite's clock plus the skew a test clock
+	// adds (a strftime modifier; "+0.000 seconds" in production).
+	sqliteNow = `strftime(` + sqliteFormat + `, 'now', :skew)`
 )
 
 func (sqlite) build(t Table, q queueSpec) *statements {
@@ -148,8 +146,8 @@ func (sqlite) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return &sqliteTx{Conn: conn, ctx: context.WithoutCancel(ctx)}, nil
 }
 
-func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, now any, lease time.Duration, n int) ([]claimedRow, error) {
-	vals := map[string]any{"now": now, "lease": sqliteModifier(lease), "n": int64(n), "group": s.group}
+func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error) {
+	vals := map[string]any{"skew": skew, "lease": sqliteModifier(lease), "n": int64(n), "group": s.group}
 	return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
 }
 
@@ -158,9 +156,9 @@ func sqliteModifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds"
 
 func (sqlite) durArg(d time.Duration) any { return sqliteModifier(d) }
 
-func (sqlite) extend(ctx context.Context, db *sql.DB, s *statements, id, token, now any, lease time.Duration) (any, bool, error) {
+func (sqlite) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
 	var next any
-	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "now": now, "lease": sqliteModifier(lease)})...).Scan(&next)
+	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "skew": skew, "lease": sqliteModifier(lease)})...).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -171,7 +169,7 @@ func (d sqlite) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, 
 	return moveInTx(ctx, d, db, s, id, token)
 }
 
-func (sqlite) nowArg(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) }
+func (sqlite) skewArg(d time.Duration) any { return sqliteModifier(d) }
 
 // retryable: SQLITE_BUSY (5) or SQLITE_LOCKED (6), extended codes included.
 func (sqlite) retryable(err error) bool {

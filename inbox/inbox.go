@@ -18,8 +18,15 @@
 // # Time
 //
 // "Now" is the database's clock (now(), NOW(6), SQLite's strftime): no host clock
-// matters. Under settle's test kit the App's fake clock supplies it instead, so
-// advancing the fake clock brings a delayed row due without waiting.
+// matters, and a row the service inserts itself (retry_after DEFAULT now()) is due at
+// once. Under a test clock (settle.Config.Test.Clock, which settletest's Harness sets)
+// a queue's "now" is the database's clock plus how far the test clock has moved since
+// the first queue of the process ran on it, so Advance(d) brings a row delayed by d due
+// without waiting, whatever time the test clock started at. Publish always writes the
+// database's own now, so a row published before or after the App starts is due at once
+// under any test clock. The database's clock still runs under a test clock: a row
+// delayed by d also comes due after d of real time (use delays longer than the test
+// runs to assert that a row is not yet due).
 //
 // # Dialects
 //
@@ -33,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/settlekit/settle"
 )
@@ -49,9 +55,8 @@ type Inbox struct {
 	dialect Dialect
 	table   Table
 
-	mu      sync.Mutex
-	testNow func() time.Time // the clock of the last test App a queue ran in
-	wake    chan struct{}    // closed when a row may have come due
+	mu   sync.Mutex
+	wake chan struct{} // closed when a row may have come due
 }
 
 // New returns the inbox of table t in db, spoken in dialect d. Nothing is checked
@@ -74,15 +79,15 @@ func (ib *Inbox) Publish(ctx context.Context, group string, v any) error {
 }
 
 // PublishBytes inserts payload as a new row of group, as the service itself would:
-// attempt 1, due now, not leased. group must be empty for a table without a group
-// column.
+// attempt 1, due now (the database's now, under a test clock too), not leased. group
+// must be empty for a table without a group column.
 func (ib *Inbox) PublishBytes(ctx context.Context, group string, payload []byte) error {
 	d, err := ib.checked(group)
 	if err != nil {
 		return err
 	}
 	s := d.build(ib.table, queueSpec{})
-	args := s.publish.bind(map[string]any{"group": group, "payload": payload, "now": ib.nowArg(d)})
+	args := s.publish.bind(map[string]any{"group": group, "payload": payload, "skew": d.skewArg(0)})
 	_, err = retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.publish.text, args...) })
 	if err != nil {
 		return fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
@@ -132,18 +137,6 @@ func (ib *Inbox) checked(group string) (dialect, error) {
 		return nil, fmt.Errorf("inbox: table %s has no group column: publish with group \"\"", ib.table.Name)
 	}
 	return d, nil
-}
-
-// nowArg is "now" for statements run outside a queue: the test clock of the last test
-// App one of the inbox's queues ran in, else nil (the database's clock).
-func (ib *Inbox) nowArg(d dialect) any {
-	ib.mu.Lock()
-	now := ib.testNow
-	ib.mu.Unlock()
-	if now == nil {
-		return nil
-	}
-	return d.nowArg(now())
 }
 
 // notify wakes queues waiting for a row.

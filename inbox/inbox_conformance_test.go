@@ -66,7 +66,6 @@ func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 		// jump past the lease is a crashed worker to the table).
 		s.Source = ib.Queue("jobs", Poll(20*time.Millisecond), Lease(7*24*time.Hour))
 		c := newFakeClock()
-		ib.testNow = c.Now
 		s.Advance = c.Advance
 		s.Config.Test.Clock = c
 	}

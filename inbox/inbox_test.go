@@ -31,9 +31,6 @@ func setup(t *testing.T, b backend, c cols) *testBundle {
 	db := b.open(t)
 	tb := createTable(t, b, db, c)
 	x := &testBundle{b: b, clock: newFakeClock(), db: db, ib: New(db, b.d, tb), rec: sourcetest.NewRecorder(), tb: tb}
-	// Publish writes "now" from the test clock, as it does once a queue of the inbox has
-	// run in a test App.
-	x.ib.testNow = x.clock.Now
 	return x
 }
 

@@ -132,11 +132,9 @@ func (q *Queue) Transport(env source.Env) source.Transport {
 	t := &transport{env: env, inflight: map[*held]struct{}{}, q: q}
 	if q.ib != nil {
 		t.d, _ = q.ib.dialect.(dialect)
-		if env.TestClock != nil {
-			q.ib.mu.Lock()
-			q.ib.testNow = env.TestClock.Now
-			q.ib.mu.Unlock()
-		}
+	}
+	if env.TestClock != nil {
+		t.origin = testOrigin(env.TestClock)
 	}
 	return t
 }
@@ -149,6 +147,7 @@ type transport struct {
 	s        *statements
 	base     context.Context // Open's context without its cancel, for heartbeat writes
 	extended func()          // test hook: called after each heartbeat pass
+	origin   time.Time       // under a test clock: its time when it met the database's (see testSkew)
 	stop     chan struct{}
 	stopped  chan struct{}
 	warnOnce sync.Once
@@ -301,12 +300,13 @@ func (t *transport) checkColumns(ctx context.Context, table string, want []strin
 	return nil
 }
 
-// now is the statements' "now": the test clock's, else nil (the database's clock).
-func (t *transport) now() any {
+// skew is what the statements add to the database's clock: nothing in production, how
+// far the test clock has moved under a test (see testSkew).
+func (t *transport) skew() any {
 	if t.env.TestClock == nil {
-		return nil
+		return t.d.skewArg(0)
 	}
-	return t.d.nowArg(t.env.TestClock.Now())
+	return t.d.skewArg(testSkew(t.env.TestClock, t.origin))
 }
 
 func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
@@ -338,9 +338,9 @@ func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*
 // claim leases up to max due rows.
 func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
 	db := t.q.ib.db
-	now := t.now()
+	skew := t.skew()
 	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
-		return t.d.claim(ctx, db, t.s, now, t.q.cfg.lease, max)
+		return t.d.claim(ctx, db, t.s, skew, t.q.cfg.lease, max)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: table %s: claim: %w", t.q.ib.table.Name, err)
@@ -418,7 +418,7 @@ func (t *transport) extend(h *held) {
 		ok   bool
 	}
 	r, err := retry(ctx, t.d, db, func() (result, error) {
-		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.now(), t.q.cfg.lease)
+		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.skew(), t.q.cfg.lease)
 		return result{ownValue(next), ok}, err
 	})
 	switch {
@@ -544,7 +544,7 @@ func (t *transport) Park(ctx context.Context, d *source.Delivery, _ map[string]s
 		return t.PutBack(ctx, d)
 	}
 	return t.fenced(ctx, d, "retry after", func(h *held) (bool, error) {
-		args := t.s.park.bind(map[string]any{"id": h.id, "token": h.token, "now": t.now(), "delay": t.d.durArg(delay)})
+		args := t.s.park.bind(map[string]any{"id": h.id, "token": h.token, "skew": t.skew(), "delay": t.d.durArg(delay)})
 		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.park.text, args...))
 	})
 }
