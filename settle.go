@@ -51,7 +51,10 @@ type Config struct {
 
 	// OnSettled, when set, is called after every settlement is applied (or failed to
 	// apply), from the goroutine that applied it. It must be safe for concurrent use and
-	// should return quickly. Defaults to nil.
+	// should return quickly. Events of one message can arrive out of order across its
+	// deliveries: once a retry is written, the next delivery may be handled and settled
+	// before the retry's own event is reported, so key any tally by (Mount, ID, Attempt),
+	// never by ID alone. Defaults to nil.
 	OnSettled func(ctx context.Context, s Settled)
 
 	// Test holds settings for tests only; the settletest package fills it. Defaults to
