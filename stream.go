@@ -62,6 +62,7 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		env:      env,
 		inflight: map[string]struct{}{},
 		rescan:   true,
+		scripts:  &scriptBatcher{rdb: s.rdb},
 		src:      s,
 	}
 }
@@ -83,6 +84,7 @@ type streamTransport struct {
 	consumer    string
 	env         source.Env
 	garbledOnce sync.Once
+	scripts     *scriptBatcher // settlement scripts of concurrent handlers share round trips
 	src         *StreamSource
 
 	mu       sync.Mutex
@@ -334,7 +336,7 @@ func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error 
 // script (not a MULTI/EXEC: Redis would run the XACK even if the XADD failed).
 func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
 	s := t.src
-	_, err := script.StreamMove(ctx, s.rdb, s.key, s.key, s.group, d.ID, 0, wire.StreamValues(d.Payload, headers))
+	_, err := script.StreamMove(ctx, t.scripts, s.key, s.key, s.group, d.ID, 0, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: retry copy of %s: %w", s.key, d.ID, err)
 	}
@@ -347,7 +349,7 @@ func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers 
 // pending.
 func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
 	s := t.src
-	_, err := script.StreamMove(ctx, s.rdb, dest, s.key, s.group, d.ID, t.env.Policy.DeadLetterMaxLen, wire.StreamValues(d.Payload, headers))
+	_, err := script.StreamMove(ctx, t.scripts, dest, s.key, s.group, d.ID, t.env.Policy.DeadLetterMaxLen, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", s.key, d.ID, dest, err)
 	}

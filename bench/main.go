@@ -51,13 +51,15 @@ type runCtx struct {
 	concurrency int
 	meter       *meter
 	n           int
+	pool        int
 	prefix      string // every key of the run starts with it
 	srv         *server
 	timeout     time.Duration
 	tok         string // in every key of the run
 }
 
-func (rc *runCtx) client(pool int) *redis.Client { return rc.srv.client(pool) }
+// client returns a new client of the server with the -pool size.
+func (rc *runCtx) client() *redis.Client { return rc.srv.client(rc.pool) }
 
 // runFunc runs one system on one scenario once.
 type runFunc func(ctx context.Context, rc *runCtx, sc scenario) (*sample, error)
@@ -106,6 +108,7 @@ func main() {
 		spawnFlag   = flag.Bool("spawn", false, "start a redis-server of its own on a free loopback port (no persistence) instead of -redis")
 		k           = flag.Int("k", 8, "workers of the retry, delay and dead-letter scenarios")
 		concurrency = flag.Int("concurrency", 100, "settle: Concurrency of each worker's mount (its reads ask for at most this many)")
+		pool        = flag.Int("pool", 0, "go-redis PoolSize of every system's client (0: the go-redis default, 10 per CPU)")
 		only        = flag.String("only", "", "comma-separated systems to run (default all)")
 		scens       = flag.String("scenarios", "", "comma-separated scenarios to run (default all)")
 		cpuprofile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -117,7 +120,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, config{
-		n: *n, runs: *runs, redisURL: *redisURL, spawn: *spawnFlag, k: *k, concurrency: *concurrency,
+		n: *n, runs: *runs, redisURL: *redisURL, spawn: *spawnFlag, k: *k, concurrency: *concurrency, pool: *pool,
 		only: split(*only), scenarios: split(*scens), cpuprofile: *cpuprofile, memprofile: *memprofile, timeout: *timeout, verbose: *verbose,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -126,7 +129,7 @@ func main() {
 }
 
 type config struct {
-	n, runs, k, concurrency int
+	n, runs, k, concurrency, pool int
 	redisURL                string
 	spawn, verbose          bool
 	only, scenarios         []string
@@ -197,7 +200,7 @@ func run(ctx context.Context, cfg config) error {
 			for i := range cfg.runs {
 				tok := token()
 				rc := &runCtx{
-					concurrency: cfg.concurrency, meter: &meter{admin: admin, pid: srv.pid}, n: cfg.n,
+					concurrency: cfg.concurrency, meter: &meter{admin: admin, pid: srv.pid}, n: cfg.n, pool: cfg.pool,
 					prefix: "bench:{" + tok + "}:", srv: srv, timeout: cfg.timeout, tok: tok,
 				}
 				s, err := sys.run(ctx, rc, sc)

@@ -22,7 +22,7 @@ const asynqCheckInterval = 100 * time.Millisecond
 // N tasks enqueued beforehand. A retry is a handler error with a retry delay of 0 (or 1s
 // for the delay scenario); a dead letter is asynq's archive after MaxRetry(2).
 func runAsynq(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
-	rdb := rc.client(0)
+	rdb := rc.client()
 	defer rdb.Close()
 	queue := "bench-" + rc.tok
 	maxRetry := 1
@@ -148,7 +148,7 @@ func runWatermill(ctx context.Context, rc *runCtx, sc scenario) (*sample, error)
 	case kindDLQ:
 		return nil, errNA("no attempts cap in the subscriber (a router middleware retries in process)")
 	}
-	rdb := rc.client(0)
+	rdb := rc.client()
 	defer rdb.Close()
 	key := rc.prefix + "in"
 	err := publishStream(ctx, rdb, key, rc.n, func(i int) []any {

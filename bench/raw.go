@@ -19,7 +19,7 @@ func runRaw(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
 	if sc.kind == kindDelay {
 		return nil, errNA("a raw loop has no delay queue")
 	}
-	rdb := rc.client(0)
+	rdb := rc.client()
 	defer rdb.Close()
 	key, dlq, group := rc.prefix+"in", rc.prefix+"dlq", "g"
 	if err := publishStream(ctx, rdb, key, rc.n, func(i int) []any { return []any{"payload", payload(i)} }); err != nil {

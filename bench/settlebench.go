@@ -39,7 +39,7 @@ func runSettle(kind settleKind) runFunc {
 		case kind == settleClaiming && sc.kind == kindDelay:
 			return nil, errNA("a claiming stream's delay is its min-idle")
 		}
-		rdb := rc.client(0)
+		rdb := rc.client()
 		defer rdb.Close()
 		key, dlq, group := rc.prefix+"in", rc.prefix+"dlq", "g"
 		var err error
