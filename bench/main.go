@@ -130,11 +130,11 @@ func main() {
 
 type config struct {
 	n, runs, k, concurrency, pool int
-	redisURL                string
-	spawn, verbose          bool
-	only, scenarios         []string
-	cpuprofile, memprofile  string
-	timeout                 time.Duration
+	redisURL                      string
+	spawn, verbose                bool
+	only, scenarios               []string
+	cpuprofile, memprofile        string
+	timeout                       time.Duration
 }
 
 func split(s string) []string {
