@@ -12,6 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
 )
@@ -35,7 +38,10 @@ type ListSource struct {
 	rdb redis.UniversalClient
 }
 
-var _ Source = (*ListSource)(nil)
+var (
+	_ Source        = (*ListSource)(nil)
+	_ source.Parker = (*listTransport)(nil)
+)
 
 // List returns a source that pops items from the head of the list key: LPOP key count
 // while items are there, and BLPOP (at most Block) when the list is idle. Producers push
@@ -51,7 +57,10 @@ var _ Source = (*ListSource)(nil)
 // Settled event with ActionLose). With a cap, a retry pushes a copy (retry count + 1) to
 // the tail of the list, and an in-process RetryAfter does the same when its delay has
 // passed (a process that stops first writes its waiting copies back at once; one that
-// dies loses them). A dead letter is pushed (RPUSH) to the list named by DeadLetter.
+// dies loses them). With DelayIn(delayed.DurableZset{…}) a RetryAfter parks the copy in
+// that sorted set instead, where it survives restarts, and every read first pushes the
+// due copies to the tail of the list (on Redis Cluster the list and the set must share a
+// slot). A dead letter is pushed (RPUSH) to the list named by DeadLetter.
 func List(rdb redis.UniversalClient, key string, opts ...ListOption) *ListSource {
 	cfg := listConfig{batch: DefaultBatch, block: DefaultBlock}
 	for _, o := range opts {
@@ -64,20 +73,25 @@ func List(rdb redis.UniversalClient, key string, opts ...ListOption) *ListSource
 
 // Transport is for settle's own use and may change in any release.
 func (s *ListSource) Transport(env source.Env) source.Transport {
-	return &listTransport{env: env, reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
+	t := &listTransport{env: env, reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
+	t.delays, t.parks = delaySetOf(env)
+	return t
 }
 
 // listTransport is one mount's consumer on a plain list.
 type listTransport struct {
-	env    source.Env
-	reader envelopeReader
-	seq    atomic.Uint64
-	src    *ListSource
+	delays    delaySet // the mount's durable delay set, when parks
+	env       source.Env
+	parks     bool
+	reader    envelopeReader
+	seq       atomic.Uint64
+	src       *ListSource
+	unsettled atomic.Int64 // deliveries handed out and not settled yet
 }
 
 func (t *listTransport) Info() source.Info {
 	return source.Info{
-		Caps: source.Caps{RetryWithoutCap: source.ActionLose},
+		Caps: source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
 		Key:  t.src.key,
 		Kind: source.KindList,
 	}
@@ -90,7 +104,8 @@ func (t *listTransport) BatchSize() int { return t.src.cfg.batch }
 func (t *listTransport) BlockBound() time.Duration { return listBlock(t.src.cfg.block) }
 
 func (t *listTransport) Validate(p source.Policy) []error {
-	return validateList("list", t.src.rdb, t.src.key, t.src.cfg.batch, t.src.cfg.block, p)
+	errs := validateList("list", t.src.rdb, t.src.key, t.src.cfg.batch, t.src.cfg.block, p)
+	return append(errs, validateListDelay("list", t.src.rdb, t.src.key, p, t.src.key)...)
 }
 
 // validateList checks what List and ReliableList share.
@@ -111,17 +126,62 @@ func validateList(kind string, rdb redis.UniversalClient, key string, batch int,
 	if p.DeadLetter != "" && p.DeadLetter == key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the list the mount reads: dead letters would be read again", p.DeadLetter))
 	}
-	errs = append(errs, refuseDurableDelay(kind, p)...)
 	return errs
 }
 
-// refuseDurableDelay refuses a durable delay strategy on a transport that cannot keep
-// one yet (lists and channels), rather than silently keeping the delays in-process.
-func refuseDurableDelay(kind string, p source.Policy) []error {
-	if p.Delay != nil && p.Delay.Durable() {
-		return []error{fmt.Errorf("DelayIn(%T): a %s cannot keep durable delays yet; use delayed.InProcess{} (the default)", p.Delay, kind)}
+// validateListDelay refuses a durable delay set a list cannot use. slotKeys are the
+// keys the park and sweep scripts touch besides the set: on Redis Cluster they must all
+// share its slot.
+func validateListDelay(kind string, rdb redis.UniversalClient, key string, p source.Policy, slotKeys ...string) []error {
+	dz, ok := p.Delay.(delayed.DurableZset)
+	if !ok || dz.Key == "" {
+		return nil // the App refuses an empty Key for every source
 	}
-	return nil
+	var errs []error
+	if dz.Key == key {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): the delay set's key is the %s's", dz.Key, kind))
+	}
+	if p.DeadLetter != "" && dz.Key == p.DeadLetter {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): the delay set's key is the dead-letter list's", dz.Key))
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		if err := keys.SameSlot(append([]string{dz.Key}, slotKeys...)...); err != nil {
+			errs = append(errs, fmt.Errorf("on Redis Cluster the %s and its delay set must share a slot (parking and sweeping are one Lua script each): %w", kind, err))
+		}
+	}
+	return errs
+}
+
+// blockingPop waits up to wait for one value: BLPOP, or BLMOVE into dest when dest is
+// not empty. go-redis gives both whole seconds only, so a wait under a second (a read
+// bounded by a due delay) goes as a decimal timeout (Redis 6 and later take one), and a
+// longer wait is cut to whole seconds (the next read sweeps and blocks for the rest). A
+// sub-second read is bounded by the client's ReadTimeout, which must exceed it (the
+// default, 3s, does). It returns redis.Nil when nothing came.
+func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
+	if wait >= time.Second {
+		wait = wait.Truncate(time.Second)
+		if dest != "" {
+			return rdb.BLMove(ctx, key, dest, "LEFT", "RIGHT", wait).Result()
+		}
+		kv, err := rdb.BLPop(ctx, wait, key).Result()
+		if err != nil {
+			return "", err
+		}
+		return kv[1], nil
+	}
+	timeout := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
+	if dest != "" {
+		return rdb.Do(ctx, "BLMOVE", key, dest, "LEFT", "RIGHT", timeout).Text()
+	}
+	kv, err := rdb.Do(ctx, "BLPOP", key, timeout).StringSlice()
+	if err != nil {
+		return "", err
+	}
+	if len(kv) != 2 {
+		return "", fmt.Errorf("blpop: %d values returned, want 2", len(kv))
+	}
+	return kv[1], nil
 }
 
 // listBlock rounds a block bound up to whole seconds, the resolution go-redis gives
@@ -137,20 +197,27 @@ func (t *listTransport) Open(context.Context) error { return nil }
 
 func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	s := t.src
+	wait = listBlock(wait)
+	if t.parks {
+		var err error
+		if wait, err = t.sweepDelays(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
 	vals, err := s.rdb.LPopCount(ctx, s.key, max).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("list %q: lpop: %w", s.key, err)
 	}
 	if len(vals) == 0 {
 		// Idle: block for one item, then take what else came with it.
-		kv, err := s.rdb.BLPop(ctx, listBlock(wait), s.key).Result()
+		v, err := blockingPop(ctx, s.rdb, s.key, "", wait)
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list %q: blpop: %w", s.key, err)
 		}
-		vals = kv[1:]
+		vals = []string{v}
 		if max > 1 {
 			more, err := s.rdb.LPopCount(ctx, s.key, max-1).Result()
 			if err != nil && !errors.Is(err, redis.Nil) {
@@ -173,22 +240,55 @@ func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) 
 			RetryCount: rc,
 		}
 	}
+	t.unsettled.Add(int64(len(ds)))
 	return ds, nil
 }
 
+// sweepDelays pushes the due copies of the mount's delay set to the tail of the list
+// and returns how long the next read may block (see delaySet.sweep).
+func (t *listTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
+	wait, _, err := t.delays.sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
+		return script.SweepList(ctx, t.src.rdb, t.delays.Key, t.src.key, now, script.SweepBatch)
+	})
+	if err != nil {
+		return wait, fmt.Errorf("list %q: sweep delays from %q: %w", t.src.key, t.delays.Key, err)
+	}
+	return wait, nil
+}
+
 // Ack does nothing: the pop already took the items.
-func (t *listTransport) Ack(context.Context, []*source.Delivery) error { return nil }
+func (t *listTransport) Ack(_ context.Context, ds []*source.Delivery) error {
+	t.unsettled.Add(-int64(len(ds)))
+	return nil
+}
 
 // Copy pushes the copy to the tail of the list; the pop already took the original.
 func (t *listTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
+	defer t.unsettled.Add(-1)
 	if err := t.src.rdb.RPush(ctx, t.src.key, wire.Envelope(d.Payload, headers)).Err(); err != nil {
 		return fmt.Errorf("list %q: retry copy of %s: rpush: %w", t.src.key, d.ID, err)
 	}
 	return nil
 }
 
+// Park implements source.Parker: the copy (retry count + 1, in its envelope) goes into
+// the mount's delay set, due once delay has passed on the Redis server's clock; the pop
+// already took the original, so there is nothing to complete.
+func (t *listTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
+	defer t.unsettled.Add(-1)
+	if !t.parks {
+		return fmt.Errorf("list %q: park of %s: the mount has no durable delay set", t.src.key, d.ID)
+	}
+	member := valueMember(wire.Envelope(d.Payload, headers))
+	if _, _, err := script.ParkValue(ctx, t.src.rdb, t.delays.Key, "", "", member, delay, t.delays.TTL, t.delays.now()); err != nil {
+		return fmt.Errorf("list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
+	}
+	return nil
+}
+
 // DeadLetter pushes the dead letter to the tail of the list dest.
 func (t *listTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+	defer t.unsettled.Add(-1)
 	if err := t.src.rdb.RPush(ctx, dest, wire.Envelope(d.Payload, headers)).Err(); err != nil {
 		return fmt.Errorf("list %q: dead letter of %s to %q: rpush: %w", t.src.key, d.ID, dest, err)
 	}

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/settlekit/settle"
-	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/internal/wire"
@@ -244,26 +242,6 @@ func TestList(t *testing.T) {
 		_, h, _, err := wire.FromEnvelope([]byte(vals[0]))
 		if err != nil || h["tenant"] != "t1" || h[settle.HeaderRetryCount] != "3" || h[settle.HeaderDeadError] != "bad input" {
 			t.Fatalf("dead letter headers %v (%v); want the message's own, retry count 3 and the last error", h, err)
-		}
-	})
-
-	t.Run("DurableDelayIsRefusedNotKeptInProcessSilently", func(t *testing.T) {
-		t.Parallel()
-		r := redistest.New(t)
-		app := newListApp(t, sourcetest.NewRecorder(), nil)
-		h := settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil })
-		dz := settle.DelayIn(delayed.DurableZset{Key: r.Key("delayed")})
-		app.Mount(settle.List(r.Client, r.Key("a")), h, dz, settle.Name("plain"))
-		app.Mount(settle.ReliableList(r.Client, r.Key("b")), h, dz, settle.Name("reliable"))
-		app.Mount(settle.PubSub(r.Client, r.Key("c")), h, dz, settle.Name("channel"))
-		err := app.Validate()
-		if err == nil {
-			t.Fatal("Validate accepted a durable delay set on lists and channels")
-		}
-		for _, want := range []string{"mount plain: DelayIn", "mount reliable: DelayIn", "mount channel: DelayIn"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Fatalf("Validate: %v; want %q", err, want)
-			}
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
 )
@@ -64,7 +65,10 @@ type PubSubSource struct {
 	rdb     redis.UniversalClient
 }
 
-var _ Source = (*PubSubSource)(nil)
+var (
+	_ Source        = (*PubSubSource)(nil)
+	_ source.Parker = (*pubsubTransport)(nil)
+)
 
 // PubSub returns a source subscribed to channel (SUBSCRIBE). Messages are settle's
 // envelope (written by Publisher.PublishChannel); a message that is not one is a bare
@@ -75,13 +79,16 @@ var _ Source = (*PubSubSource)(nil)
 // connection) are missed; a message being handled when the process dies is lost; a retry
 // copy or dead letter published while nobody listens on its channel is lost (a warning
 // says so); and in-process delays live in the process (a graceful shutdown publishes the
-// waiting copies at once, a crash loses them).
+// waiting copies at once, a crash loses them). With DelayIn(delayed.DurableZset{…}) a
+// RetryAfter parks its copy in that sorted set instead, where it survives restarts, and
+// every read first publishes the due copies to the retry channel; the copy is durable
+// while it waits, but once published it is a channel message like any other.
 //
 // Retry without an attempts cap cannot be honoured and loses the message, with a warning
 // (logged once per mount; every loss is a Settled event with ActionLose). With a cap, a
 // retry publishes a copy (retry count + 1) to the channel the message came on (or to
-// OutRetry), and an in-process RetryAfter does the same when its delay has passed. A
-// dead letter is published to the channel named by DeadLetter.
+// OutRetry), and a RetryAfter does the same when its delay has passed. A dead letter is
+// published to the channel named by DeadLetter.
 func PubSub(rdb redis.UniversalClient, channel string, opts ...PubSubOption) *PubSubSource {
 	return newPubSub(rdb, channel, false, opts)
 }
@@ -105,22 +112,27 @@ func newPubSub(rdb redis.UniversalClient, name string, pattern bool, opts []PubS
 
 // Transport is for settle's own use and may change in any release.
 func (s *PubSubSource) Transport(env source.Env) source.Transport {
-	return &pubsubTransport{env: env, reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
+	t := &pubsubTransport{env: env, reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
+	t.delays, t.parks = delaySetOf(env)
+	return t
 }
 
 // pubsubTransport is one mount's subscription.
 type pubsubTransport struct {
-	ch     <-chan *redis.Message
-	env    source.Env
-	reader envelopeReader
-	seq    atomic.Uint64
-	src    *PubSubSource
-	sub    *redis.PubSub
+	ch        <-chan *redis.Message
+	delays    delaySet // the mount's durable delay set, when parks
+	env       source.Env
+	parks     bool
+	reader    envelopeReader
+	seq       atomic.Uint64
+	src       *PubSubSource
+	sub       *redis.PubSub
+	unsettled atomic.Int64 // deliveries handed out and not settled yet
 }
 
 func (t *pubsubTransport) Info() source.Info {
 	return source.Info{
-		Caps: source.Caps{RetryWithoutCap: source.ActionLose},
+		Caps: source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
 		Key:  t.src.name,
 		Kind: source.KindChannel,
 	}
@@ -160,7 +172,8 @@ func (t *pubsubTransport) Validate(p source.Policy) []error {
 	if p.DeadLetter != "" && !s.pattern && p.DeadLetter == s.name {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the channel the mount reads: dead letters would be read again", p.DeadLetter))
 	}
-	errs = append(errs, refuseDurableDelay("channel subscription", p)...)
+	// A durable delay set needs no slot check: the park and sweep scripts touch the set
+	// alone (a channel is not a key).
 	return errs
 }
 
@@ -186,8 +199,14 @@ func (t *pubsubTransport) Open(ctx context.Context) error {
 var errUnsubscribed = errors.New("subscription closed")
 
 func (t *pubsubTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	if t.parks {
+		var err error
+		if wait, err = t.sweepDelays(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
 	// The wait is on the wall clock, as Redis's own blocking reads are: a test's paused
-	// clock must not hold a shutdown.
+	// clock must not hold a shutdown. A due delay bounds it like a blocking read.
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	var first *redis.Message
@@ -217,7 +236,36 @@ func (t *pubsubTransport) Fetch(ctx context.Context, max int, wait time.Duration
 	return ds, nil
 }
 
+// retryChannel is where the mount's retry copies go: OutRetry, or the subscribed
+// channel (a pattern mount without OutRetry is refused at startup).
+func (t *pubsubTransport) retryChannel() string {
+	if t.src.cfg.outRetry != "" {
+		return t.src.cfg.outRetry
+	}
+	return t.src.name
+}
+
+// sweepDelays publishes the due copies of the mount's delay set to the retry channel
+// and returns how long the next wait may last (see delaySet.sweep).
+func (t *pubsubTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
+	dest, unheard := t.retryChannel(), 0
+	wait, _, err := t.delays.sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
+		res, err := script.SweepChannel(ctx, t.src.rdb, t.delays.Key, dest, now, script.SweepBatch)
+		unheard += res.Unheard
+		return res, err
+	})
+	if unheard > 0 {
+		t.env.Logger.WarnContext(ctx, "settle: delayed retry copies published to a channel with no subscriber: they are lost (pub/sub is at-most-once)",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.name), slog.String("channel", dest), slog.Int("count", unheard))
+	}
+	if err != nil {
+		return wait, fmt.Errorf("channel %q: sweep delays from %q: %w", t.src.name, t.delays.Key, err)
+	}
+	return wait, nil
+}
+
 func (t *pubsubTransport) delivery(ctx context.Context, m *redis.Message) *source.Delivery {
+	t.unsettled.Add(1)
 	payload, headers, ok, rc := t.reader.read(ctx, m.Channel, []byte(m.Payload))
 	return &source.Delivery{
 		Attempt:    rc + 1,
@@ -231,10 +279,14 @@ func (t *pubsubTransport) delivery(ctx context.Context, m *redis.Message) *sourc
 }
 
 // Ack does nothing: a received message is gone from Redis.
-func (t *pubsubTransport) Ack(context.Context, []*source.Delivery) error { return nil }
+func (t *pubsubTransport) Ack(_ context.Context, ds []*source.Delivery) error {
+	t.unsettled.Add(-int64(len(ds)))
+	return nil
+}
 
 // Copy publishes the copy to OutRetry, or to the channel the message came on.
 func (t *pubsubTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
+	defer t.unsettled.Add(-1)
 	dest := t.src.cfg.outRetry
 	if dest == "" {
 		dest = d.Key
@@ -242,8 +294,25 @@ func (t *pubsubTransport) Copy(ctx context.Context, d *source.Delivery, headers 
 	return t.publish(ctx, d, dest, headers, "retry copy")
 }
 
+// Park implements source.Parker: the copy (retry count + 1, in its envelope) goes into
+// the mount's delay set, due once delay has passed on the Redis server's clock, to be
+// published to the retry channel; the receive already took the original, so there is
+// nothing to complete.
+func (t *pubsubTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
+	defer t.unsettled.Add(-1)
+	if !t.parks {
+		return fmt.Errorf("channel %q: park of %s: the mount has no durable delay set", d.Key, d.ID)
+	}
+	member := valueMember(wire.Envelope(d.Payload, headers))
+	if _, _, err := script.ParkValue(ctx, t.src.rdb, t.delays.Key, "", "", member, delay, t.delays.TTL, t.delays.now()); err != nil {
+		return fmt.Errorf("channel %q: park of %s in %q: %w", d.Key, d.ID, t.delays.Key, err)
+	}
+	return nil
+}
+
 // DeadLetter publishes the dead letter to the channel dest.
 func (t *pubsubTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+	defer t.unsettled.Add(-1)
 	return t.publish(ctx, d, dest, headers, "dead letter")
 }
 

@@ -70,7 +70,11 @@ var _ Source = (*ReliableListSource)(nil)
 // retry moves a copy (retry count + 1) there instead. A dead letter moves the item, with
 // the dead-letter headers, to the list named by DeadLetter, which must share key's
 // cluster slot (give both one {hash tag}). An in-process RetryAfter leaves the item in
-// the processing list until the copy is written, so a crash loses nothing.
+// the processing list until the copy is written, so a crash loses nothing. With
+// DelayIn(delayed.DurableZset{…}) a RetryAfter takes the item out of the processing
+// list and parks its copy (retry count + 1) in that sorted set in one script, so the
+// delay survives restarts and crashes, and every read first moves the due copies to the
+// tail of the list; the set must share key's cluster slot too.
 //
 // Orphan recovery: each consumer keeps a heartbeat key alive (see Heartbeat) and is
 // registered in a set of the list's consumers. When a consumer dies, the items in its
@@ -106,7 +110,7 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 	if consumer == "" {
 		consumer = defaultConsumerName()
 	}
-	return &reliableTransport{
+	t := &reliableTransport{
 		consumer:   consumer,
 		consumers:  keys.ListConsumers(s.key),
 		env:        env,
@@ -115,6 +119,8 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 		reader:     envelopeReader{logger: env.Logger, mount: env.Mount},
 		src:        s,
 	}
+	t.delays, t.parks = delaySetOf(env)
+	return t
 }
 
 // errItemGone is why a settlement of a reliable list item did nothing: the item was no
@@ -127,13 +133,16 @@ var errConsumerLost = errors.New("settle: the consumer handling this item stoppe
 // reliableTransport is one mount's consumer on a reliable list.
 type reliableTransport struct {
 	consumer   string
-	consumers  string // the set of consumer names of the list
+	consumers  string   // the set of consumer names of the list
+	delays     delaySet // the mount's durable delay set, when parks
 	env        source.Env
 	heartbeat  string // this consumer's heartbeat key
+	parks      bool
 	processing string // this consumer's processing list
 	reader     envelopeReader
 	seq        atomic.Uint64
 	src        *ReliableListSource
+	unsettled  atomic.Int64 // deliveries handed out and not settled yet
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -141,7 +150,7 @@ type reliableTransport struct {
 
 func (t *reliableTransport) Info() source.Info {
 	return source.Info{
-		Caps:  source.Caps{RetryWithoutCap: source.ActionPutBack},
+		Caps:  source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionPutBack},
 		Group: t.consumer,
 		Key:   t.src.key,
 		Kind:  source.KindList,
@@ -172,7 +181,7 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 			errs = append(errs, fmt.Errorf("a reliable list, its processing lists and its DeadLetter must share a cluster slot (each settlement is one script): %w", err))
 		}
 	}
-	return errs
+	return append(errs, validateListDelay("reliable list", s.rdb, s.key, p, s.key, t.processing)...)
 }
 
 // Open registers the consumer, recovers its own processing list (left by an earlier
@@ -339,12 +348,19 @@ func (t *reliableTransport) recovered(ctx context.Context, consumer, item string
 }
 
 func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	wait = listBlock(wait)
+	if t.parks {
+		var err error
+		if wait, err = t.sweepDelays(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
 	vals, err := t.moveMany(ctx, max)
 	if err != nil || len(vals) > 0 {
 		return t.deliveries(ctx, vals), err
 	}
 	// Idle: block for one item, then take what else came with it.
-	v, err := t.src.rdb.BLMove(ctx, t.src.key, t.processing, "LEFT", "RIGHT", listBlock(wait)).Result()
+	v, err := blockingPop(ctx, t.src.rdb, t.src.key, t.processing, wait)
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -399,11 +415,25 @@ func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*so
 			RetryCount: rc,
 		}
 	}
+	t.unsettled.Add(int64(len(ds)))
 	return ds
+}
+
+// sweepDelays moves the due copies of the mount's delay set to the tail of the list and
+// returns how long the next read may block (see delaySet.sweep).
+func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
+	wait, _, err := t.delays.sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
+		return script.SweepList(ctx, t.src.rdb, t.delays.Key, t.src.key, now, script.SweepBatch)
+	})
+	if err != nil {
+		return wait, fmt.Errorf("reliable list %q: sweep delays from %q: %w", t.src.key, t.delays.Key, err)
+	}
+	return wait, nil
 }
 
 // Ack removes the items from the processing list.
 func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
+	t.unsettled.Add(-int64(len(ds)))
 	cmds, err := t.src.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, d := range ds {
 			p.LRem(ctx, t.processing, 1, d.Raw.(string))
@@ -424,6 +454,7 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 
 // move runs the list_move script: d's item out of the processing list, value to dest.
 func (t *reliableTransport) move(ctx context.Context, d *source.Delivery, dest string, value []byte, what string) error {
+	defer t.unsettled.Add(-1)
 	n, err := script.ListMove.Run(ctx, t.src.rdb, []string{t.processing, dest}, d.Raw.(string), value).Int()
 	if err != nil {
 		return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, d.ID, err)
@@ -449,6 +480,26 @@ func (t *reliableTransport) DeadLetter(ctx context.Context, d *source.Delivery, 
 	return t.move(ctx, d, dest, wire.Envelope(d.Payload, headers), fmt.Sprintf("dead letter to %q", dest))
 }
 
+// Park implements source.Parker: in one script, the item leaves the processing list and
+// its copy (retry count + 1, in its envelope) goes into the mount's delay set, due once
+// delay has passed on the Redis server's clock; nothing is written when the item is no
+// longer in the processing list (another consumer recovered it).
+func (t *reliableTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
+	defer t.unsettled.Add(-1)
+	if !t.parks {
+		return fmt.Errorf("reliable list %q: park of %s: the mount has no durable delay set", t.src.key, d.ID)
+	}
+	member := valueMember(wire.Envelope(d.Payload, headers))
+	_, parked, err := script.ParkValue(ctx, t.src.rdb, t.delays.Key, t.processing, d.Raw.(string), member, delay, t.delays.TTL, t.delays.now())
+	if err != nil {
+		return fmt.Errorf("reliable list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
+	}
+	if !parked {
+		return fmt.Errorf("reliable list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, errItemGone)
+	}
+	return nil
+}
+
 // Close stops the heartbeat, deletes it and recovers whatever is left in the
 // processing list (settlements that failed), then leaves the consumer set.
 func (t *reliableTransport) Close(ctx context.Context) error {
@@ -463,4 +514,7 @@ func (t *reliableTransport) Close(ctx context.Context) error {
 	return err
 }
 
-var _ source.PutBacker = (*reliableTransport)(nil)
+var (
+	_ source.Parker    = (*reliableTransport)(nil)
+	_ source.PutBacker = (*reliableTransport)(nil)
+)

@@ -61,6 +61,9 @@ type SweepResult struct {
 	Next int64
 	// Now is the time (ms) the sweep compared against.
 	Now int64
+	// Unheard counts the members published to a channel that no subscriber received
+	// (SweepChannel only).
+	Unheard int
 }
 
 // Sweep moves up to limit members of the delay set due at now (ms since the epoch, or -1

@@ -87,3 +87,34 @@ func ParseDelayMember(m string) (id string, payload []byte, ok bool, headers map
 	payload, ok, headers = FromStream(values)
 	return id, payload, ok, headers, nil
 }
+
+// A value delay member is one retry copy of a list item or channel message parked in a
+// durable delay set. The copy is one value (its envelope, encoded by Go), so the member
+// is that value behind a token that makes it unique in the set (two copies with the same
+// bytes must not collapse into one member):
+//
+//	<token> "\n" <value bytes>
+//
+// The sweep script pushes (or publishes) everything after the first "\n" as it is.
+
+// ValueDelayMember encodes the retry copy value as a delay set member under token,
+// which must be unique per park and must not contain "\n" (a "\n" in it is replaced by
+// "_", so the value always starts after the first one).
+func ValueDelayMember(token string, value []byte) string {
+	token = strings.ReplaceAll(token, "\n", "_")
+	var b strings.Builder
+	b.Grow(len(token) + 1 + len(value))
+	b.WriteString(token)
+	b.WriteByte('\n')
+	b.Write(value)
+	return b.String()
+}
+
+// ParseValueDelayMember splits a value delay member into its token and value.
+func ParseValueDelayMember(m string) (token string, value []byte, err error) {
+	nl := strings.IndexByte(m, '\n')
+	if nl < 0 {
+		return "", nil, ErrDelayMember
+	}
+	return m[:nl], []byte(m[nl+1:]), nil
+}

@@ -35,3 +35,39 @@ func TestDelayMember(t *testing.T) {
 		}
 	})
 }
+
+func TestValueDelayMember(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RoundTripsBinaryEnvelopeBehindToken", func(t *testing.T) {
+		t.Parallel()
+		value := Envelope([]byte{0x00, '\n', 0xff}, map[string]string{"settle-retry-count": "2", "h": "a\nb"})
+		token, got, err := ParseValueDelayMember(ValueDelayMember("tok", value))
+		if err != nil || token != "tok" || string(got) != string(value) {
+			t.Fatalf("parse = %q %q %v, want tok and the envelope byte for byte", token, got, err)
+		}
+	})
+
+	t.Run("SameValueUnderTwoTokensIsTwoMembers", func(t *testing.T) {
+		t.Parallel()
+		value := Envelope([]byte("p"), nil)
+		if ValueDelayMember("a", value) == ValueDelayMember("b", value) {
+			t.Fatal("two parks of the same bytes would collapse into one set member")
+		}
+	})
+
+	t.Run("NewlineInTokenCannotShiftTheValue", func(t *testing.T) {
+		t.Parallel()
+		token, got, err := ParseValueDelayMember(ValueDelayMember("a\nb", []byte("v")))
+		if err != nil || token != "a_b" || string(got) != "v" {
+			t.Fatalf("parse = %q %q %v, want a_b and v", token, got, err)
+		}
+	})
+
+	t.Run("RefusesMemberWithoutToken", func(t *testing.T) {
+		t.Parallel()
+		if _, _, err := ParseValueDelayMember("no newline"); !errors.Is(err, ErrDelayMember) {
+			t.Fatalf("err = %v, want ErrDelayMember", err)
+		}
+	})
+}

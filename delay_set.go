@@ -1,0 +1,95 @@
+package settle
+
+import (
+	"context"
+	"crypto/rand"
+	"time"
+
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
+)
+
+// A mount with settle.DelayIn(delayed.DurableZset{…}) keeps its RetryAfter delays in
+// that sorted set, whatever it reads: a stream, a list or a channel. Each transport
+// parks its own way (the stream acknowledges its entry, the reliable list takes the
+// item out of its processing list) and sweeps its own way (XADD, RPUSH, PUBLISH); what
+// they share is here: the "now" of the scripts, the sweep loop before each read and the
+// bound it puts on that read's wait.
+
+// parkPoll bounds a read while deliveries of this consumer are in flight: their handlers
+// may park a delay shorter than the read's block, which the blocked read could not see.
+const parkPoll = 25 * time.Millisecond
+
+// testPoll bounds a read while a delay is pending under a test's fake clock: the test may
+// advance the clock at any moment, and the next sweep must see it soon.
+const testPoll = 5 * time.Millisecond
+
+// delaySet is a mount's durable delay set as its transport uses it.
+type delaySet struct {
+	delayed.DurableZset
+	testClock clock.Clock // a test's fake clock, nil in production
+}
+
+// delaySetOf returns the mount's durable delay set, if it has one.
+func delaySetOf(env source.Env) (delaySet, bool) {
+	dz, ok := env.Policy.Delay.(delayed.DurableZset)
+	return delaySet{DurableZset: dz, testClock: env.TestClock}, ok
+}
+
+// now is the "now" argument of the delay scripts: the test's fake clock, or -1 for the
+// Redis server's TIME.
+func (s delaySet) now() int64 {
+	if s.testClock != nil {
+		return s.testClock.Now().UnixMilli()
+	}
+	return -1
+}
+
+// sweep calls move (one sweep script: at most script.SweepBatch members) while full
+// batches move, and returns how long the next read may block: wait, bounded by the
+// time until the earliest member still waiting comes due (see boundedWait). inflight
+// says whether deliveries that may park were in flight before the sweep began (look
+// before sweeping: a delivery that settles between the sweep and the look may have
+// parked a delay the sweep did not see). The last call's result is returned too.
+func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, move func(ctx context.Context, now int64) (script.SweepResult, error)) (time.Duration, script.SweepResult, error) {
+	var res script.SweepResult
+	for {
+		var err error
+		if res, err = move(ctx, s.now()); err != nil {
+			return wait, res, err
+		}
+		if res.Moved < script.SweepBatch {
+			break
+		}
+	}
+	return boundedWait(wait, res, s.testClock != nil, inflight), res, nil
+}
+
+// valueMember is the delay set member holding the retry copy value of a list item or
+// channel message, under a random token so that equal copies stay distinct members.
+func valueMember(value []byte) string {
+	return wire.ValueDelayMember(rand.Text(), value)
+}
+
+// boundedWait bounds a read's block by the next due delay (and, under a fake clock or
+// while handlers that may park are running, by a short poll). A negative wait (no
+// blocking) stays as it is; a bounded wait is never below a millisecond, since a block
+// of 0 would wait forever.
+func boundedWait(wait time.Duration, res script.SweepResult, fakeClock, inflight bool) time.Duration {
+	if wait < 0 {
+		return wait
+	}
+	if res.Next >= 0 {
+		wait = min(wait, max(time.Duration(res.Next-res.Now)*time.Millisecond, time.Millisecond))
+		if fakeClock {
+			wait = min(wait, testPoll)
+		}
+	}
+	if inflight {
+		wait = min(wait, parkPoll)
+	}
+	return wait
+}
