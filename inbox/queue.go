@@ -351,21 +351,26 @@ func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, err
 	ds := make([]*source.Delivery, len(rows))
 	t.mu.Lock()
 	for i, r := range rows {
-		h := &held{attempt: int(r.attempt), id: r.id, payload: r.payload, token: r.token}
-		t.inflight[h] = struct{}{}
-		ds[i] = &source.Delivery{
-			Attempt:    h.attempt,
-			HasPayload: true,
-			Headers:    map[string]string{},
-			ID:         idString(r.id),
-			Key:        t.q.ib.table.Name,
-			Payload:    r.payload,
-			Raw:        h,
-			RetryCount: h.attempt - 1,
-		}
+		ds[i] = r.delivery(t.q.ib.table.Name)
+		t.inflight[ds[i].Raw.(*held)] = struct{}{}
 	}
 	t.mu.Unlock()
 	return ds, nil
+}
+
+// delivery turns a claimed row of table into a delivery whose Raw is the row's *held.
+func (r claimedRow) delivery(table string) *source.Delivery {
+	h := &held{attempt: int(r.attempt), id: r.id, payload: r.payload, token: r.token}
+	return &source.Delivery{
+		Attempt:    h.attempt,
+		HasPayload: true,
+		Headers:    map[string]string{},
+		ID:         idString(r.id),
+		Key:        table,
+		Payload:    r.payload,
+		Raw:        h,
+		RetryCount: h.attempt - 1,
+	}
 }
 
 func idString(id any) string {
