@@ -11,8 +11,26 @@
 //     refund is dropped with a warning (settle.Drop).
 //
 // A refund gets five deliveries, the first included (settle.MaxAttempts(5)); the fifth
-// that still fails is not retried but dead-lettered to the stream refunds.dlq, where the
-// review mount reads it through its own group and logs it for a person to look at.
+// that still fails is not retried but dead-lettered to the stream {refunds}.dlq, where
+// the review mount reads it through its own group and logs it for a person to look at.
+//
+// -delay chooses where a Busy refund waits out its backoff, so each way can be watched
+// in Redis:
+//
+//   - zset (the default): settle.Stream with
+//     settle.DelayIn(delayed.DurableZset{Key: "{refunds}.delayed", TTL: time.Hour}):
+//     the retry copy waits in that sorted set (the original is acked in the same
+//     script) and is swept back into the stream when due; it survives a restart.
+//   - inprocess: settle.Stream with settle.DelayIn(delayed.InProcess{}): the copy waits
+//     in this process, the original stays pending until the copy is written.
+//   - claiming: settle.ClaimingStream with min-idle = -backoff: a retry (delayed or not)
+//     leaves the entry pending in the group's PEL, and the subscription claims it back
+//     once it has been idle that long; no copy is written, and the attempt is Redis's
+//     delivery counter.
+//
+// Every key shares the {refunds} hash tag, as Redis Cluster needs of keys that one
+// script touches: the stream {refunds}, its dead-letter stream {refunds}.dlq and its
+// delay set {refunds}.delayed.
 //
 // By default it runs on an embedded miniredis, so `go run ./examples/refunds` works on
 // any machine; -redis points it at a real server instead. It publishes -n refunds, runs
@@ -21,10 +39,10 @@
 //
 //	settled N: acked A, dropped D, dead-lettered X, reviewed R
 //
-// where A + D + X = N and R = X. It leaves its keys (refunds, refunds.dlq and their
-// groups) in Redis for inspection. Run again on the same server, it counts only the
-// refunds it published itself: every refund carries a batch header naming its run, and
-// retry copies and dead letters keep it.
+// where A + D + X = N and R = X. It leaves its keys (the stream, the dead-letter stream
+// and their groups) in Redis for inspection. Run again on the same server, it counts
+// only the refunds it published itself: every refund carries a batch header naming its
+// run, and retry copies and dead letters keep it.
 package main
 
 import (
@@ -47,6 +65,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/delayed"
 )
 
 // Refund is one refund to send through the processor.
@@ -143,10 +162,13 @@ func settleRefund(a Answer, backoff time.Duration) error {
 	}
 }
 
-// Key and group names, as in the seed.
+// Key and group names, as in the seed, with the {refunds} hash tag that keeps the keys
+// of one script in one Redis Cluster slot.
 const (
-	keyRefunds   = "refunds"
-	keyDLQ       = "refunds.dlq"
+	keyRefunds   = "{refunds}"
+	keyDLQ       = "{refunds}.dlq"
+	keyDelayed   = "{refunds}.delayed"
+	delayTTL     = time.Hour // the delay set expires an hour after its last park
 	groupRefunds = "refunds"
 	groupReview  = "refunds-review"
 	maxAttempts  = 5
@@ -168,9 +190,17 @@ func main() {
 	}
 }
 
+// Where a Busy refund's delay waits (-delay).
+const (
+	delayInProcess = "inprocess"
+	delayZset      = "zset"
+	delayClaiming  = "claiming"
+)
+
 // options are the command's flags.
 type options struct {
 	backoff time.Duration
+	delay   string
 	n       int
 	prefix  string
 	redis   string
@@ -185,6 +215,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	// The seed's busy processor asks for 30s; the demo waits far less so it ends quickly.
 	fs.DurationVar(&o.backoff, "backoff", 100*time.Millisecond, "how long a Busy refund waits before its retry (the seed uses 30s)")
+	fs.StringVar(&o.delay, "delay", delayZset, "where a Busy refund waits: inprocess, zset (the sorted set {refunds}.delayed) or claiming (pending in the group, claimed back after -backoff)")
 	fs.IntVar(&o.n, "n", 200, "how many refunds to publish")
 	fs.StringVar(&o.prefix, "prefix", "", "prefix for every key (for tests)")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (default: an embedded miniredis)")
@@ -216,6 +247,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.backoff <= 0 {
 		return o, fmt.Errorf("-backoff %s: must be positive", o.backoff)
 	}
+	switch o.delay {
+	case delayInProcess, delayZset, delayClaiming:
+	default:
+		return o, fmt.Errorf("-delay %q: want %s, %s or %s", o.delay, delayInProcess, delayZset, delayClaiming)
+	}
+	if o.delay == delayZset && o.backoff >= delayTTL {
+		return o, fmt.Errorf("-backoff %s: the delay set keeps delays shorter than its TTL (%s)", o.backoff, delayTTL)
+	}
 	return o, nil
 }
 
@@ -234,13 +273,18 @@ type tally struct {
 	ours map[delivery]bool
 }
 
-// delivery names one delivery: entry ids are unique only within their stream.
-type delivery struct{ mount, id string }
+// delivery names one delivery. Entry ids are unique only within their stream, and on a
+// claiming stream an entry keeps its id from attempt to attempt: the event of a retry
+// may come after the entry's next delivery began, so the attempt is part of the name.
+type delivery struct {
+	mount, id string
+	attempt   int
+}
 
 // claim records that a handler got one of this run's deliveries.
-func (t *tally) claim(mount, id string) {
+func (t *tally) claim(mount string, m *settle.Message) {
 	t.mu.Lock()
-	t.ours[delivery{mount, id}] = true
+	t.ours[delivery{mount, m.ID, m.Attempt}] = true
 	t.mu.Unlock()
 }
 
@@ -251,7 +295,7 @@ func (t *tally) settled(s settle.Settled) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := delivery{s.Mount, s.ID}
+	d := delivery{s.Mount, s.ID, s.Attempt}
 	if !t.ours[d] {
 		return
 	}
@@ -290,6 +334,12 @@ const (
 
 // run is the whole command: flags in args, the summary on stdout, logs on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runObserved(ctx, args, stdout, stderr, nil)
+}
+
+// runObserved is run with observe, when not nil, called with every settlement after it
+// is counted (the tests look at Redis from it while the run goes on).
+func runObserved(ctx context.Context, args []string, stdout, stderr io.Writer, observe func(context.Context, settle.Settled)) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -312,17 +362,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proc := Processor{Seed: o.seed}
 
 	app, err := settle.New(settle.Config{
-		Logger:    logger,
-		OnSettled: func(_ context.Context, s settle.Settled) { t.settled(s) },
+		Logger: logger,
+		OnSettled: func(ctx context.Context, s settle.Settled) {
+			t.settled(s)
+			if observe != nil {
+				observe(ctx, s)
+			}
+		},
 	})
 	if err != nil {
 		return err
 	}
 	block := settle.Block(200 * time.Millisecond) // a short block so shutdown is quick
-	app.Mount(settle.Stream(rdb, refunds, groupRefunds, block),
+	// Where a Busy refund waits out its backoff.
+	var src settle.Source
+	var delay settle.MountOption
+	switch o.delay {
+	case delayInProcess:
+		src, delay = settle.Stream(rdb, refunds, groupRefunds, block), settle.DelayIn(delayed.InProcess{})
+	case delayZset:
+		src = settle.Stream(rdb, refunds, groupRefunds, block)
+		delay = settle.DelayIn(delayed.DurableZset{Key: o.prefix + keyDelayed, TTL: delayTTL})
+	case delayClaiming:
+		// Retries stay pending; min-idle is the backoff, so a Busy refund waits exactly
+		// that long, and so does an Unavailable one.
+		src, delay = settle.ClaimingStream(rdb, refunds, groupRefunds, o.backoff, block), settle.DelayIn(delayed.InProcess{})
+	}
+	app.Mount(src,
 		settle.Typed(func(ctx context.Context, m *settle.Message, r Refund) error {
 			if m.Headers[headerBatch] == batch {
-				t.claim(mountRefunds, m.ID)
+				t.claim(mountRefunds, m)
 			}
 			a := proc.Answer(r.ID, m.Attempt)
 			if a == Declined {
@@ -334,6 +403,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Five deliveries of one refund, the first included; then the dead-letter stream.
 		settle.MaxAttempts(maxAttempts),
 		settle.DeadLetter(dlq),
+		delay,
 	)
 	// review reads the dead letters through its own group and logs each for a person.
 	// It acks every one, even a dead letter that holds no refund (an entry another
@@ -341,7 +411,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app.Mount(settle.Stream(rdb, dlq, groupReview, block),
 		settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
 			if m.Headers[headerBatch] == batch {
-				t.claim(mountReview, m.ID)
+				t.claim(mountReview, m)
 			}
 			attrs := []any{
 				slog.String("retry_count", m.Headers[settle.HeaderRetryCount]),
@@ -369,7 +439,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "published %d refunds to %q (batch %s)\n", o.n, refunds, batch)
+	fmt.Fprintf(stdout, "published %d refunds to %q (batch %s, delays: %s)\n", o.n, refunds, batch, o.delay)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

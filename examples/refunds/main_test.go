@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -25,8 +26,15 @@ var summaryRE = regexp.MustCompile(`^settled ([0-9]+): acked ([0-9]+), dropped (
 // runCmd runs the command with args and returns its parsed last line.
 func runCmd(t *testing.T, args ...string) summary {
 	t.Helper()
+	return runObservedCmd(t, nil, args...)
+}
+
+// runObservedCmd runs the command with args, calling observe with every settlement, and
+// returns its parsed last line.
+func runObservedCmd(t *testing.T, observe func(context.Context, settle.Settled), args ...string) summary {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+	if err := runObserved(context.Background(), args, &stdout, &stderr, observe); err != nil {
 		t.Fatalf("run %v: %v\nstderr:\n%s", args, err, stderr.String())
 	}
 	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
@@ -74,6 +82,70 @@ func expected(seed uint64, n int) summary {
 	return s
 }
 
+// retries counts the retries the mount asks for with refunds 1..n before their final
+// settlement: busy ones (RetryAfter) and unavailable ones (Retry). A failure at the
+// fifth attempt is a dead letter, not a retry.
+func retries(seed uint64, n int) (busy, unavailable int) {
+	p := Processor{Seed: seed}
+	for id := uint64(1); id <= uint64(n); id++ {
+		for attempt := 1; attempt < maxAttempts; attempt++ {
+			a := p.Answer(id, attempt)
+			if a == Busy {
+				busy++
+			} else if a == Unavailable {
+				unavailable++
+			} else {
+				break
+			}
+		}
+	}
+	return busy, unavailable
+}
+
+// modes are the values of -delay.
+var modes = []string{delayInProcess, delayZset, delayClaiming}
+
+// recorder keeps the settlements of one run and the first problem an observer saw.
+type recorder struct {
+	mu      sync.Mutex
+	actions map[settle.Action]int // of the refunds mount
+	problem string
+}
+
+func newRecorder() *recorder { return &recorder{actions: map[settle.Action]int{}} }
+
+func (r *recorder) count(s settle.Settled) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.Mount == mountRefunds && s.Err == nil {
+		r.actions[s.Action]++
+	}
+}
+
+func (r *recorder) fail(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.problem == "" {
+		r.problem = fmt.Sprintf(format, args...)
+	}
+}
+
+func (r *recorder) check(t *testing.T) map[settle.Action]int {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.problem != "" {
+		t.Fatal(r.problem)
+	}
+	return r.actions
+}
+
+// pending reports whether the entry id of stream key is pending in group.
+func pending(ctx context.Context, rdb redis.UniversalClient, key, group, id string) (bool, error) {
+	p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: id, End: id, Count: 1}).Result()
+	return len(p) == 1, err
+}
+
 // redisURL is the URL of r's server.
 func redisURL(r *redistest.Redis) string {
 	if u := os.Getenv(redistest.EnvURL); u != "" {
@@ -94,23 +166,42 @@ func TestDefaultRunDeadLettersSomeRefundsAndReviewsThemAll(t *testing.T) {
 	}
 }
 
-func TestSettlementsFollowTheProcessorsAnswers(t *testing.T) {
+func TestSettlementsFollowTheProcessorsAnswersInEveryDelayMode(t *testing.T) {
 	t.Parallel()
-	for _, seed := range []uint64{1, 7, 42} {
-		t.Run(fmt.Sprintf("Seed%d", seed), func(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			got := runCmd(t, "-n", "120", "-seed", strconv.FormatUint(seed, 10), "-backoff", "5ms")
-			if want := expected(seed, 120); got != want {
-				t.Fatalf("got %+v, want %+v", got, want)
+			for _, seed := range []uint64{1, 7, 42} {
+				t.Run(fmt.Sprintf("Seed%d", seed), func(t *testing.T) {
+					t.Parallel()
+					// A claiming stream's backoff is its min-idle, and its heartbeat beats a
+					// third of it: 30ms keeps the beats apart under the race detector.
+					got := runCmd(t, "-delay", mode, "-n", "120", "-seed", strconv.FormatUint(seed, 10), "-backoff", "30ms")
+					if want := expected(seed, 120); got != want {
+						t.Fatalf("got %+v, want %+v", got, want)
+					}
+				})
 			}
 		})
 	}
 }
 
-func TestDeadLettersCarryRetryCountAndDeadLetterHeaders(t *testing.T) {
+func TestDeadLettersCarryRetryCountAndDeadLetterHeadersInEveryDelayMode(t *testing.T) {
 	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testDeadLetters(t, mode)
+		})
+	}
+}
+
+func testDeadLetters(t *testing.T, mode string) {
 	r := redistest.New(t)
-	got := runCmd(t, "-redis", redisURL(r), "-prefix", r.Prefix, "-seed", "2", "-backoff", "5ms")
+	got := runCmd(t, "-redis", redisURL(r), "-prefix", r.Prefix, "-delay", mode, "-seed", "2", "-backoff", "30ms")
+	if want := expected(2, 200); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
 	ctx := context.Background()
 	refunds, dlq := r.Key(keyRefunds), r.Key(keyDLQ)
 
@@ -150,6 +241,13 @@ func TestDeadLettersCarryRetryCountAndDeadLetterHeaders(t *testing.T) {
 		}
 	}
 
+	n, err := r.Client.Exists(ctx, r.Key(keyDelayed)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%s exists after the run, want it gone (empty)", r.Key(keyDelayed))
+	}
 	for _, kg := range [][2]string{{refunds, groupRefunds}, {dlq, groupReview}} {
 		p, err := r.Client.XPending(ctx, kg[0], kg[1]).Result()
 		if err != nil {
@@ -158,6 +256,141 @@ func TestDeadLettersCarryRetryCountAndDeadLetterHeaders(t *testing.T) {
 		if p.Count != 0 {
 			t.Errorf("xpending %s %s: got %d pending entries, want 0", kg[0], kg[1], p.Count)
 		}
+	}
+}
+
+// The observation tests use a backoff of a second: long enough that a delay cannot come
+// due between its settlement and the observer's look at Redis.
+const watchBackoff = "1s"
+
+func TestZsetDelaysWaitInTheDelaySetThatEndsEmpty(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	refunds, delayedKey := r.Key(keyRefunds), r.Key(keyDelayed)
+	rec := newRecorder()
+	got := runObservedCmd(t, func(ctx context.Context, s settle.Settled) {
+		rec.count(s)
+		if s.Mount != mountRefunds || s.Action != settle.ActionPark || s.Err != nil {
+			return
+		}
+		// The copy waits in the delay set, and the original was acked in the same script.
+		if n, err := r.Client.ZCard(ctx, delayedKey).Result(); err != nil || n == 0 {
+			rec.fail("after parking %s: ZCARD %s = %d (%v), want at least 1", s.ID, delayedKey, n, err)
+		}
+		if p, err := pending(ctx, r.Client, refunds, groupRefunds, s.ID); err != nil || p {
+			rec.fail("after parking %s: the original is still pending (%v), want it acked", s.ID, err)
+		}
+	}, "-redis", redisURL(r), "-prefix", r.Prefix, "-delay", delayZset, "-n", "80", "-seed", "5", "-backoff", watchBackoff)
+	if want := expected(5, 80); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	actions := rec.check(t)
+	busy, unavailable := retries(5, 80)
+	if busy == 0 {
+		t.Fatalf("seed 5 gives no busy refund among 80; pick another seed")
+	}
+	if actions[settle.ActionPark] != busy || actions[settle.ActionCopy] != unavailable {
+		t.Fatalf("got %d parks and %d copies, want %d and %d", actions[settle.ActionPark], actions[settle.ActionCopy], busy, unavailable)
+	}
+	n, err := r.Client.Exists(context.Background(), delayedKey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%s exists after the run, want it empty (so gone)", delayedKey)
+	}
+}
+
+func TestInProcessDelaysKeepTheOriginalPendingAndNoDelaySet(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	refunds, delayedKey := r.Key(keyRefunds), r.Key(keyDelayed)
+	rec := newRecorder()
+	got := runObservedCmd(t, func(ctx context.Context, s settle.Settled) {
+		rec.count(s)
+		if s.Mount != mountRefunds || s.Action != settle.ActionPark || s.Err != nil {
+			return
+		}
+		// The copy waits in this process; the original stays pending until it is written.
+		if p, err := pending(ctx, r.Client, refunds, groupRefunds, s.ID); err != nil || !p {
+			rec.fail("after parking %s in-process: the original is not pending (%v), want it pending", s.ID, err)
+		}
+		if n, err := r.Client.Exists(ctx, delayedKey).Result(); err != nil || n != 0 {
+			rec.fail("after parking %s in-process: %s exists (%v), want no delay set", s.ID, delayedKey, err)
+		}
+	}, "-redis", redisURL(r), "-prefix", r.Prefix, "-delay", delayInProcess, "-n", "80", "-seed", "5", "-backoff", watchBackoff)
+	if want := expected(5, 80); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	actions := rec.check(t)
+	busy, unavailable := retries(5, 80)
+	// An in-process delay is reported twice: parked when it starts waiting, then copied
+	// (copy written, original acked) when it comes due.
+	if actions[settle.ActionPark] != busy || actions[settle.ActionCopy] != busy+unavailable {
+		t.Fatalf("got %d parks and %d copies, want %d and %d", actions[settle.ActionPark], actions[settle.ActionCopy], busy, busy+unavailable)
+	}
+}
+
+func TestClaimingRetriesStayInThePELWithoutCopies(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	refunds, dlq, delayedKey := r.Key(keyRefunds), r.Key(keyDLQ), r.Key(keyDelayed)
+	rec := newRecorder()
+	const n = 80
+	got := runObservedCmd(t, func(ctx context.Context, s settle.Settled) {
+		rec.count(s)
+		if s.Mount != mountRefunds || s.Action != settle.ActionLeave || s.Err != nil {
+			return
+		}
+		// A retry leaves the entry where it is: pending in the group, claimed back later.
+		if p, err := pending(ctx, r.Client, refunds, groupRefunds, s.ID); err != nil || !p {
+			rec.fail("after a retry of %s: the entry is not pending (%v), want it left in the PEL", s.ID, err)
+		}
+	}, "-redis", redisURL(r), "-prefix", r.Prefix, "-delay", delayClaiming, "-n", strconv.Itoa(n), "-seed", "5", "-backoff", watchBackoff)
+	if want := expected(5, n); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	actions := rec.check(t)
+	busy, unavailable := retries(5, n)
+	if actions[settle.ActionLeave] != busy+unavailable || actions[settle.ActionCopy] != 0 || actions[settle.ActionPark] != 0 {
+		t.Fatalf("got %d retries left pending, %d copies and %d parks; want %d, 0 and 0",
+			actions[settle.ActionLeave], actions[settle.ActionCopy], actions[settle.ActionPark], busy+unavailable)
+	}
+
+	// No copies: the stream holds the n published entries, and every dead letter names one.
+	ctx := context.Background()
+	entries, err := r.Client.XRange(ctx, refunds, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != n {
+		t.Fatalf("%s holds %d entries, want the %d published (a retry writes no copy)", refunds, len(entries), n)
+	}
+	originals := map[string]bool{}
+	for _, e := range entries {
+		originals[e.ID] = true
+	}
+	dead, err := r.Client.XRange(ctx, dlq, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != got.dead || got.dead == 0 {
+		t.Fatalf("%s holds %d dead letters, want %d (and more than none)", dlq, len(dead), got.dead)
+	}
+	for _, e := range dead {
+		id, _ := e.Values[settle.HeaderDeadID].(string)
+		if !originals[id] {
+			t.Errorf("dead letter %s: %s = %q, want one of the published entries' ids", e.ID, settle.HeaderDeadID, id)
+		}
+		if v, _ := e.Values[settle.HeaderRetryCount].(string); v != strconv.Itoa(maxAttempts) {
+			t.Errorf("dead letter %s: %s = %q, want %d (Redis's delivery counter)", e.ID, settle.HeaderRetryCount, v, maxAttempts)
+		}
+	}
+	if p, err := r.Client.XPending(ctx, refunds, groupRefunds).Result(); err != nil || p.Count != 0 {
+		t.Fatalf("xpending %s %s after the run: %+v (%v), want 0 pending", refunds, groupRefunds, p, err)
+	}
+	if x, err := r.Client.Exists(ctx, delayedKey).Result(); err != nil || x != 0 {
+		t.Fatalf("%s exists after a claiming run (%v), want no delay set", delayedKey, err)
 	}
 }
 
@@ -192,7 +425,7 @@ func TestSecondRunOnTheSameKeysCountsOnlyItsOwnRefunds(t *testing.T) {
 
 func TestRejectsBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-n", "0"}, {"-backoff", "0s"}, {"extra"}, {"-nosuchflag"}} {
+	for _, args := range [][]string{{"-n", "0"}, {"-backoff", "0s"}, {"extra"}, {"-nosuchflag"}, {"-delay", "later"}, {"-backoff", "2h"}} {
 		var stdout, stderr bytes.Buffer
 		if err := run(context.Background(), args, &stdout, &stderr); err == nil {
 			t.Errorf("run %v: got no error, want one", args)
