@@ -240,6 +240,12 @@ func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *ac
 	err := callHandler(ctx, m.wrapped, msg)
 	o := OutcomeOf(err)
 	s := decide(o, d.Attempt, m.policy, m.info.Caps)
+	if s.Action == source.ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
+		// The common case, kept out of apply: its large frame would grow the stack of
+		// every handler goroutine (measured: a fifth of the CPU of draining a stream).
+		acks.add(d, Settled{Action: s.Action, Attempt: d.Attempt, ID: d.ID, Key: d.Key, Mount: m.name, Outcome: o.Kind})
+		return
+	}
 	a.apply(ctx, m, d, o, s, acks, delays)
 }
 

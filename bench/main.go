@@ -107,7 +107,7 @@ func main() {
 		redisURL    = flag.String("redis", "redis://127.0.0.1:6379/0", "the Redis to run against")
 		spawnFlag   = flag.Bool("spawn", false, "start a redis-server of its own on a free loopback port (no persistence) instead of -redis")
 		k           = flag.Int("k", 8, "workers of the retry, delay and dead-letter scenarios")
-		concurrency = flag.Int("concurrency", 100, "settle: Concurrency of each worker's mount (its reads ask for at most this many)")
+		concurrency = flag.Int("concurrency", 200, "settle: Concurrency of each worker's mount; 2×Batch lets a full read start while the last batch finishes (reads ask for at most the free slots)")
 		pool        = flag.Int("pool", 0, "go-redis PoolSize of every system's client (0: the go-redis default, 10 per CPU)")
 		only        = flag.String("only", "", "comma-separated systems to run (default all)")
 		scens       = flag.String("scenarios", "", "comma-separated scenarios to run (default all)")

@@ -140,7 +140,7 @@ func (rs results) printRatios(w io.Writer) {
 }
 
 func cpuRatio(f, pf figures) string {
-	if !f.srvOK || !pf.srvOK || pf.srvCPU == 0 {
+	if !f.srvOK || !pf.srvOK || f.srvCPU == 0 || pf.srvCPU == 0 { // 0: below /proc's 10ms tick
 		return "?"
 	}
 	return fmt.Sprintf("%.2fx", f.srvCPU/pf.srvCPU)
@@ -167,7 +167,7 @@ func (rs results) printTargets(w io.Writer) {
 		}
 		fa, fb := a.figures(), b.figures()
 		cpu := -1.0
-		if fa.srvOK && fb.srvOK && fb.srvCPU > 0 {
+		if fa.srvOK && fb.srvOK && fa.srvCPU > 0 && fb.srvCPU > 0 {
 			cpu = fa.srvCPU / fb.srvCPU
 		}
 		return fa.rate / fb.rate, cpu, true
