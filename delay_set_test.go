@@ -12,6 +12,8 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/internal/wire"
 	"github.com/settlekit/settle/settletest"
 )
@@ -370,6 +372,71 @@ func TestDurableZsetOnValueTransportsValidate(t *testing.T) {
 			var ce *settle.ConfigError
 			if err != nil && !errors.As(err, &ce) {
 				t.Fatalf("Validate = %v, want *ConfigError", err)
+			}
+		})
+	}
+}
+
+// TestClusterDurableZsetOnValueTransportsRoundTrip proves durable delays on lists and
+// channels work on a Redis Cluster: the park and sweep scripts run on the slot's master
+// (a channel's sweep publishes from there), a sub-second blocking read goes through the
+// cluster client, and the copy comes back as attempt 2 with nothing left parked.
+func TestClusterDurableZsetOnValueTransportsRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, kind := range valueKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			c := redistest.Cluster(t)
+			in, set, block := c.Key("ev.in"), c.Key("delayed"), settle.Block(3*time.Second)
+			var src settle.Source
+			switch kind {
+			case "List":
+				src = settle.List(c.Client, in, block)
+			case "ReliableList":
+				src = settle.ReliableList(c.Client, in, block, settle.Consumer("c"))
+			case "PubSub":
+				src = settle.PubSub(c.Client, in, block)
+			case "PubSubPattern":
+				src = settle.PubSubPattern(c.Client, c.Key("ev.*"), block, settle.OutRetry(c.Key("ev.retry")))
+			}
+			sink := newLogSink(subscribedText)
+			s := &sourcetest.Subject{Config: settle.Config{Logger: sink.Logger()}, Source: src}
+			attempts := make(chan int, 4)
+			run := sourcetest.Start(t, s, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+				attempts <- m.Attempt
+				if m.Attempt == 1 {
+					return settle.RetryAfter(100*time.Millisecond, errors.New("not yet"))
+				}
+				return nil
+			}), settle.DelayIn(delayed.DurableZset{Key: set}), settle.MaxAttempts(3))
+
+			ctx, pub := context.Background(), settle.NewPublisher(c.Client)
+			if strings.HasPrefix(kind, "PubSub") {
+				waitSubscribed(t, sink)
+				// On a cluster PUBLISH counts only the receiving node's subscribers.
+				if _, err := pub.PublishChannel(ctx, in, "later", nil); err != nil {
+					t.Fatalf("publish: %v", err)
+				}
+			} else if err := pub.PublishList(ctx, in, "later", nil); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			events := run.WaitFor(t, "the delayed copy acked", 0, func(evs []settle.Settled) bool {
+				return slices.ContainsFunc(evs, func(e settle.Settled) bool { return e.Action == settle.ActionAck && e.Err == nil })
+			})
+			run.Stop(t)
+			if len(events) != 2 || events[0].Action != settle.ActionPark || events[0].Err != nil {
+				t.Fatalf("settlements %+v, want a park then an ack", events)
+			}
+			if got := []int{<-attempts, <-attempts}; got[0] != 1 || got[1] != 2 {
+				t.Fatalf("attempts %v, want [1 2]", got)
+			}
+			if n := c.Client.Exists(ctx, set).Val(); n != 0 {
+				t.Fatalf("the delay set %s still exists, want the copy swept", set)
+			}
+			if kind == "ReliableList" {
+				if n := c.Client.LLen(ctx, settle.ProcessingList(in, "c")).Val(); n != 0 {
+					t.Fatalf("the processing list holds %d, want 0", n)
+				}
 			}
 		})
 	}

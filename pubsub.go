@@ -254,7 +254,7 @@ func (t *pubsubTransport) sweepDelays(ctx context.Context, wait time.Duration) (
 		unheard += res.Unheard
 		return res, err
 	})
-	if unheard > 0 {
+	if unheard > 0 && !t.clustered() {
 		t.env.Logger.WarnContext(ctx, "settle: delayed retry copies published to a channel with no subscriber: they are lost (pub/sub is at-most-once)",
 			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.name), slog.String("channel", dest), slog.Int("count", unheard))
 	}
@@ -321,11 +321,19 @@ func (t *pubsubTransport) publish(ctx context.Context, d *source.Delivery, dest 
 	if err != nil {
 		return fmt.Errorf("channel %q: %s of %s to %q: publish: %w", d.Key, what, d.ID, dest, err)
 	}
-	if n == 0 {
+	if n == 0 && !t.clustered() {
 		t.env.Logger.WarnContext(ctx, "settle: "+what+" published to a channel with no subscriber: it is lost (pub/sub is at-most-once)",
 			slog.String(attrMount, t.env.Mount), slog.String(attrKey, d.Key), slog.String("channel", dest), slog.String(attrMsgID, d.ID))
 	}
 	return nil
+}
+
+// clustered reports whether the client is a cluster client: on a Redis Cluster, PUBLISH
+// counts only the subscribers on the node that received it, so a count of 0 does not
+// mean nobody received the message (the cluster bus carries it to the other nodes).
+func (t *pubsubTransport) clustered() bool {
+	_, ok := t.src.rdb.(*redis.ClusterClient)
+	return ok
 }
 
 // Close unsubscribes.
