@@ -1,10 +1,12 @@
-// Command readme is the quick start of settle's README.md, kept here so that `go vet ./...`
-// and `go build ./...` compile it; readme_test.go checks that the README shows it verbatim.
-// It is never run by the tests (it needs a Redis on 127.0.0.1:6379).
+// Command readme holds the Go code of settle's README.md, kept here so that `go vet ./...`
+// and `go build ./...` compile it; readme_test.go checks that the README shows it verbatim,
+// and kit_test.go runs the README's test-kit sketch. main is never run by the tests (it
+// needs a Redis on 127.0.0.1:6379).
 package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log"
 	"os"
@@ -12,8 +14,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/inbox"
 )
 
 type Refund struct {
@@ -32,7 +37,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	app.Mount(settle.Stream(rdb, "refunds", "refunds"),
+	app.Mount(settle.Stream(rdb, "{refunds}", "refunds"),
 		settle.Typed(func(ctx context.Context, m *settle.Message, r Refund) error {
 			switch err := sendRefund(ctx, r); {
 			case errors.Is(err, errBusy):
@@ -43,12 +48,13 @@ func main() {
 				return err // nil acks; any other error retries at once
 			}
 		}),
-		settle.MaxAttempts(5),            // five deliveries, the first included...
-		settle.DeadLetter("refunds.dlq"), // ...then the dead-letter stream
+		settle.MaxAttempts(5),              // five deliveries, the first included...
+		settle.DeadLetter("{refunds}.dlq"), // ...then the dead-letter stream
+		settle.DelayIn(delayed.DurableZset{Key: "{refunds}.delayed", TTL: time.Hour}),
 	)
 
 	pub := settle.NewPublisher(rdb)
-	if _, err := pub.Publish(ctx, "refunds", Refund{ID: 1, AmountCents: 1250}, nil); err != nil {
+	if _, err := pub.Publish(ctx, "{refunds}", Refund{ID: 1, AmountCents: 1250}, nil); err != nil {
 		log.Fatal(err)
 	}
 	if err := app.Run(ctx); err != nil { // until Ctrl-C, then a graceful drain
@@ -57,3 +63,24 @@ func main() {
 }
 
 func sendRefund(ctx context.Context, r Refund) error { return nil } // your processor here
+
+type Mail struct {
+	To string `msgpack:"to"`
+}
+
+// inboxSketch is the README's SQL inbox sketch.
+func inboxSketch(ctx context.Context, app *settle.App, handler settle.Handler) error {
+	db, err := sql.Open("sqlite", "file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		return err
+	}
+	ib := inbox.New(db, inbox.SQLite, inbox.Table{
+		Name: "mail_jobs", ID: "id", Group: "name", Attempt: "attempt",
+		RetryAfter: "retry_after", LockedUntil: "locked_until", Payload: "payload",
+	})
+	app.Mount(ib.Queue("emails"), handler,
+		settle.MaxAttempts(5), settle.DeadLetter("emails.dead")) // dead rows move to group emails.dead
+	return ib.Publish(ctx, "emails", Mail{To: "ada@example.com"})
+}
+
+var _ = inboxSketch

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/settletest"
+)
+
+// TestReadmeTestKitSketchPassesA30sBackoffAtOnce runs the README's test-kit sketch: a 30 s
+// durable backoff passes at once with Advance, on miniredis (or SETTLE_REDIS_URL's server).
+func TestReadmeTestKitSketchPassesA30sBackoffAtOnce(t *testing.T) {
+	t.Parallel()
+	h := settletest.New(t) // miniredis (or SETTLE_REDIS_URL's server) on a paused fake clock
+	in := h.Redis.Key("refunds")
+	h.Mount(settle.Stream(h.Redis.Client, in, "refunds"),
+		settle.Typed(func(ctx context.Context, m *settle.Message, r Refund) error {
+			if m.Attempt == 1 {
+				return settle.RetryAfter(30*time.Second, errBusy)
+			}
+			return nil
+		}),
+		settle.DelayIn(delayed.DurableZset{Key: h.Redis.Key("delayed"), TTL: time.Hour}),
+	)
+	h.Start()
+	h.Publish(in, Refund{ID: 1, AmountCents: 1250}, nil)
+	h.WaitAction(settle.ActionPark, 1) // the copy waits in the delay set...
+	h.Advance(30 * time.Second)        // ...and the 30 s pass at once
+	h.WaitAction(settle.ActionAck, 1)
+
+	// The sketch's claims, checked: the retry was delivered as attempt 2, after the park.
+	events := h.Events()
+	last := events[len(events)-1]
+	if last.Action != settle.ActionAck || last.Attempt != 2 {
+		t.Fatalf("last settlement: got %s at attempt %d, want ack at attempt 2 (events %+v)", last.Action, last.Attempt, events)
+	}
+}
