@@ -307,7 +307,9 @@ func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
 	for _, d := range ds {
 		delete(t.inflight, d.ID)
 	}
-	if err != nil {
+	// A failed write leaves the entry pending here: read it again. An entry another
+	// consumer took over (script.ErrNotOwner) is not ours to read again.
+	if err != nil && !errors.Is(err, script.ErrNotOwner) {
 		t.rescan, t.cursor = true, "0"
 	}
 	t.mu.Unlock()
@@ -336,7 +338,7 @@ func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error 
 // script (not a MULTI/EXEC: Redis would run the XACK even if the XADD failed).
 func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
 	s := t.src
-	_, err := script.StreamMove(ctx, t.scripts, s.key, s.key, s.group, d.ID, 0, wire.StreamValues(d.Payload, headers))
+	_, err := script.StreamMove(ctx, t.scripts, s.key, s.key, s.group, t.consumer, d.ID, 0, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: retry copy of %s: %w", s.key, d.ID, err)
 	}
@@ -349,7 +351,7 @@ func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers 
 // pending.
 func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
 	s := t.src
-	_, err := script.StreamMove(ctx, t.scripts, dest, s.key, s.group, d.ID, t.env.Policy.DeadLetterMaxLen, wire.StreamValues(d.Payload, headers))
+	_, err := script.StreamMove(ctx, t.scripts, dest, s.key, s.group, t.consumer, d.ID, t.env.Policy.DeadLetterMaxLen, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", s.key, d.ID, dest, err)
 	}

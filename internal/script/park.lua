@@ -10,8 +10,21 @@
 -- ARGV[4] -> the consumer group
 -- ARGV[5] -> the original entry id
 -- ARGV[6] -> "now" in ms (a test's fake clock); empty: the server's TIME
+-- ARGV[7] -> the consumer settling the entry: it must still own it
 --
--- Returns the due time in ms.
+-- Returns the due time in ms; an error reply "NOTOWNER …" when the entry is no longer
+-- pending to ARGV[7] (nothing is written); or an error reply naming a key of the wrong
+-- type (checked before anything is written).
+local kinds = {'zset', 'stream'}
+for i = 1, 2 do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= kinds[i] and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. kinds[i])
+  end
+end
+if #redis.call('XPENDING', KEYS[2], ARGV[4], ARGV[5], ARGV[5], 1, ARGV[7]) == 0 then
+  return redis.error_reply('NOTOWNER entry ' .. ARGV[5] .. ' is not pending to consumer ' .. ARGV[7])
+end
 local now = tonumber(ARGV[6])
 if not now then
   local t = redis.call('TIME')

@@ -40,15 +40,15 @@ func nowArg(now int64) string {
 // of stream in group, in one script; with ttl > 0 the set expires ttl after this park.
 // now is the time in ms since the epoch, or -1 for the server's TIME. It returns the
 // due time in ms.
-func Park(ctx context.Context, rdb redis.Scripter, set, stream, group, id, member string, delay, ttl time.Duration, now int64) (int64, error) {
+func Park(ctx context.Context, rdb redis.Scripter, set, stream, group, consumer, id, member string, delay, ttl time.Duration, now int64) (int64, error) {
 	ttlMs := ttl.Milliseconds()
 	if ttl > 0 && ttlMs == 0 {
 		ttlMs = 1
 	}
 	due, err := park.Run(ctx, rdb, []string{set, stream},
-		member, delay.Milliseconds(), ttlMs, group, id, nowArg(now)).Int64()
+		member, delay.Milliseconds(), ttlMs, group, id, nowArg(now), consumer).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("park script: %w", err)
+		return 0, fmt.Errorf("park script: %w", notOwner(err))
 	}
 	return due, nil
 }

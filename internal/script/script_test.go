@@ -2,6 +2,7 @@ package script_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func TestPark(t *testing.T) {
 		b := setup(t)
 		id := b.pending(t)
 		member := wire.DelayMember(id, []byte("p"), map[string]string{"settle-retry-count": "1"})
-		due, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", id, member, 30*time.Second, 0, 1_000_000)
+		due, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", "c", id, member, 30*time.Second, 0, 1_000_000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +81,7 @@ func TestPark(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		due, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", id, wire.DelayMember(id, []byte("p"), nil), time.Second, 0, -1)
+		due, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", "c", id, wire.DelayMember(id, []byte("p"), nil), time.Second, 0, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +95,7 @@ func TestPark(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.pending(t)
-		if _, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", id, wire.DelayMember(id, []byte("p"), nil), time.Second, time.Hour, -1); err != nil {
+		if _, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", "c", id, wire.DelayMember(id, []byte("p"), nil), time.Second, time.Hour, -1); err != nil {
 			t.Fatal(err)
 		}
 		ttl, err := b.r.Client.PTTL(b.ctx, b.set).Result()
@@ -102,6 +103,38 @@ func TestPark(t *testing.T) {
 			t.Fatalf("pttl = %v, %v; want about 1h", ttl, err)
 		}
 	})
+
+	t.Run("EntryTakenOverByAnotherConsumerWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.pending(t)
+		if err := b.r.Client.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: "g", Consumer: "other", Messages: []string{id}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", "c", id, wire.DelayMember(id, []byte("p"), nil), time.Second, 0, -1)
+		if !errors.Is(err, script.ErrNotOwner) {
+			t.Fatalf("err = %v, want ErrNotOwner", err)
+		}
+		if n, _ := b.r.Client.ZCard(b.ctx, b.set).Result(); n != 0 {
+			t.Fatalf("delay set holds %d members, want none for an entry another consumer owns", n)
+		}
+	})
+
+	t.Run("WrongTypeStreamWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if err := b.r.Client.Set(b.ctx, b.set, "occupied", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		id := b.pending(t)
+		if _, err := script.Park(b.ctx, b.r.Client, b.set, b.stream, "g", "c", id, wire.DelayMember(id, []byte("p"), nil), time.Second, 0, -1); err == nil {
+			t.Fatal("no error parking into a string key")
+		}
+		if p, err := b.r.Client.XPending(b.ctx, b.stream, "g").Result(); err != nil || p.Count != 1 {
+			t.Fatalf("pending = %+v, %v; want the original still pending", p, err)
+		}
+	})
+
 }
 
 func TestSweep(t *testing.T) {

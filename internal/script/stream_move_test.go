@@ -2,6 +2,7 @@ package script_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -48,7 +49,7 @@ func TestStreamMove(t *testing.T) {
 		b := setupMove(t)
 		id := b.pending(t)
 		dest := b.r.Key("dlq")
-		newID, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", id, 0, []any{"payload", []byte("p"), "h", "v"})
+		newID, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", []byte("p"), "h", "v"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,7 @@ func TestStreamMove(t *testing.T) {
 		t.Parallel()
 		b := setupMove(t)
 		id := b.pending(t)
-		if _, err := script.StreamMove(b.ctx, b.r.Client, b.stream, b.stream, "g", id, 0, []any{"payload", "x", "settle-retry-count", "1"}); err != nil {
+		if _, err := script.StreamMove(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", id, 0, []any{"payload", "x", "settle-retry-count", "1"}); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := b.r.Client.XLen(b.ctx, b.stream).Result(); n != 2 {
@@ -84,7 +85,7 @@ func TestStreamMove(t *testing.T) {
 		if err := b.r.Client.Set(b.ctx, dest, "occupied", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", id, 0, []any{"payload", "x"})
+		_, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", "x"})
 		if err == nil {
 			t.Fatal("no error moving into a string key")
 		}
@@ -103,7 +104,7 @@ func TestStreamMove(t *testing.T) {
 		const total, maxLen = 250, 5
 		for range total {
 			id := b.pending(t)
-			if _, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", id, maxLen, []any{"payload", "x"}); err != nil {
+			if _, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, maxLen, []any{"payload", "x"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -116,4 +117,27 @@ func TestStreamMove(t *testing.T) {
 			t.Fatalf("destination length %d on miniredis, want exactly %d", n, maxLen)
 		}
 	})
+
+	t.Run("EntryTakenOverByAnotherConsumerWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setupMove(t)
+		id := b.pending(t)
+		dest := b.r.Key("dlq")
+		// Another consumer claims the entry (the first one stalled past min-idle).
+		if err := b.r.Client.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: "g", Consumer: "other", Messages: []string{id}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", "x"})
+		if !errors.Is(err, script.ErrNotOwner) {
+			t.Fatalf("err = %v, want ErrNotOwner", err)
+		}
+		if n, _ := b.r.Client.Exists(b.ctx, dest).Result(); n != 0 {
+			t.Fatal("a dead letter was written for an entry another consumer owns")
+		}
+		p, err := b.r.Client.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: b.stream, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+		if err != nil || len(p) != 1 || p[0].Consumer != "other" {
+			t.Fatalf("pending = %+v, %v; want the entry still pending to the consumer that took it over", p, err)
+		}
+	})
+
 }
