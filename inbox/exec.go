@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,16 +24,13 @@ func queryClaimed(ctx context.Context, q querier, text string, args []any) ([]cl
 	var out []claimedRow
 	for rows.Next() {
 		var r claimedRow
-		var attempt sql.NullInt64
+		var attempt any
 		if err := rows.Scan(&r.id, &attempt, &r.payload, &r.token); err != nil {
 			return nil, err
 		}
 		r.id = ownValue(r.id)
 		r.token = ownValue(r.token)
-		r.attempt = 1
-		if attempt.Valid && attempt.Int64 > 0 {
-			r.attempt = attempt.Int64
-		}
+		r.attempt = attemptOf(attempt)
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -117,4 +116,28 @@ func retry[T any](ctx context.Context, d dialect, db *sql.DB, fn func() (T, erro
 			wait *= 2
 		}
 	}
+}
+
+// attemptOf reads an attempt column leniently: a positive integer (as the driver returns
+// it: an integer, or text on a dynamically typed SQLite column) is the attempt; NULL or
+// anything else reads as 1, so one garbled row is delivered (and settled) instead of
+// failing the whole claim and stalling its batch behind an expired lease forever.
+func attemptOf(v any) int64 {
+	var n int64
+	switch v := v.(type) {
+	case int64:
+		n = v
+	case int32:
+		n = int64(v)
+	case float64:
+		n = int64(v)
+	case []byte:
+		n, _ = strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+	case string:
+		n, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	}
+	if n < 1 {
+		return 1
+	}
+	return n
 }
