@@ -112,7 +112,10 @@ func TestConsumerProcess(t *testing.T) {
 	var mu sync.Mutex
 	var lines []string
 	app, _ := settle.New(settle.Config{Logger: quietLogger(t)})
-	app.Mount(New(db, d, tb).Queue("load", Poll(20*time.Millisecond)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
+	// A long lease: this test proves claims never hand one row to two processes. With the
+	// default lease, a machine loaded enough to starve SQLite's single writer for longer
+	// than the lease would let a lease pass legitimately (at-least-once) and blur that.
+	app.Mount(New(db, d, tb).Queue("load", Poll(20*time.Millisecond), Lease(5*time.Minute)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
 		mu.Lock()
 		lines = append(lines, "handled "+string(m.Payload))
 		mu.Unlock()

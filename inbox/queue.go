@@ -203,6 +203,9 @@ func (t *transport) Validate(p source.Policy) []error {
 	case tb.Group != "" && q.group == "":
 		errs = append(errs, fmt.Errorf("inbox: table %s has a group column (%s): name the group the queue reads", tb.Name, tb.Group))
 	}
+	if p.Delay != nil && p.Delay.Durable() {
+		errs = append(errs, fmt.Errorf("inbox: DelayIn(%T): an inbox keeps RetryAfter delays in its own retry_after column; remove the option", p.Delay))
+	}
 	if p.MaxAttempts > 0 && p.DeadLetter == "" {
 		errs = append(errs, fmt.Errorf("inbox: MaxAttempts(%d) without DeadLetter: an inbox declares both (the row at the cap moves to the dead letter)", p.MaxAttempts))
 	}

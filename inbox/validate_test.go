@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/delayed"
 )
 
 func TestValidateRefusesWhatCannotRun(t *testing.T) {
@@ -39,6 +40,8 @@ func TestValidateRefusesWhatCannotRun(t *testing.T) {
 		{name: "MissingRequiredSpecFields", src: New(db, SQLite, Table{Name: "jobs"}).Queue(""),
 			want: []string{"Table.ID", "Table.LockedUntil", "Table.Payload"}},
 		{name: "NoDialect", src: New(db, nil, full).Queue("emails"), want: []string{"no dialect"}},
+		{name: "DurableZsetDelayIsRefused", src: New(db, SQLite, full).Queue("emails"),
+			opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "emails.delayed"})}, want: []string{"retry_after column"}},
 		{name: "BadOptions", src: New(db, SQLite, full).Queue("emails", Batch(0), Lease(0), Poll(0)),
 			want: []string{"Batch(0)", "Lease(0s)", "Poll(0s)"}},
 	}
