@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 )
@@ -246,11 +248,27 @@ func (c *claimer) touchInflight(ctx context.Context, t *streamTransport, every t
 		return
 	}
 	// Entries settled since the snapshot are not pending any more: only those still in
-	// flight here were taken by another consumer.
-	if taken := t.stillInflight(lost); len(taken) > 0 {
+	// flight here and now pending at another consumer were taken over (one still in
+	// flight but pending nowhere was acknowledged by us a moment before the touch, its
+	// settlement not yet recorded).
+	if taken := t.takenOver(tctx, t.stillInflight(lost)); len(taken) > 0 {
 		t.env.Logger.WarnContext(ctx, "settle: entries in flight here were claimed by another consumer (their idle time passed before a heartbeat); they may be handled twice",
 			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", taken))
 	}
+}
+
+// takenOver returns those of ids that are pending at another consumer of the group. An
+// id it cannot look up counts as taken over (the warning errs on the side of saying).
+func (t *streamTransport) takenOver(ctx context.Context, ids []string) []string {
+	var out []string
+	s := t.src
+	for _, id := range ids {
+		p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.key, Group: s.group, Start: id, End: id, Count: 1}).Result()
+		if err != nil || (len(p) == 1 && p[0].Consumer != t.consumer) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // inflightIDs returns the ids of the entries in flight here.
