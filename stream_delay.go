@@ -34,7 +34,7 @@ func (t *streamTransport) Park(ctx context.Context, d *source.Delivery, headers 
 			payload = nil
 		}
 		member := wire.DelayMember(d.ID, payload, headers)
-		if _, err = script.Park(ctx, t.src.rdb, dz.Key, t.src.key, t.src.group, t.consumer, d.ID, member, delay, dz.TTL, dz.now()); err != nil {
+		if _, err = script.Park(ctx, t.scripts, dz.Key, t.src.key, t.src.group, t.consumer, d.ID, member, delay, dz.TTL, dz.now()); err != nil {
 			err = fmt.Errorf("stream %q: park of %s in %q: %w", t.src.key, d.ID, dz.Key, err)
 		}
 	}
