@@ -2,6 +2,7 @@ package settle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -12,6 +13,10 @@ import (
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
+
+// errAttemptsSpent is the error a delivery settled without running its handler carries:
+// see spentByCrashes.
+var errAttemptsSpent = errors.New("settle: the attempts were spent by deliveries that never settled (the consumer crashed, hung or could not settle); the handler was not run again")
 
 // settleTimeout bounds one settlement write. Settlement writes do not depend on the
 // run context: an ack is not lost because shutdown began.
@@ -228,6 +233,17 @@ func nextBackoff(d time.Duration) time.Duration {
 
 // handle runs the handler on one delivery, decides and applies its settlement.
 func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *acker, delays *timerq.Queue) {
+	if spentByCrashes(d, m.policy, m.info.Caps) {
+		// The deliveries past the cap never settled: settle this one as the cap's failure,
+		// counting the attempts spent (the cap), without running the handler again.
+		spent := *d
+		spent.Attempt = m.policy.MaxAttempts
+		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
+		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
+		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
+		a.apply(ctx, m, &spent, o, s, acks, delays)
+		return
+	}
 	msg := &Message{
 		Attempt:    d.Attempt,
 		Headers:    d.Headers,
