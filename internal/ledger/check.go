@@ -1,0 +1,340 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Dead is one dead letter read from the dead-letter destination after the drain.
+type Dead struct {
+	// Attempt is the attempts spent, as the dead letter carries it (its retry-count
+	// header, or a table's attempt column).
+	Attempt int
+	// Delivery is the id of the delivery that was dead-lettered, when the dead letter
+	// says (settle.HeaderDeadID): it finds the message of a dead-letter settlement the
+	// engine made without running the handler.
+	Delivery string
+	// ID is the message's own id.
+	ID string
+}
+
+// Input is what Check judges.
+type Input struct {
+	// Dead is every dead letter found in the dead-letter destination after the drain.
+	Dead []Dead
+	// Events is the whole ledger, in file order (Read).
+	Events []Event
+	// MaxAttempts, when positive, is the mount's cap: every dead letter must carry it.
+	MaxAttempts int
+}
+
+// State is a message's final state.
+type State string
+
+// The final states.
+const (
+	StateAcked        State = "acked"
+	StateDropped      State = "dropped"
+	StateDeadLettered State = "dead_lettered"
+	// StateAckedUnconfirmed: the last handler run returned ack (or drop) in a process
+	// killed before it could record the settlement, and no delivery followed: the
+	// settlement applied (the caller checked that the transport is drained, so the
+	// message is not pending anywhere).
+	StateAckedUnconfirmed State = "acked_unconfirmed"
+)
+
+// Report is Check's verdict and its figures.
+type Report struct {
+	// Published counts the messages published.
+	Published int
+	// States counts messages by final state.
+	States map[State]int
+	// Runs counts handler runs; Settlements counts settlements reported.
+	Runs, Settlements int
+	// Starts and Kills count consumer processes started and killed with SIGKILL.
+	Starts, Kills int
+	// Duplicates counts handler runs that no settlement asked for: redeliveries after a
+	// run that never settled. ByCrash, ByFailedSettlement and ByExpiry count the
+	// explanations found for them: runs in flight when their process was killed, runs
+	// whose settlement failed to apply, and runs started while another run of the same
+	// message was in flight and went on to settle it (a lease or min-idle expiry).
+	Duplicates, ByCrash, ByFailedSettlement, ByExpiry int
+	// Problems lists every broken promise; empty when the ledger holds.
+	Problems []string
+	// Final is each published message's final state.
+	Final map[string]State
+}
+
+// OK reports whether the ledger holds.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+// String summarizes the figures.
+func (r Report) String() string {
+	var states []string
+	for _, s := range []State{StateAcked, StateAckedUnconfirmed, StateDropped, StateDeadLettered} {
+		states = append(states, fmt.Sprintf("%s %d", s, r.States[s]))
+	}
+	return fmt.Sprintf("published %d (%s); runs %d, settlements %d; processes %d, killed %d; duplicates %d (explanations: crash %d, failed settlement %d, expiry %d); problems %d",
+		r.Published, strings.Join(states, ", "), r.Runs, r.Settlements, r.Starts, r.Kills,
+		r.Duplicates, r.ByCrash, r.ByFailedSettlement, r.ByExpiry, len(r.Problems))
+}
+
+// run is one handler run with what followed it in its process.
+type run struct {
+	ev      Event
+	outcome *Event
+	settle  *Event
+}
+
+func (r *run) applied() bool { return r.settle != nil && r.settle.Err == "" }
+
+// completes reports whether an action ends the message's life in its source.
+func completes(action string) bool {
+	switch action {
+	case "ack", "drop", "reject", "lose", "dead_letter":
+		return true
+	}
+	return false
+}
+
+// Check judges a ledger after a full drain (the caller has checked that nothing is left
+// pending, delayed or leased in the transport). The rules, per published message:
+//
+//   - exactly one final state: one applied ack/drop settlement, or one dead letter in the
+//     destination (an applied dead-letter settlement must have one there), or, when the
+//     last run returned ack in a process killed before it recorded the settlement, that
+//     ack (StateAckedUnconfirmed); several only when explained by an expiry;
+//   - no run starts after an applied final settlement of the message;
+//   - every run ends in a settlement, unless its process was killed;
+//   - the duplicates (runs beyond the first and those the applied retries asked for) are
+//     at most the crashes, failed settlements and expiries that explain them;
+//   - every dead letter carries MaxAttempts.
+//
+// And overall: no message published twice, no run, settlement or dead letter of a
+// message never published.
+func Check(in Input) Report {
+	rep := Report{States: map[State]int{}, Final: map[string]State{}}
+	problem := func(format string, args ...any) {
+		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
+	}
+
+	published := map[string]int{}
+	killedAt := map[int]int{} // pid -> seq of its kill line
+	runs := map[string][]*run{}
+	type key struct {
+		pid      int
+		delivery string
+		attempt  int
+	}
+	open := map[key][]*run{} // runs of a delivery in a process, awaiting outcome/settlement
+	byDelivery := map[string]string{}
+	var orphanSettles []Event
+
+	for _, e := range in.Events {
+		switch e.Kind {
+		case KindPublish:
+			published[e.ID]++
+		case KindStart:
+			rep.Starts++
+		case KindKill:
+			rep.Kills++
+			killedAt[e.PID] = e.Seq
+		case KindRun:
+			rep.Runs++
+			r := &run{ev: e}
+			runs[e.ID] = append(runs[e.ID], r)
+			k := key{e.PID, e.Delivery, e.Attempt}
+			open[k] = append(open[k], r)
+			byDelivery[e.Delivery] = e.ID
+		case KindOutcome:
+			k := key{e.PID, e.Delivery, e.Attempt}
+			if rs := open[k]; len(rs) > 0 && rs[len(rs)-1].outcome == nil {
+				ev := e
+				rs[len(rs)-1].outcome = &ev
+			} else {
+				problem("outcome without a run: %+v", e)
+			}
+		case KindSettle:
+			rep.Settlements++
+			k := key{e.PID, e.Delivery, e.Attempt}
+			if rs := open[k]; len(rs) > 0 {
+				ev := e
+				rs[0].settle = &ev
+				open[k] = rs[1:]
+				if len(open[k]) == 0 {
+					delete(open, k)
+				}
+			} else {
+				orphanSettles = append(orphanSettles, e)
+			}
+		}
+	}
+	rep.Published = len(published)
+	for id, n := range published {
+		if n > 1 {
+			problem("message %s published %d times", id, n)
+		}
+	}
+
+	for _, d := range in.Dead {
+		if d.Delivery != "" {
+			byDelivery[d.Delivery] = d.ID
+		}
+	}
+	// A settlement without a run in its process: the engine settled a delivery without
+	// calling the handler (attempts already spent by crashed deliveries). Only a dead
+	// letter or a reject may come that way; find the message by its delivery id.
+	runless := map[string][]Event{}
+	for _, e := range orphanSettles {
+		id := e.ID
+		if id == "" {
+			id = byDelivery[e.Delivery]
+		}
+		switch {
+		case id == "":
+			problem("settlement of an unknown delivery: %+v", e)
+		case published[id] == 0:
+			problem("settlement of message %s, never published: %+v", id, e)
+		case e.Action != "dead_letter" && e.Action != "reject":
+			problem("message %s: settlement %s without a handler run: %+v", id, e.Action, e)
+		default:
+			runless[id] = append(runless[id], e)
+		}
+	}
+
+	dead := map[string][]Dead{}
+	for _, d := range in.Dead {
+		dead[d.ID] = append(dead[d.ID], d)
+		if published[d.ID] == 0 {
+			problem("dead letter of message %q, never published", d.ID)
+		}
+		if in.MaxAttempts > 0 && d.Attempt != in.MaxAttempts {
+			problem("message %s: dead letter carries attempt %d, want the cap %d", d.ID, d.Attempt, in.MaxAttempts)
+		}
+	}
+	for id := range runs {
+		if published[id] == 0 {
+			problem("message %q handled but never published", id)
+		}
+	}
+
+	ids := make([]string, 0, len(published))
+	for id := range published {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		rs := runs[id]
+		killed := func(r *run) bool {
+			at, ok := killedAt[r.ev.PID]
+			return ok && at > r.ev.Seq
+		}
+		var acked, dropped, deadApplied, asked, crashed, failed, expiry int
+		finalAt := -1 // seq of the first applied final settlement
+		for _, r := range rs {
+			switch {
+			case r.settle == nil && killed(r):
+				crashed++
+			case r.settle == nil:
+				problem("message %s: run %+v never settled, and its process was not killed", id, r.ev)
+			case r.settle.Err != "":
+				failed++
+			case r.settle.Action == "ack":
+				acked++
+			case r.settle.Action == "drop" || r.settle.Action == "reject" || r.settle.Action == "lose":
+				dropped++
+			case r.settle.Action == "dead_letter":
+				deadApplied++
+			default:
+				asked++ // a retry: copy, park, leave, put back
+			}
+			if r.applied() && completes(r.settle.Action) && (finalAt < 0 || r.settle.Seq < finalAt) {
+				finalAt = r.settle.Seq
+			}
+		}
+		for _, e := range runless[id] {
+			if e.Action == "dead_letter" {
+				deadApplied++
+			} else {
+				dropped++
+			}
+		}
+		// Expiry: a run started while an earlier run of the message was in flight and
+		// that earlier run then settled it for good.
+		for j, rj := range rs {
+			for _, ri := range rs[:j] {
+				if ri.applied() && completes(ri.settle.Action) && rj.ev.Seq < ri.settle.Seq {
+					expiry++
+					break
+				}
+			}
+		}
+		for _, r := range rs {
+			if finalAt >= 0 && r.ev.Seq > finalAt {
+				problem("message %s: delivered again after it was settled for good (run %+v)", id, r.ev)
+			}
+		}
+
+		nDead := len(dead[id])
+		if nDead > 1 {
+			problem("message %s: %d dead letters", id, nDead)
+		}
+		if deadApplied > 0 && nDead == 0 {
+			problem("message %s: dead-lettered (settlement applied) but not in the dead-letter destination: lost", id)
+		}
+		inferred := 0
+		if acked+dropped+nDead == 0 && len(rs) > 0 {
+			last := rs[len(rs)-1]
+			if last.settle == nil && killed(last) && last.outcome != nil && (last.outcome.Outcome == "ack" || last.outcome.Outcome == "drop") {
+				inferred = 1
+			}
+		}
+		switch states := acked + dropped + nDead + inferred; {
+		case states == 0:
+			var last string
+			if len(rs) > 0 {
+				l := rs[len(rs)-1]
+				last = fmt.Sprintf("; last run %+v, outcome %+v, settlement %+v", l.ev, l.outcome, l.settle)
+			}
+			problem("message %s lost: no final state (%d runs%s)", id, len(rs), last)
+			continue
+		case states > 1 && expiry == 0:
+			problem("message %s in %d final states (acked %d, dropped %d, dead letters %d) with no expiry to explain it", id, states, acked, dropped, nDead)
+		}
+		switch {
+		case nDead > 0:
+			rep.Final[id] = StateDeadLettered
+		case acked > 0:
+			rep.Final[id] = StateAcked
+		case dropped > 0:
+			rep.Final[id] = StateDropped
+		default:
+			rep.Final[id] = StateAckedUnconfirmed
+		}
+		rep.States[rep.Final[id]]++
+
+		dups := len(rs) - 1 - asked
+		if len(rs) == 0 {
+			dups = 0
+		}
+		if dups < 0 {
+			problem("message %s: %d runs for %d retries asked: a retry was never delivered", id, len(rs), asked)
+			continue
+		}
+		rep.Duplicates += dups
+		if dups > crashed+failed+expiry {
+			problem("message %s: %d duplicate runs, but only %d crashes, %d failed settlements and %d expiries explain them", id, dups, crashed, failed, expiry)
+		}
+		// Attribute each duplicate to one explanation, crashes first.
+		for _, n := range []struct {
+			have int
+			to   *int
+		}{{crashed, &rep.ByCrash}, {failed, &rep.ByFailedSettlement}, {expiry, &rep.ByExpiry}} {
+			take := min(dups, n.have)
+			*n.to += take
+			dups -= take
+		}
+	}
+	return rep
+}

@@ -1,0 +1,10 @@
+// Package soak holds settle's kill -9 soaks and poison-message tests: its tests start
+// consumer processes (the test binary itself, re-executed to run TestSoakWorker), kill
+// them with SIGKILL at seeded random moments, restart them until the transport is
+// drained, and judge the run with the ledger oracle (internal/ledger).
+//
+// The soaks need real servers: SETTLE_REDIS_URL (and SETTLE_POSTGRES_URL for the SQL
+// inbox); they skip with a message otherwise. SETTLE_SOAK=full runs 10,000 messages per
+// transport instead of 1,000; SETTLE_SOAK_SEED replays a run's kill schedule and
+// handler outcomes (every run logs its seed).
+package soak

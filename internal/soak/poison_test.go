@@ -1,0 +1,250 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/ledger"
+)
+
+// The poison messages: one panics its handler, one makes its consumer process exit
+// (os.Exit in the handler), one does not decode.
+const (
+	poisonPanic  = "poison-panic"
+	poisonExit   = "poison-exit"
+	poisonDecode = "poison-undecodable"
+)
+
+// poisonFlow is how many ordinary messages are published after the poison ones; they
+// must all be acked while the poison messages go round.
+const poisonFlow = 200
+
+// publishPoison publishes the poison messages (those of kinds), then poisonFlow
+// ordinary ones, recording each in the ledger.
+func publishPoison(t *testing.T, h *harness, s subject, kinds ...string) {
+	t.Helper()
+	ctx := context.Background()
+	payload := func(kind string) []byte {
+		b, err := settle.Msgpack.Marshal(poisonPayload{Kind: kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pub := func(id string, p []byte) {
+		if err := h.w.Publish(id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.publish(ctx, id, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range kinds {
+		switch k {
+		case poisonPanic:
+			pub(k, payload("panic"))
+		case poisonExit:
+			pub(k, payload("exit"))
+		case poisonDecode:
+			pub(k, []byte{0xc1}) // a byte msgpack never uses
+		}
+	}
+	for i := range poisonFlow {
+		pub(fmt.Sprintf("ok%03d", i), payload("ok"))
+	}
+}
+
+// checkAttempts checks the runs of a poison message dead-lettered at the cap: their
+// attempts rise (a delivery that died with its process, this message's doing or the
+// process-killing one's, spends one without a run) and never pass the cap. The dead
+// letter carrying the cap is the oracle's check.
+func checkAttempts(t *testing.T, id string, runs []ledger.Event, cap int) {
+	t.Helper()
+	if len(runs) == 0 {
+		t.Fatalf("%s: no handler run", id)
+	}
+	for i, r := range runs {
+		if r.Attempt < 1 || r.Attempt > cap || (i > 0 && r.Attempt <= runs[i-1].Attempt) {
+			t.Fatalf("%s: run attempts %v, want rising within 1..%d", id, attemptsOf(runs), cap)
+		}
+	}
+}
+
+func attemptsOf(runs []ledger.Event) []int {
+	out := make([]int, len(runs))
+	for i, r := range runs {
+		out[i] = r.Attempt
+	}
+	return out
+}
+
+// runsOf returns the handler runs of message id, in ledger order.
+func runsOf(evs []ledger.Event, id string) []ledger.Event {
+	var out []ledger.Event
+	for _, e := range evs {
+		if e.Kind == ledger.KindRun && e.ID == id {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestPoisonMessagesReachDeadLetterAtTheCap: a message that panics its handler, one that
+// makes its consumer process exit and one that does not decode each reach the dead
+// letter after exactly the cap's deliveries (5), the crash loop included, while the
+// ordinary messages published after them are all acked, some of them while the
+// process-killing one is still going round. Two worker processes; a worker that exits
+// is restarted. On a ClaimingStream Redis's delivery counter counts the crashed
+// deliveries; on a ReliableList the recovery of a dead consumer's processing list counts
+// the delivery it lost.
+func TestPoisonMessagesReachDeadLetterAtTheCap(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		transport string
+		idle      time.Duration
+	}{
+		{"ClaimingStream", transportClaiming, 500 * time.Millisecond},
+		{"ReliableList", transportReliable, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redisSubject(t, tc.transport)
+			s.cfg.Idle, s.cfg.Poison = tc.idle, true
+			h := newHarness(t, s.cfg, 1)
+			publishPoison(t, h, s, poisonPanic, poisonExit, poisonDecode)
+			start := time.Now()
+			h.start(0)
+			h.start(1)
+			h.supervise(plan{deadline: time.Minute}, func(ctx context.Context) (bool, error) {
+				return s.drained(ctx, h.consumers)
+			})
+			took := time.Since(start)
+			h.stopAll()
+
+			dead, err := s.dead(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := h.check(dead, s.cfg.Cap)
+			t.Logf("%s: drained in %s: %s; workers exited on the poison message %d times", tc.name, took.Round(time.Millisecond), rep, h.poisonExits)
+			if !rep.OK() {
+				t.Fatalf("the ledger does not hold:\n%s", firstProblems(rep, 30))
+			}
+			evs, err := ledger.Read(h.ledger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{poisonPanic, poisonExit, poisonDecode} {
+				if rep.Final[id] != ledger.StateDeadLettered {
+					t.Fatalf("%s ended %q, want %q", id, rep.Final[id], ledger.StateDeadLettered)
+				}
+				checkAttempts(t, id, runsOf(evs, id), s.cfg.Cap)
+			}
+			// Every run of the process-killing message exited its process: one exit per run,
+			// and the deliveries it crashed are the ones counted to the cap.
+			if n := len(runsOf(evs, poisonExit)); h.poisonExits != n || n > s.cfg.Cap {
+				t.Fatalf("workers exited %d times on the poison message over %d runs, want one exit per run and at most %d runs", h.poisonExits, n, s.cfg.Cap)
+			}
+			// Ordinary messages: every one in a final state (the ledger holds). Those read
+			// in one batch with the process-killing message die with it and are charged
+			// the same crashed deliveries; one charged to the cap is dead-lettered too.
+			acked, collateral := 0, 0
+			for id, st := range rep.Final {
+				if id[:2] != "ok" {
+					continue
+				}
+				switch st {
+				case ledger.StateAcked, ledger.StateAckedUnconfirmed:
+					acked++
+				case ledger.StateDeadLettered:
+					collateral++
+				default:
+					t.Fatalf("%s ended %q, want acked (or dead-lettered by crashes)", id, st)
+				}
+			}
+			t.Logf("%s: ordinary messages: %d acked, %d dead-lettered by the crashes they shared", tc.name, acked, collateral)
+			if acked < poisonFlow/2 {
+				t.Fatalf("%d of %d ordinary messages acked, want most", acked, poisonFlow)
+			}
+			exitRuns := runsOf(evs, poisonExit)
+			first, last := exitRuns[0].Seq, exitRuns[len(exitRuns)-1].Seq
+			during := 0
+			for _, e := range evs {
+				if e.Kind == ledger.KindSettle && e.Action == "ack" && e.Seq > first && e.Seq < last {
+					during++
+				}
+			}
+			if during == 0 {
+				t.Fatalf("no ordinary message was acked while the process-killing message went round (ledger lines %d to %d)", first, last)
+			}
+		})
+	}
+}
+
+// TestPoisonStreamReclaimCountsHandlerFailuresNotCrashes: on a Stream with Reclaim the
+// attempt is the retry-count header + 1, which only a settlement (a retry copy) moves.
+// A panicking and an undecodable message are dead-lettered after exactly the cap's
+// attempts (a run cut short by a crash is run again at the same attempt);
+// a message that kills its consumer is reclaimed by the next consumer at the same
+// attempt, so its crashes spend no attempt (use a ClaimingStream or a ReliableList when
+// a message may crash its consumer). The test stops after three such crashes and checks
+// that every run of that message saw attempt 1.
+func TestPoisonStreamReclaimCountsHandlerFailuresNotCrashes(t *testing.T) {
+	s := redisSubject(t, transportStream)
+	s.cfg.Idle, s.cfg.Poison = 500*time.Millisecond, true
+	h := newHarness(t, s.cfg, 1)
+	publishPoison(t, h, s, poisonPanic, poisonDecode, poisonExit)
+	h.start(0)
+	h.start(1)
+	var deadErr error
+	h.supervise(plan{deadline: time.Minute}, func(ctx context.Context) (bool, error) {
+		dead, err := s.dead(ctx)
+		if err != nil {
+			deadErr = err
+		}
+		return h.poisonExits >= 3 && len(dead) == 2, nil
+	})
+	h.stopAll()
+	if deadErr != nil {
+		t.Fatal(deadErr)
+	}
+	evs, err := ledger.Read(h.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := s.dead(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dead {
+		if d.ID != poisonPanic && d.ID != poisonDecode {
+			t.Fatalf("dead letter of %s, want only %s and %s", d.ID, poisonPanic, poisonDecode)
+		}
+		if d.Attempt != s.cfg.Cap {
+			t.Fatalf("%s dead-lettered at attempt %d, want %d", d.ID, d.Attempt, s.cfg.Cap)
+		}
+		// Every attempt 1..cap ran (a run in flight when a consumer died runs again at
+		// the same attempt: crashes spend none).
+		seen := map[int]bool{}
+		for _, r := range runsOf(evs, d.ID) {
+			seen[r.Attempt] = true
+		}
+		for a := 1; a <= s.cfg.Cap; a++ {
+			if !seen[a] || len(seen) != s.cfg.Cap {
+				t.Fatalf("%s: attempts run %v, want exactly 1..%d", d.ID, seen, s.cfg.Cap)
+			}
+		}
+	}
+	runs := runsOf(evs, poisonExit)
+	if len(runs) < 3 {
+		t.Fatalf("%s: %d runs, want at least 3 (one per crash)", poisonExit, len(runs))
+	}
+	for _, r := range runs {
+		if r.Attempt != 1 {
+			t.Fatalf("%s: a run at attempt %d, want 1 every time (a crash writes no retry copy): %+v", poisonExit, r.Attempt, runs)
+		}
+	}
+	t.Logf("stream with Reclaim: %s and %s dead-lettered after attempts 1..%d; %s ran %d times, at attempt 1 every time", poisonPanic, poisonDecode, s.cfg.Cap, poisonExit, len(runs))
+}
