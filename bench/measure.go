@@ -25,6 +25,7 @@ type sample struct {
 	cliCPU  time.Duration // this process's user+system CPU
 	mallocs uint64        // heap allocations in this process
 	late    []time.Duration
+	note    string // something the run saw that the figures do not show
 }
 
 func (s *sample) totalCmds() int64 {

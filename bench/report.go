@@ -90,6 +90,16 @@ func (rs results) printScenario(w io.Writer, sc scenario) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%.1f\t%.1f\t%s\t\n", r.system.name, f.rate, f.cmds, srv, f.cliCPU, f.allocs, late)
 	}
 	_ = tw.Flush()
+	for _, r := range rs {
+		if r.scenario.name != sc.name {
+			continue
+		}
+		for i, s := range r.samples {
+			if s.note != "" {
+				fmt.Fprintf(w, "  note: %s run %d: %s\n", r.system.name, i+1, s.note)
+			}
+		}
+	}
 	fmt.Fprintln(w)
 }
 
