@@ -117,6 +117,29 @@ func TestCheck(t *testing.T) {
 		wantProblem(t, b.check(0), "message a lost")
 	})
 
+	t.Run("RetryDeliveredToKilledProcessBeforeItsRun", func(t *testing.T) {
+		t.Parallel()
+		b := newBook(t)
+		must(t, b.as(1).Publish("a"))
+		b.handled(2, "a", 1, "1-1", "retry", "leave", nil)
+		must(t, b.as(1).Kill(3)) // process 3 held the retry and died before running it
+		must(t, b.as(4).Settle("", 2, "1-1", "dead_letter", nil))
+		rep := b.check(2, Dead{ID: "a", Attempt: 2, Delivery: "1-1"})
+		wantOK(t, rep)
+		if rep.UnranRetries != 1 {
+			t.Fatalf("got %d retries lost before their run, want 1", rep.UnranRetries)
+		}
+	})
+
+	t.Run("RetryNeverRunWithoutKillIsReported", func(t *testing.T) {
+		t.Parallel()
+		b := newBook(t)
+		must(t, b.as(1).Publish("a"))
+		b.handled(2, "a", 1, "1-1", "retry", "leave", nil)
+		must(t, b.as(4).Settle("", 2, "1-1", "dead_letter", nil))
+		wantProblem(t, b.check(2, Dead{ID: "a", Attempt: 2, Delivery: "1-1"}), "a retry was never delivered")
+	})
+
 	t.Run("NeverHandledIsLost", func(t *testing.T) {
 		t.Parallel()
 		b := newBook(t)

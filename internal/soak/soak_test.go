@@ -19,7 +19,7 @@ type profile struct {
 
 func soakProfile() profile {
 	if os.Getenv("SETTLE_SOAK") == "full" {
-		return profile{messages: 10000, plan: plan{deadline: 10 * time.Minute, maxKills: 60, minInterval: 300 * time.Millisecond, maxInterval: 2 * time.Second}}
+		return profile{messages: 10000, plan: plan{deadline: 10 * time.Minute, maxKills: 80, minInterval: 100 * time.Millisecond, maxInterval: 800 * time.Millisecond}}
 	}
 	return profile{messages: 1000, plan: plan{deadline: 2 * time.Minute, maxKills: 15, minInterval: 100 * time.Millisecond, maxInterval: 600 * time.Millisecond}}
 }

@@ -70,6 +70,9 @@ func TestSoakWorker(t *testing.T) {
 	if raw == "" {
 		t.Skip("helper process: runs only when started by the soak and poison tests")
 	}
+	// First of all: a SIGTERM from here on is a graceful stop.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
 	var cfg workerConfig
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		t.Fatal(err)
@@ -152,8 +155,6 @@ func TestSoakWorker(t *testing.T) {
 	}
 	app.Mount(src, h, opts...)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
 	if err := app.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
