@@ -16,13 +16,15 @@
 -- letter; or an error reply naming a key of the wrong type.
 --
 -- All or nothing: Redis does not roll back a script (nor a MULTI/EXEC) whose command
--- fails half-way, so the key types are checked before anything is written and the XADD
--- comes before the XACK: if the XADD fails, the script stops there, nothing is written
--- and the original stays pending.
-for i = 1, 2 do
-  local kind = redis.call('TYPE', KEYS[i])['ok']
+-- fails half-way, so every check comes before anything is written and the XADD comes
+-- before the XACK: if the XADD fails, the script stops there, nothing is written and the
+-- original stays pending. The XPENDING owner check also fails (WRONGTYPE) on a source
+-- that is not a stream, so only a separate destination needs its own TYPE check: a retry
+-- copy (destination = source) costs XPENDING, XADD, XACK.
+if KEYS[1] ~= KEYS[2] then
+  local kind = redis.call('TYPE', KEYS[1])['ok']
   if kind ~= 'stream' and kind ~= 'none' then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a stream')
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a stream')
   end
 end
 if #redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[4]) == 0 then
