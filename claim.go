@@ -73,6 +73,7 @@ var _ source.Leaver = (*claimTransport)(nil)
 func (t *claimTransport) Info() source.Info {
 	info := t.streamTransport.Info()
 	info.Caps.DeliveryCounter = true
+	info.Caps.CountsUnsettled = true
 	info.Caps.MinIdle = t.claim.idle
 	info.Caps.RetryWithoutCap = source.ActionLeave
 	return info

@@ -160,14 +160,16 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) source.Settl
 }
 
 // spentByCrashes reports whether a delivery arrives with its attempts already spent by
-// deliveries that never settled. Only a transport that counts deliveries itself (a
-// claiming stream) can show it: the entry was delivered before (its count is past the
-// retry-count header's share) and that previous delivery was already at or past the
-// cap, yet the entry comes again, so the consumer handling it crashed, hung, or could
-// not write its settlement. The handler is not run again (a message that kills its
-// consumer would otherwise come back forever): the engine settles the delivery as a
-// failure at the cap. An entry that arrives with a high retry count on its first
-// delivery (a dead letter replayed as it is) still runs.
+// deliveries that never settled. Only a transport whose attempt counts unsettled
+// deliveries (Caps.CountsUnsettled: a claiming stream's delivery counter, an inbox
+// claiming a row whose lease passed) can show it: the message was delivered before by
+// the transport (its attempt is past the retry-count header's share; a table has no
+// such header) and that previous delivery was already at or past the cap, yet the
+// message comes again, so the consumer handling it crashed, hung, or could not write its
+// settlement. The handler is not run again (a message that kills its consumer would
+// otherwise come back forever): the engine settles the delivery as a failure at the
+// cap. A stream entry that arrives with a high retry count on its first delivery (a
+// dead letter replayed as it is) still runs.
 func spentByCrashes(d *source.Delivery, p source.Policy, c source.Caps) bool {
-	return c.DeliveryCounter && p.MaxAttempts > 0 && d.Attempt > p.MaxAttempts && d.Attempt-d.RetryCount > 1
+	return c.CountsUnsettled && p.MaxAttempts > 0 && d.Attempt > p.MaxAttempts && d.Attempt-d.RetryCount > 1
 }

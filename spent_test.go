@@ -10,7 +10,10 @@ import (
 // delivery whose attempts were spent by deliveries that never settled.
 func TestSpentByCrashes(t *testing.T) {
 	t.Parallel()
-	counter := source.Caps{DeliveryCounter: true}
+	counter := source.Caps{CountsUnsettled: true, DeliveryCounter: true}
+	// An inbox: its attempt column counts a claim of a row whose lease passed; a table
+	// has no retry-count header (RetryCount 0).
+	table := source.Caps{CountsUnsettled: true, Parks: true, RetryWithoutCap: source.ActionPutBack}
 	capped := source.Policy{DeadLetter: "dlq", MaxAttempts: 5}
 	tests := []struct {
 		name string
@@ -25,6 +28,12 @@ func TestSpentByCrashes(t *testing.T) {
 		{"FirstDeliveryWithAHighRetryCountRuns", source.Delivery{Attempt: 6, RetryCount: 5}, capped, counter, false},
 		{"NoCapNeverSpent", source.Delivery{Attempt: 60}, source.Policy{}, counter, false},
 		{"CopyCountingTransportNeverSpent", source.Delivery{Attempt: 6, RetryCount: 5}, capped, source.Caps{RetryWithoutCap: source.ActionCopy}, false},
+		{"DeliveryCounterAloneNeverSpent", source.Delivery{Attempt: 6}, capped, source.Caps{DeliveryCounter: true}, false},
+		{"InboxRowAtTheCapRuns", source.Delivery{Attempt: 5}, capped, table, false},
+		{"InboxRowPastTheCapIsSpent", source.Delivery{Attempt: 6}, capped, table, true},
+		{"InboxRowFarPastTheCapIsSpent", source.Delivery{Attempt: 9}, capped, table, true},
+		{"InboxWithoutCapNeverSpent", source.Delivery{Attempt: 9}, source.Policy{}, table, false},
+		{"FirstDeliveryAtAttemptOneNeverSpent", source.Delivery{Attempt: 1}, source.Policy{DeadLetter: "dlq", MaxAttempts: 1}, table, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -33,9 +33,9 @@ type dialect interface {
 	// extend moves a held lease to now + lease and returns the new token, or ok false
 	// when the lease was taken over.
 	extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (newToken any, ok bool, err error)
-	// moveToTable moves the leased row into the dead-letter table in one transaction
-	// and reports whether the lease still held.
-	moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error)
+	// moveToTable moves the leased row into the dead-letter table, its attempt set to
+	// attempt, in one transaction and reports whether the lease still held.
+	moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error)
 	// skewArg is how the statements take the skew their "now" adds to the database's
 	// clock: zero in production, how far a test clock has moved under a test (see
 	// testSkew).
@@ -75,7 +75,8 @@ type claimedRow struct {
 type statements struct {
 	// ack deletes n leased rows; built per n (see ackN).
 	ackN func(n int) string
-	// claim leases due rows (one statement where the dialect allows it).
+	// claim leases due rows (one statement where the dialect allows it), adding one
+	// attempt to a row whose lease passed (see claimCount).
 	claim stmt
 	// claimLock, when set, serializes FIFO claims of one group (an advisory lock).
 	claimLock stmt
@@ -87,9 +88,10 @@ type statements struct {
 	claimUnlock stmt
 	// columns selects no row of a table, to read its column names.
 	columns func(table string) string
-	// deadGroup moves a leased row to the dead-letter group.
+	// deadGroup moves a leased row to the dead-letter group, its attempt set to :attempt.
 	deadGroup stmt
-	// deadInsert and deadDelete move a leased row into the dead-letter table.
+	// deadInsert and deadDelete move a leased row into the dead-letter table, its attempt
+	// set to :attempt.
 	deadInsert stmt
 	deadDelete stmt
 	// deadMove does both in one statement where the dialect can (Postgres).
@@ -220,17 +222,44 @@ func (t Table) quoted(q byte) quotedTable {
 	}
 }
 
+// claimCount is the assignment a claim puts before its new lease: one more attempt for a
+// row whose lease is set (a claimed row is due, so its lease has passed: the worker it
+// was leased to never settled it, as every settlement clears the lease or deletes the
+// row). A NULL attempt, read as 1, becomes 2. Empty for a table without an attempt
+// column. It comes first because MySQL
+// assigns left to right, each assignment seeing the ones before it.
+func (c quotedTable) claimCount() string {
+	if c.attempt == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s = CASE WHEN %s IS NULL THEN %s ELSE COALESCE(%s, 1) + 1 END, ", c.attempt, c.lease, c.attempt, c.attempt)
+}
+
+// setAttempt is the assignment a dead-letter move to a group adds: the attempt column
+// becomes the attempts the engine counted (the cap, for a row whose last claims
+// crashed). Empty for a table without an attempt column.
+func (c quotedTable) setAttempt(value string) string {
+	if c.attempt == "" {
+		return ""
+	}
+	return fmt.Sprintf(", %s = %s", c.attempt, value)
+}
+
 // rowColumns returns the columns a dead-letter move copies and the values it writes
-// for them (the lease cleared).
-func (c quotedTable) rowColumns() (cols, vals []string) {
+// for them: the lease cleared, the attempt the engine counted (attempt, an expression
+// of the dialect taking :attempt).
+func (c quotedTable) rowColumns(attempt string) (cols, vals []string) {
 	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload} {
 		if col == "" {
 			continue
 		}
 		cols = append(cols, col)
-		if col == c.lease {
+		switch col {
+		case c.lease:
 			vals = append(vals, "NULL")
-		} else {
+		case c.attempt:
+			vals = append(vals, attempt)
+		default:
 			vals = append(vals, col)
 		}
 	}

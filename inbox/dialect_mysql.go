@@ -11,10 +11,11 @@ import (
 
 // MySQL is the MySQL 8 and MariaDB 10.6+ dialect (go-sql-driver/mysql; add
 // parseTime=true to the DSN). A claim is one transaction: SELECT … FOR UPDATE SKIP
-// LOCKED, UPDATE the lease, read the rows back; FIFO claims also hold GET_LOCK on the
-// group. A dead-letter move to a table is two statements in one transaction. Time
-// columns are DATETIME(6); "now" is NOW(6), the database's clock in the session's time
-// zone (keep it the same for every session, e.g. time_zone='+00:00' in the DSN).
+// LOCKED, UPDATE the lease (adding one attempt to a row whose lease passed), read the
+// rows back; FIFO claims also hold GET_LOCK on the group. A dead-letter move to a table
+// is two statements in one transaction. Time columns are DATETIME(6); "now" is NOW(6),
+// the database's clock in the session's time zone (keep it the same for every session,
+// e.g. time_zone='+00:00' in the DSN).
 var MySQL Dialect = mysql{}
 
 type mysql struct{}
@@ -57,7 +58,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	s.claimSelect = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED`,
 		c.id, c.table, groupIs(""), due, order, limit), questionRepeated)
 	s.claimUpdate = func(n int) stmt {
-		return compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s IN (%s)`, c.table, c.lease, leaseUntil, c.id, list("id", n)), questionRepeated)
+		return compile(fmt.Sprintf(`UPDATE %s SET %s%s = %s WHERE %s IN (%s)`, c.table, c.claimCount(), c.lease, leaseUntil, c.id, list("id", n)), questionRepeated)
 	}
 	s.claimRead = func(n int) stmt {
 		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
@@ -87,7 +88,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 			c.table, c.lease, c.retryAfter, myNow, plusOne, fence), questionRepeated)
 	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL WHERE %s`, c.table, c.group, c.lease, fence), questionRepeated)
+		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), questionRepeated)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -95,7 +96,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), questionRepeated)
 	}
 	if q.deadTable != "" {
-		cols, vals := c.rowColumns()
+		cols, vals := c.rowColumns(":attempt")
 		s.deadInsert = compile(fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s`,
 			quoteWith(q.deadTable, '`'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionRepeated)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionRepeated)
@@ -178,8 +179,8 @@ func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, s
 	return next, true, tx.Commit()
 }
 
-func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error) {
-	return moveInTx(ctx, d, db, s, id, token)
+func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
+	return moveInTx(ctx, d, db, s, id, token, attempt)
 }
 
 func (mysql) skewArg(d time.Duration) any { return d.Microseconds() }

@@ -10,9 +10,9 @@ import (
 )
 
 // Postgres is the PostgreSQL dialect (pgx v5 through database/sql: pgx/v5/stdlib).
-// Claims are one UPDATE over a SELECT … FOR UPDATE SKIP LOCKED; FIFO claims also take a
-// transaction-scoped advisory lock on the group. Time columns are timestamptz; "now"
-// is now(), the database's clock.
+// Claims are one UPDATE over a SELECT … FOR UPDATE SKIP LOCKED (adding one attempt to a
+// row whose lease passed); FIFO claims also take a transaction-scoped advisory lock on
+// the group. Time columns are timestamptz; "now" is now(), the database's clock.
 var Postgres Dialect = postgres{}
 
 type postgres struct{}
@@ -53,8 +53,8 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	}
 	leaseUntil := pgNow + " + :lease::bigint * interval '1 microsecond'"
 	s.claim = compile(fmt.Sprintf(
-		`UPDATE %[1]s SET %[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
-		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload), dollarNumbered)
+		`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
+		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), dollarNumbered)
 	s.ackN = func(n int) string {
 		parts := make([]string, n)
 		for i := range parts {
@@ -77,7 +77,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 			c.table, c.lease, c.retryAfter, pgNow, plusOne, fence), dollarNumbered)
 	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL WHERE %s`, c.table, c.group, c.lease, fence), dollarNumbered)
+		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), dollarNumbered)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -85,7 +85,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), dollarNumbered)
 	}
 	if q.deadTable != "" {
-		cols, vals := c.rowColumns()
+		cols, vals := c.rowColumns(":attempt::bigint")
 		s.deadMove = compile(fmt.Sprintf(`WITH moved AS (DELETE FROM %s WHERE %s RETURNING %s) INSERT INTO %s (%s) SELECT %s FROM moved`,
 			c.table, fence, strings.Join(cols, ", "), quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", ")), dollarNumbered)
 	}
@@ -129,8 +129,8 @@ func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token
 	return next, err == nil, err
 }
 
-func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error) {
-	res, err := db.ExecContext(ctx, s.deadMove.text, s.deadMove.bind(map[string]any{"id": id, "token": token})...)
+func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
+	res, err := db.ExecContext(ctx, s.deadMove.text, s.deadMove.bind(map[string]any{"id": id, "token": token, "attempt": attempt})...)
 	return affectedOne(res, err)
 }
 

@@ -61,8 +61,8 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	}
 	leaseUntil := fmt.Sprintf("strftime(%s, %s, :lease)", sqliteFormat, sqliteNow)
 	s.claim = compile(fmt.Sprintf(
-		`UPDATE %[1]s SET %[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
-		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload), questionNumbered)
+		`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
+		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), questionNumbered)
 	s.ackN = func(n int) string {
 		parts := make([]string, n)
 		for i := range parts {
@@ -85,7 +85,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 			c.table, c.lease, c.retryAfter, sqliteFormat, sqliteNow, plusOne, fence), questionNumbered)
 	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL WHERE %s`, c.table, c.group, c.lease, fence), questionNumbered)
+		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), questionNumbered)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -93,7 +93,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), questionNumbered)
 	}
 	if q.deadTable != "" {
-		cols, vals := c.rowColumns()
+		cols, vals := c.rowColumns(":attempt")
 		s.deadInsert = compile(fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s`,
 			quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionNumbered)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionNumbered)
@@ -165,8 +165,8 @@ func (sqlite) extend(ctx context.Context, db *sql.DB, s *statements, id, token, 
 	return next, err == nil, err
 }
 
-func (d sqlite) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any) (bool, error) {
-	return moveInTx(ctx, d, db, s, id, token)
+func (d sqlite) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
+	return moveInTx(ctx, d, db, s, id, token, attempt)
 }
 
 func (sqlite) skewArg(d time.Duration) any { return sqliteModifier(d) }

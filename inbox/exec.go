@@ -74,10 +74,11 @@ func affectedOne(res sql.Result, err error) (bool, error) {
 	return n == 1, nil
 }
 
-// moveInTx moves a leased row into the dead-letter table with two statements in one
-// transaction (SQLite, MySQL/MariaDB); a lease taken over changes nothing.
-func moveInTx(ctx context.Context, d dialect, db *sql.DB, s *statements, id, token any) (bool, error) {
-	vals := map[string]any{"id": id, "token": token}
+// moveInTx moves a leased row into the dead-letter table, its attempt set to attempt,
+// with two statements in one transaction (SQLite, MySQL/MariaDB); a lease taken over
+// changes nothing.
+func moveInTx(ctx context.Context, d dialect, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
+	vals := map[string]any{"id": id, "token": token, "attempt": attempt}
 	tx, err := d.begin(ctx, db)
 	if err != nil {
 		return false, err

@@ -15,6 +15,18 @@
 // Every settlement is fenced by the lease the claim wrote: a worker whose lease was
 // taken over changes nothing, and its settlement reports [ErrLeaseLost].
 //
+// # Crashes
+//
+// Every settlement clears the lease or deletes the row, so a row claimed while its
+// lease is set (and passed) was delivered to a worker that never settled it: it
+// crashed, hung past its lease, or could not write its settlement. Such a claim adds
+// one attempt in the same statement, so a delivery that crashed its worker counts
+// toward the cap like a Retry. A row that arrives past the cap (its delivery at the
+// cap never settled) is dead-lettered at the cap without running the handler again,
+// with attempt = the cap: a row that kills every worker reaches the dead letter after
+// exactly the cap's deliveries instead of coming back forever. (A row already past a
+// cap lowered since is dead-lettered the same way on its next claim.)
+//
 // # Time
 //
 // "Now" is the database's clock (now(), NOW(6), SQLite's strftime): no host clock

@@ -28,6 +28,9 @@ func TestSettlementAfterLeaseTakenOverChangesNothing(t *testing.T) {
 		if err != nil || len(second) != 1 {
 			t.Fatalf("second claim: got %d rows, %v", len(second), err)
 		}
+		if second[0].Attempt != 2 {
+			t.Fatalf("B's claim at attempt %d, want 2 (A's delivery never settled and counts)", second[0].Attempt)
+		}
 		for name, settle := range map[string]func() error{
 			"Ack":     func() error { return a.Ack(ctx, first) },
 			"PutBack": func() error { return a.PutBack(ctx, first[0]) },
@@ -38,8 +41,8 @@ func TestSettlementAfterLeaseTakenOverChangesNothing(t *testing.T) {
 			}
 		}
 		rows := readRows(t, b, x.db, x.tb)
-		if len(rows) != 1 || rows[0].attempt != 1 || !rows[0].leased {
-			t.Fatalf("got rows %+v, want the row unchanged and leased to B", rows)
+		if len(rows) != 1 || rows[0].attempt != 2 || !rows[0].leased {
+			t.Fatalf("got rows %+v, want the row as B claimed it (attempt 2, leased)", rows)
 		}
 		if err := bq.Ack(ctx, second); err != nil {
 			t.Fatalf("ack by the lease holder: %v", err)

@@ -56,8 +56,9 @@ func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
 
 // Lease sets how long a claimed row stays hidden from other workers. While a handler
 // runs its lease is extended every third of it, so only a worker that stopped
-// (crashed, cut off from the database) lets its rows come back. Defaults to
-// DefaultLease.
+// (crashed, cut off from the database) lets its rows come back; such a row comes back
+// with one more attempt (the delivery that never settled counts toward the cap).
+// Defaults to DefaultLease.
 func Lease(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.lease = d }) }
 
 // Poll sets how often an idle queue looks for due rows. Defaults to DefaultPoll.
@@ -158,7 +159,6 @@ type transport struct {
 
 // held is a row leased to this worker, until settled.
 type held struct {
-	attempt int
 	id      any
 	payload []byte
 
@@ -175,6 +175,8 @@ func (t *transport) Info() source.Info {
 	}
 	if t.q.ib != nil {
 		info.Key = t.q.ib.table.Name
+		// A claim of a row whose lease passed adds one attempt (see claimCount).
+		info.Caps.CountsUnsettled = t.q.ib.table.Attempt != ""
 	}
 	return info
 }
@@ -361,18 +363,19 @@ func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, err
 	return ds, nil
 }
 
-// delivery turns a claimed row of table into a delivery whose Raw is the row's *held.
+// delivery turns a claimed row of table into a delivery whose Raw is the row's *held. A
+// table has no retry-count header: RetryCount is 0, and the attempt column counts every
+// delivery of the row (one whose worker never settled it included).
 func (r claimedRow) delivery(table string) *source.Delivery {
-	h := &held{attempt: int(r.attempt), id: r.id, payload: r.payload, token: r.token}
+	h := &held{id: r.id, payload: r.payload, token: r.token}
 	return &source.Delivery{
-		Attempt:    h.attempt,
+		Attempt:    int(r.attempt),
 		HasPayload: true,
 		Headers:    map[string]string{},
 		ID:         idString(r.id),
 		Key:        table,
 		Payload:    r.payload,
 		Raw:        h,
-		RetryCount: h.attempt - 1,
 	}
 }
 
@@ -557,19 +560,22 @@ func (t *transport) Park(ctx context.Context, d *source.Delivery, _ map[string]s
 	})
 }
 
-// DeadLetter moves the row at the cap: to the dead-letter group (payload and attempt
-// kept, lease cleared), or into the dead-letter table in one transaction, or through
-// the user's OnDeadLetter hook.
+// DeadLetter moves the row at the cap: to the dead-letter group (payload kept, lease
+// cleared), or into the dead-letter table in one transaction, or through the user's
+// OnDeadLetter hook. The dead row's attempt is d.Attempt, the attempts the engine
+// counted: the cap, also for a row whose last claim counted one more attempt because
+// the delivery at the cap crashed its worker (the engine dead-letters such a row without
+// running its handler).
 func (t *transport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
 	db := t.q.ib.db
 	switch {
 	case t.q.cfg.deadLetter != nil:
 		return t.fenced(ctx, d, "dead letter (hook)", func(h *held) (bool, error) {
-			return t.deadLetterHook(ctx, h, dest, headers[settle.HeaderDeadError])
+			return t.deadLetterHook(ctx, h, d.Attempt, dest, headers[settle.HeaderDeadError])
 		})
 	case t.q.ib.table.Group != "":
 		err := t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
-			args := t.s.deadGroup.bind(map[string]any{"id": h.id, "token": h.token, "dest": dest})
+			args := t.s.deadGroup.bind(map[string]any{"id": h.id, "token": h.token, "dest": dest, "attempt": int64(d.Attempt)})
 			return affectedOne(db.ExecContext(ctx, t.s.deadGroup.text, args...))
 		})
 		if err == nil {
@@ -578,13 +584,14 @@ func (t *transport) DeadLetter(ctx context.Context, d *source.Delivery, dest str
 		return err
 	default:
 		return t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
-			return t.d.moveToTable(ctx, db, t.s, h.id, h.token)
+			return t.d.moveToTable(ctx, db, t.s, h.id, h.token, int64(d.Attempt))
 		})
 	}
 }
 
-// deadLetterHook runs the user's move in a transaction holding the leased row.
-func (t *transport) deadLetterHook(ctx context.Context, h *held, dest, lastErr string) (bool, error) {
+// deadLetterHook runs the user's move in a transaction holding the leased row; attempt
+// is the attempts the engine counted.
+func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, dest, lastErr string) (bool, error) {
 	tx, err := t.d.begin(ctx, t.q.ib.db)
 	if err != nil {
 		return false, err
@@ -594,7 +601,7 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, dest, lastErr s
 	if err != nil || len(ids) == 0 {
 		return false, err
 	}
-	row := DeadRow{Attempt: h.attempt, Dest: dest, Err: lastErr, Group: t.q.group, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
+	row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
 	if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
 		return false, fmt.Errorf("OnDeadLetter hook: %w", err)
 	}

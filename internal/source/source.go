@@ -63,6 +63,13 @@ type Caps struct {
 	// DeliveryCounter: the transport counts deliveries itself (a claiming stream's
 	// delivery counter); a retry leaves the message in place and never copies it.
 	DeliveryCounter bool
+	// CountsUnsettled: the transport's attempt counts deliveries that never settled too
+	// (a claiming stream's delivery counter; an inbox's claim of a row whose lease passed
+	// adds one attempt), so a delivery can arrive with its attempts already spent by
+	// consumers that crashed, hung or could not write their settlement. The engine then
+	// dead-letters it at the cap without running the handler (see settle's
+	// spentByCrashes).
+	CountsUnsettled bool
 	// MinIdle is how long a left-in-place message waits before it comes back (claiming).
 	MinIdle time.Duration
 	// Parks: the transport keeps RetryAfter delays itself, durably (it implements
