@@ -217,13 +217,22 @@ func (t *streamTransport) read(ctx context.Context, id string, max int, wait tim
 
 func (t *streamTransport) xread(ctx context.Context, id string, max int, wait time.Duration) ([]redis.XMessage, error) {
 	s := t.src
-	res, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+	args := &redis.XReadGroupArgs{
 		Block:    wait,
 		Consumer: t.consumer,
 		Count:    int64(max),
 		Group:    s.group,
 		Streams:  []string{s.key, id},
-	}).Result()
+	}
+	var cmd *redis.XStreamSliceCmd
+	if id == ">" {
+		// Not retried on a new connection: a lost reply must fail the read, so that the
+		// entries it delivered are re-read from the pending list (see xreadOnce).
+		cmd = xreadGroupOnce(ctx, s.rdb, args)
+	} else {
+		cmd = s.rdb.XReadGroup(ctx, args) // a re-read of own pending entries is safe to retry
+	}
+	res, err := cmd.Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

@@ -1,0 +1,13 @@
+package faults_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a goroutine outlives the tests: the proxy's, or one an
+// App started and did not wait for before its Run returned.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

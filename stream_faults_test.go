@@ -1,0 +1,113 @@
+package settle_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/faults"
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/sourcetest"
+)
+
+// newEntriesRead matches an XREADGROUP of new entries (id ">"), not a re-read of own
+// pending entries.
+func newEntriesRead(req []byte) bool {
+	return bytes.Contains(bytes.ToLower(req), []byte("xreadgroup")) && bytes.Contains(req, []byte("\r\n$1\r\n>\r\n"))
+}
+
+// entriesReply matches a reply that carries entries (not a nil or empty reply).
+func entriesReply(reply []byte) bool {
+	return !bytes.HasPrefix(reply, []byte("_")) && !bytes.HasPrefix(reply, []byte("*-1")) && !bytes.HasPrefix(reply, []byte("*0"))
+}
+
+// TestStreamRereadsEntriesWhoseReadReplyWasLost: Redis delivered a batch to the
+// consumer (XREADGROUP >), but the connection died before the reply reached it. The
+// entries are pending at the consumer, unseen; the consumer must re-read its own
+// pending entries and handle each once, whether the read fails with a reset (the error
+// reaches the transport) or with an EOF (which go-redis would retry on a new
+// connection: the retried read sees only newer entries).
+func TestStreamRereadsEntriesWhoseReadReplyWasLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		teardown faults.Teardown
+	}{{"Reset", faults.Reset}, {"Close", faults.Close}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := redistest.New(t)
+			ctx := context.Background()
+			proxy := faults.Start(t, r.Client.Options().Addr)
+			o := r.Client.Options()
+			client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: o.DB})
+			t.Cleanup(func() { _ = client.Close() })
+
+			in := r.Key("in")
+			pub := settle.NewPublisher(r.Client)
+			var ids []string
+			for i := range 3 {
+				id, err := pub.Publish(ctx, in, i, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			rule := &faults.Rule{Request: newEntriesRead, Reply: entriesReply, Teardown: tc.teardown}
+			proxy.CutReply(rule)
+
+			var mu sync.Mutex
+			runs := map[string][]int{} // entry id -> attempts run
+			rec := sourcetest.NewRecorder()
+			app, err := settle.New(settle.Config{OnSettled: rec.OnSettled, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			app.Mount(settle.Stream(client, in, "g", settle.Consumer("c1"), settle.Block(testBlock)),
+				settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+					mu.Lock()
+					runs[m.ID] = append(runs[m.ID], m.Attempt)
+					mu.Unlock()
+					return nil
+				}))
+			stop := start(t, app)
+
+			select {
+			case <-rule.Done():
+			case <-time.After(waitBound):
+				t.Fatal("no read of new entries had its reply cut")
+			}
+			evs := finals(t, rec, 3)
+			if err := stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			got := finalIDs(evs)
+			slices.Sort(got)
+			if !slices.Equal(got, ids) {
+				t.Fatalf("settled %v, want %v", got, ids)
+			}
+			for _, e := range evs {
+				if e.Action != settle.ActionAck || e.Err != nil {
+					t.Fatalf("settlement %+v, want an applied ack", e)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				if !slices.Equal(runs[id], []int{1}) {
+					t.Fatalf("entry %s ran at attempts %v, want once at attempt 1", id, runs[id])
+				}
+			}
+			p, err := r.Client.XPending(ctx, in, "g").Result()
+			if err != nil || p.Count != 0 {
+				t.Fatalf("pending after the drain: %+v, %v; want none", p, err)
+			}
+		})
+	}
+}
