@@ -2,7 +2,9 @@ package soak
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,8 +29,8 @@ const poisonFlow = 200
 func publishPoison(t *testing.T, h *harness, s subject, kinds ...string) {
 	t.Helper()
 	ctx := context.Background()
-	payload := func(kind string) []byte {
-		b, err := settle.Msgpack.Marshal(poisonPayload{Kind: kind})
+	payload := func(kind, id string) []byte {
+		b, err := settle.Msgpack.Marshal(poisonPayload{ID: id, Kind: kind})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,15 +47,16 @@ func publishPoison(t *testing.T, h *harness, s subject, kinds ...string) {
 	for _, k := range kinds {
 		switch k {
 		case poisonPanic:
-			pub(k, payload("panic"))
+			pub(k, payload("panic", k))
 		case poisonExit:
-			pub(k, payload("exit"))
+			pub(k, payload("exit", k))
 		case poisonDecode:
-			pub(k, []byte{0xc1}) // a byte msgpack never uses
+			pub(k, append([]byte{undecodableByte}, k...))
 		}
 	}
 	for i := range poisonFlow {
-		pub(fmt.Sprintf("ok%03d", i), payload("ok"))
+		id := fmt.Sprintf("ok%03d", i)
+		pub(id, payload("ok", id))
 	}
 }
 
@@ -99,18 +102,20 @@ func runsOf(evs []ledger.Event, id string) []ledger.Event {
 // process-killing one is still going round. Two worker processes; a worker that exits
 // is restarted. On a ClaimingStream Redis's delivery counter counts the crashed
 // deliveries; on a ReliableList the recovery of a dead consumer's processing list counts
-// the delivery it lost.
+// the delivery it lost; on the SQL inbox (PostgreSQL) the claim of a row whose lease
+// passed counts it.
 func TestPoisonMessagesReachDeadLetterAtTheCap(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		transport string
-		idle      time.Duration
+		name    string
+		subject func(t *testing.T) subject
+		idle    time.Duration
 	}{
-		{"ClaimingStream", transportClaiming, 500 * time.Millisecond},
-		{"ReliableList", transportReliable, 500 * time.Millisecond},
+		{"ClaimingStream", func(t *testing.T) subject { return redisSubject(t, transportClaiming) }, 500 * time.Millisecond},
+		{"ReliableList", func(t *testing.T) subject { return redisSubject(t, transportReliable) }, 500 * time.Millisecond},
+		{"InboxPostgres", poisonInboxSubject, 500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := redisSubject(t, tc.transport)
+			s := tc.subject(t)
 			s.cfg.Idle, s.cfg.Poison = tc.idle, true
 			h := newHarness(t, s.cfg, 1)
 			publishPoison(t, h, s, poisonPanic, poisonExit, poisonDecode)
@@ -247,4 +252,37 @@ func TestPoisonStreamReclaimCountsHandlerFailuresNotCrashes(t *testing.T) {
 		}
 	}
 	t.Logf("stream with Reclaim: %s and %s dead-lettered after attempts 1..%d; %s ran %d times, at attempt 1 every time", poisonPanic, poisonDecode, s.cfg.Cap, poisonExit, len(runs))
+}
+
+// poisonInboxSubject is inboxSubject whose dead rows are named by the id their payload
+// carries (a poison test's payloads are not the bare id) and by their row id, the
+// delivery: a row claimed with the process-killing one may die with it every time
+// without its handler ever running, so only its row id finds it in the ledger.
+func poisonInboxSubject(t *testing.T) subject {
+	s := inboxSubject(t)
+	db, err := sql.Open("pgx", s.cfg.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	s.dead = func(ctx context.Context) ([]ledger.Dead, error) {
+		rows, err := db.QueryContext(ctx, `SELECT id, payload, attempt FROM `+s.cfg.Key+` WHERE grp = $1`, s.cfg.DeadLetter)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []ledger.Dead
+		for rows.Next() {
+			var id int64
+			var payload []byte
+			var d ledger.Dead
+			if err := rows.Scan(&id, &payload, &d.Attempt); err != nil {
+				return nil, err
+			}
+			d.ID, d.Delivery = payloadID(payload), strconv.FormatInt(id, 10)
+			out = append(out, d)
+		}
+		return out, rows.Err()
+	}
+	return s
 }

@@ -168,13 +168,33 @@ func settleKey(delivery string, attempt int) string {
 	return delivery + "/" + strconv.Itoa(attempt)
 }
 
-// messageID is a message's own id: its header, or else its payload.
+// messageID is a message's own id: its header, or else the one its payload carries.
 func messageID(m *settle.Message) string {
 	if id, ok := m.Headers[headerID]; ok {
 		return id
 	}
-	return string(m.Payload)
+	return payloadID(m.Payload)
 }
+
+// payloadID is the id a payload carries, for a transport without headers (the inbox):
+// a poison test's payload carries it in poisonPayload.ID, an undecodable one after its
+// leading undecodableByte; a soak's payload is the id itself.
+func payloadID(payload []byte) string {
+	if len(payload) > 0 && payload[0] == undecodableByte {
+		return string(payload[1:])
+	}
+	var p poisonPayload
+	if len(payload) > 0 && payload[0]&0xf0 == 0x80 { // a msgpack map
+		if err := settle.Msgpack.Unmarshal(payload, &p); err == nil && p.ID != "" {
+			return p.ID
+		}
+	}
+	return string(payload)
+}
+
+// undecodableByte is a byte msgpack never uses: a payload starting with it does not
+// decode.
+const undecodableByte = 0xc1
 
 // record is the middleware writing each run and its outcome to the ledger (a panic is
 // recorded, then goes on to the engine).
@@ -240,6 +260,7 @@ func unit(seed int64, id string, n int) float64 {
 
 // poisonPayload is the payload of the poison tests' messages.
 type poisonPayload struct {
+	ID   string // the message's id (the inbox has no headers to carry it)
 	Kind string // "panic", "exit" or "ok"
 }
 
