@@ -157,13 +157,14 @@ func validateListDelay(kind string, rdb redis.UniversalClient, key string, p sou
 // bounded by a due delay) goes as a decimal timeout (Redis 6 and later take one), and a
 // longer wait is cut to whole seconds (the next read sweeps and blocks for the rest). A
 // sub-second read is bounded by the client's ReadTimeout, which must exceed it (the
-// default, 3s, does). It returns redis.Nil when nothing came.
+// default, 3s, does). It returns redis.Nil when nothing came. A BLMOVE is never
+// retried on a new connection (see blmoveOnce).
 func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
+	if dest != "" {
+		return blmoveOnce(ctx, rdb, key, dest, wait)
+	}
 	if wait >= time.Second {
 		wait = wait.Truncate(time.Second)
-		if dest != "" {
-			return rdb.BLMove(ctx, key, dest, "LEFT", "RIGHT", wait).Result()
-		}
 		kv, err := rdb.BLPop(ctx, wait, key).Result()
 		if err != nil {
 			return "", err
@@ -171,9 +172,6 @@ func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest strin
 		return kv[1], nil
 	}
 	timeout := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
-	if dest != "" {
-		return rdb.Do(ctx, "BLMOVE", key, dest, "LEFT", "RIGHT", timeout).Text()
-	}
 	kv, err := rdb.Do(ctx, "BLPOP", key, timeout).StringSlice()
 	if err != nil {
 		return "", err

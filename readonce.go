@@ -2,6 +2,8 @@ package settle
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,4 +26,36 @@ func xreadGroupOnce(ctx context.Context, rdb redis.UniversalClient, a *redis.XRe
 	cmd := rdb.Pipeline().XReadGroup(ctx, a)
 	_ = rdb.Process(ctx, xreadOnce{cmd})
 	return cmd
+}
+
+// stringOnce is a list move (LMOVE, BLMOVE) that go-redis must not send twice: if Redis
+// moved the item and the reply was lost, a retry would move another one and the first
+// would sit in the processing list unseen. With NoRetry the failure reaches the
+// transport, which then re-reads its processing list.
+type stringOnce struct{ *redis.StringCmd }
+
+// NoRetry keeps go-redis from running the move again after a connection failure.
+func (stringOnce) NoRetry() bool { return true }
+
+// lmoveOnce queues an LMOVE of the head of key to the tail of dest on p, not retried.
+func lmoveOnce(ctx context.Context, p redis.Pipeliner, key, dest string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, "lmove", key, dest, "left", "right")
+	_ = p.Process(ctx, stringOnce{cmd})
+	return cmd
+}
+
+// blmoveOnce runs a BLMOVE of the head of key to the tail of dest, blocking up to wait
+// (sub-second waits as a decimal timeout), not retried.
+func blmoveOnce(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
+	var cmd *redis.StringCmd
+	if wait >= time.Second {
+		// Built on a pipeline that is never run, for its blocking read timeout (see
+		// xreadGroupOnce).
+		cmd = rdb.Pipeline().BLMove(ctx, key, dest, "LEFT", "RIGHT", wait.Truncate(time.Second))
+	} else {
+		timeout := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
+		cmd = redis.NewStringCmd(ctx, "blmove", key, dest, "left", "right", timeout)
+	}
+	_ = rdb.Process(ctx, stringOnce{cmd})
+	return cmd.Result()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,6 +116,7 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 		consumers:  keys.ListConsumers(s.key),
 		env:        env,
 		heartbeat:  keys.ListHeartbeat(s.key, consumer),
+		inflight:   map[string]int{},
 		processing: keys.ListProcessing(s.key, consumer),
 		reader:     envelopeReader{logger: env.Logger, mount: env.Mount},
 		src:        s,
@@ -143,6 +145,13 @@ type reliableTransport struct {
 	seq        atomic.Uint64
 	src        *ReliableListSource
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
+
+	mu       sync.Mutex
+	inflight map[string]int // items handed out and not settled yet, by value
+	rescan   bool           // re-read the processing list before moving new items
+	// settledDuring counts the items settled while a re-read of the processing list is
+	// in flight (nil otherwise): the re-read may have seen them before they left.
+	settledDuring map[string]int
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -355,7 +364,19 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 			return nil, err
 		}
 	}
+	t.mu.Lock()
+	rescan := t.rescan
+	t.mu.Unlock()
+	if rescan {
+		vals, err := t.readOwnProcessing(ctx, max)
+		if err != nil || len(vals) > 0 {
+			return t.deliveries(ctx, vals), err
+		}
+	}
 	vals, err := t.moveMany(ctx, max)
+	if err != nil {
+		t.markRescan()
+	}
 	if err != nil || len(vals) > 0 {
 		return t.deliveries(ctx, vals), err
 	}
@@ -365,6 +386,7 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 		return nil, nil
 	}
 	if err != nil {
+		t.markRescan()
 		return nil, fmt.Errorf("reliable list %q: blmove: %w", t.src.key, err)
 	}
 	vals = []string{v}
@@ -372,6 +394,7 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 		more, err := t.moveMany(ctx, max-1)
 		vals = append(vals, more...)
 		if err != nil {
+			t.markRescan()
 			t.env.Logger.WarnContext(ctx, "settle: reliable list: lmove after blmove failed",
 				slog.String(attrMount, t.env.Mount), slog.Any(attrError, err))
 		}
@@ -379,18 +402,20 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 	return t.deliveries(ctx, vals), nil
 }
 
-// moveMany moves up to n items to the processing list, one LMOVE each in one pipeline.
+// moveMany moves up to n items to the processing list, one LMOVE each in one pipeline
+// (not retried on a new connection: see stringOnce).
 func (t *reliableTransport) moveMany(ctx context.Context, n int) ([]string, error) {
 	s := t.src
-	cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds := make([]*redis.StringCmd, 0, n)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for range n {
-			p.LMove(ctx, s.key, t.processing, "LEFT", "RIGHT")
+			cmds = append(cmds, lmoveOnce(ctx, p, s.key, t.processing))
 		}
 		return nil
 	})
 	var vals []string
 	for _, c := range cmds {
-		if v, err := c.(*redis.StringCmd).Result(); err == nil {
+		if v, err := c.Result(); err == nil {
 			vals = append(vals, v)
 		}
 	}
@@ -400,7 +425,80 @@ func (t *reliableTransport) moveMany(ctx context.Context, n int) ([]string, erro
 	return vals, nil
 }
 
+// readOwnProcessing returns up to max items of the consumer's processing list that are
+// not in flight here: items moved here whose move's reply was lost, and items whose
+// settlement failed. It re-reads again next time while it leaves some behind.
+func (t *reliableTransport) readOwnProcessing(ctx context.Context, max int) ([]string, error) {
+	t.mu.Lock()
+	t.rescan = false
+	t.settledDuring = map[string]int{}
+	t.mu.Unlock()
+	vals, err := t.src.rdb.LRange(ctx, t.processing, 0, -1).Result()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	settled := t.settledDuring
+	t.settledDuring = nil
+	if err != nil {
+		t.rescan = true
+		return nil, fmt.Errorf("reliable list %q: read processing list: %w", t.src.key, err)
+	}
+	seen := map[string]int{}
+	var out []string
+	for _, v := range vals {
+		seen[v]++
+		if seen[v] <= t.inflight[v] {
+			continue
+		}
+		if seen[v] <= t.inflight[v]+settled[v] {
+			// Settled since the read, or before it: look again next time to tell.
+			t.rescan = true
+			continue
+		}
+		if len(out) == max {
+			t.rescan = true
+			break
+		}
+		out = append(out, v)
+	}
+	if len(out) > 0 {
+		t.env.Logger.WarnContext(ctx, "settle: reliable list: items in the processing list were not in flight (a move's reply or a settlement was lost); delivering them again",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Int("count", len(out)))
+	}
+	return out, nil
+}
+
+// markRescan asks for a re-read of the processing list before the next move.
+func (t *reliableTransport) markRescan() {
+	t.mu.Lock()
+	t.rescan = true
+	t.mu.Unlock()
+}
+
+// settled forgets settled deliveries; a failure that may have left an item in the
+// processing list asks for a re-read of it.
+func (t *reliableTransport) settled(err error, ds ...*source.Delivery) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, d := range ds {
+		v := d.Raw.(string)
+		if t.inflight[v]--; t.inflight[v] <= 0 {
+			delete(t.inflight, v)
+		}
+		if err == nil && t.settledDuring != nil {
+			t.settledDuring[v]++
+		}
+	}
+	if err != nil && !errors.Is(err, errItemGone) {
+		t.rescan = true
+	}
+}
+
 func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*source.Delivery {
+	t.mu.Lock()
+	for _, v := range vals {
+		t.inflight[v]++
+	}
+	t.mu.Unlock()
 	ds := make([]*source.Delivery, len(vals))
 	for i, v := range vals {
 		payload, headers, ok, rc := t.reader.read(ctx, t.src.key, []byte(v))
@@ -440,6 +538,7 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 		}
 		return nil
 	})
+	t.settled(err, ds...)
 	if err != nil {
 		return fmt.Errorf("reliable list %q: lrem: %w", t.src.key, err)
 	}
@@ -456,11 +555,12 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 func (t *reliableTransport) move(ctx context.Context, d *source.Delivery, dest string, value []byte, what string) error {
 	defer t.unsettled.Add(-1)
 	n, err := script.ListMove.Run(ctx, t.src.rdb, []string{t.processing, dest}, d.Raw.(string), value).Int()
+	if err == nil && n == 0 {
+		err = errItemGone
+	}
+	t.settled(err, d)
 	if err != nil {
 		return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, d.ID, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, d.ID, errItemGone)
 	}
 	return nil
 }
@@ -487,10 +587,19 @@ func (t *reliableTransport) DeadLetter(ctx context.Context, d *source.Delivery, 
 func (t *reliableTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
 	defer t.unsettled.Add(-1)
 	if !t.parks {
+		t.settled(nil, d) // nothing was written: the item stays until Close recovers it
 		return fmt.Errorf("reliable list %q: park of %s: the mount has no durable delay set", t.src.key, d.ID)
 	}
 	member := valueMember(wire.Envelope(d.Payload, headers))
 	_, parked, err := script.ParkValue(ctx, t.src.rdb, t.delays.Key, t.processing, d.Raw.(string), member, delay, t.delays.TTL, t.delays.now())
+	switch {
+	case err != nil:
+		t.settled(err, d)
+	case !parked:
+		t.settled(errItemGone, d)
+	default:
+		t.settled(nil, d)
+	}
 	if err != nil {
 		return fmt.Errorf("reliable list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
 	}

@@ -111,3 +111,87 @@ func TestStreamRereadsEntriesWhoseReadReplyWasLost(t *testing.T) {
 		})
 	}
 }
+
+// listMove matches an LMOVE or BLMOVE (alone or in a pipeline).
+func listMove(req []byte) bool { return bytes.Contains(bytes.ToLower(req), []byte("lmove")) }
+
+// itemReply matches a reply that starts with a moved item (not a nil reply).
+func itemReply(reply []byte) bool { return bytes.HasPrefix(reply, []byte("$")) }
+
+// TestReliableListRereadsItemsWhoseMoveReplyWasLost: Redis moved items into the
+// consumer's processing list, but the connection died before the reply reached it. The
+// items sit in the processing list, unseen; the consumer must re-read it and handle each
+// once (at the attempt it was moved at), without waiting for a restart, whether the move
+// fails with a reset or with an EOF (which go-redis would retry, moving other items).
+func TestReliableListRereadsItemsWhoseMoveReplyWasLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		teardown faults.Teardown
+	}{{"Reset", faults.Reset}, {"Close", faults.Close}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := redistest.New(t)
+			ctx := context.Background()
+			proxy := faults.Start(t, r.Client.Options().Addr)
+			o := r.Client.Options()
+			client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: o.DB})
+			t.Cleanup(func() { _ = client.Close() })
+
+			in := r.Key("in")
+			pub := settle.NewPublisher(r.Client)
+			want := []string{"a", "b", "c"}
+			for _, v := range want {
+				if err := pub.PublishListBytes(ctx, in, []byte(v), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rule := &faults.Rule{Request: listMove, Reply: itemReply, Teardown: tc.teardown}
+			proxy.CutReply(rule)
+
+			var mu sync.Mutex
+			runs := map[string][]int{} // payload -> attempts run
+			rec := sourcetest.NewRecorder()
+			app, err := settle.New(settle.Config{OnSettled: rec.OnSettled, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			app.Mount(settle.ReliableList(client, in, settle.Consumer("c1"), settle.Block(testBlock)),
+				settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+					mu.Lock()
+					runs[string(m.Payload)] = append(runs[string(m.Payload)], m.Attempt)
+					mu.Unlock()
+					return nil
+				}), settle.WithCodec(settle.Raw))
+			stop := start(t, app)
+
+			select {
+			case <-rule.Done():
+			case <-time.After(waitBound):
+				t.Fatal("no move had its reply cut")
+			}
+			evs := finals(t, rec, 3)
+			for _, e := range evs {
+				if e.Action != settle.ActionAck || e.Err != nil {
+					t.Fatalf("settlement %+v, want an applied ack", e)
+				}
+			}
+			// Checked before the stop: Close would recover the processing list anyway.
+			mu.Lock()
+			for _, v := range want {
+				if !slices.Equal(runs[v], []int{1}) {
+					t.Errorf("item %s ran at attempts %v, want once at attempt 1", v, runs[v])
+				}
+			}
+			mu.Unlock()
+			if err := stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			for _, k := range []string{in, settle.ProcessingList(in, "c1")} {
+				if n, err := r.Client.LLen(ctx, k).Result(); err != nil || n != 0 {
+					t.Fatalf("LLEN %s after the drain = %d, %v; want 0", k, n, err)
+				}
+			}
+		})
+	}
+}
