@@ -207,10 +207,28 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 }
 
 // read reads entries after id (">" for new ones), blocking up to wait (-1: not at all).
+//
+// Redis times a block out only on its cron tick (see minServerBlock), so a wait that
+// something shortened below the mount's Block (a delay coming due, a claim coming idle)
+// blocks in Redis one tick less, and a wait shorter than a tick reads without blocking,
+// then waits on the client: a due delay is swept within milliseconds of due rather than
+// up to a tick late.
 func (t *streamTransport) read(ctx context.Context, id string, max int, wait time.Duration) ([]*source.Delivery, error) {
-	msgs, err := t.xread(ctx, id, max, wait)
+	block := wait
+	if wait >= 0 && wait < t.src.cfg.block {
+		block = wait - minServerBlock // Redis may answer up to a tick late: wake a tick early
+	}
+	short := wait >= 0 && block < minServerBlock
+	if short {
+		block = -1
+	}
+	msgs, err := t.xread(ctx, id, max, block)
 	if err != nil {
 		return nil, err
+	}
+	if short && len(msgs) == 0 {
+		pollWait(ctx, min(wait, minServerBlock))
+		return nil, nil
 	}
 	return t.deliveries(ctx, msgs), nil
 }
