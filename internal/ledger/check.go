@@ -38,9 +38,10 @@ const (
 	StateDropped      State = "dropped"
 	StateDeadLettered State = "dead_lettered"
 	// StateAckedUnconfirmed: the last handler run returned ack (or drop) in a process
-	// killed before it could record the settlement, and no delivery followed: the
-	// settlement applied (the caller checked that the transport is drained, so the
-	// message is not pending anywhere).
+	// killed before it could record the settlement, or its ack (or drop) was reported
+	// failed (the server died after applying it, before its reply), and no delivery
+	// followed: the settlement applied (the caller checked that the transport is
+	// drained, so the message is not pending anywhere).
 	StateAckedUnconfirmed State = "acked_unconfirmed"
 )
 
@@ -106,8 +107,9 @@ func completes(action string) bool {
 //
 //   - exactly one final state: one applied ack/drop settlement, or one dead letter in the
 //     destination (an applied dead-letter settlement must have one there), or, when the
-//     last run returned ack in a process killed before it recorded the settlement, that
-//     ack (StateAckedUnconfirmed); several only when explained by an expiry;
+//     last run returned ack in a process killed before it recorded the settlement, or
+//     its ack was reported failed and no delivery followed (the reply was lost, not the
+//     ack), that ack (StateAckedUnconfirmed); several only when explained by an expiry;
 //   - no run starts after an applied final settlement of the message;
 //   - every run ends in a settlement, unless its process was killed;
 //   - the duplicates (runs beyond the first and those the applied retries asked for) are
@@ -301,7 +303,12 @@ func Check(in Input) Report {
 		inferred := 0
 		if acked+dropped+nDead == 0 && len(rs) > 0 {
 			last := rs[len(rs)-1]
-			if last.settle == nil && killed(last) && last.outcome != nil && (last.outcome.Outcome == "ack" || last.outcome.Outcome == "drop") {
+			switch {
+			case last.settle == nil && killed(last) && last.outcome != nil && (last.outcome.Outcome == "ack" || last.outcome.Outcome == "drop"):
+				inferred = 1
+			case last.settle != nil && last.settle.Err != "" && (last.settle.Action == "ack" || last.settle.Action == "drop"):
+				// The server applied the ack and lost its reply (killed between writing it
+				// to its log and answering): the error says the reply failed, not the ack.
 				inferred = 1
 			}
 		}

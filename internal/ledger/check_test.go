@@ -211,6 +211,26 @@ func TestCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("FailedAckWithoutRedeliveryIsUnconfirmedFinal", func(t *testing.T) {
+		t.Parallel()
+		b := newBook(t)
+		must(t, b.as(1).Publish("a"))
+		b.handled(2, "a", 1, "1-1", "ack", "ack", errors.New("connection refused"))
+		rep := b.check(0)
+		wantOK(t, rep)
+		if rep.Final["a"] != StateAckedUnconfirmed {
+			t.Fatalf("got %q, want %q", rep.Final["a"], StateAckedUnconfirmed)
+		}
+	})
+
+	t.Run("FailedRetryWithoutRedeliveryIsLost", func(t *testing.T) {
+		t.Parallel()
+		b := newBook(t)
+		must(t, b.as(1).Publish("a"))
+		b.handled(2, "a", 1, "1-1", "retry", "copy", errors.New("connection refused"))
+		wantProblem(t, b.check(0), "message a lost")
+	})
+
 	t.Run("RetryOfKilledProcessWithoutRedeliveryIsLost", func(t *testing.T) {
 		t.Parallel()
 		b := newBook(t)

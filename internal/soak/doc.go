@@ -1,7 +1,11 @@
 // Package soak holds settle's kill -9 soaks and poison-message tests: its tests start
 // consumer processes (the test binary itself, re-executed to run TestSoakWorker), kill
 // them with SIGKILL at seeded random moments, restart them until the transport is
-// drained, and judge the run with the ledger oracle (internal/ledger).
+// drained, and judge the run with the ledger oracle (internal/ledger). The Redis restart
+// test runs the same workers against a redis-server of its own (appendonly, appendfsync
+// always, on a free loopback port, in a temporary directory), which it kills with
+// SIGKILL and restarts mid-run while the workers, never restarted, reconnect on their
+// own.
 //
 // The soaks need real servers: SETTLE_REDIS_URL (and SETTLE_POSTGRES_URL for the SQL
 // inbox); they skip with a message otherwise. SETTLE_SOAK=full runs 10,000 messages per

@@ -37,13 +37,18 @@ func redisSubject(t *testing.T, transport string) subject {
 	t.Helper()
 	redistest.RealOnly(t)
 	r := redistest.New(t)
-	rdb := r.Client
+	return redisSubjectOn(r.Client, os.Getenv(redistest.EnvURL), r.Key, transport)
+}
+
+// redisSubjectOn returns a subject on the Redis server rdb talks to, whose workers
+// connect to url, with its keys named by key.
+func redisSubjectOn(rdb *redis.Client, url string, key func(string) string, transport string) subject {
 	cfg := workerConfig{
 		Cap:        5,
-		DeadLetter: r.Key("dlq"),
-		Delays:     r.Key("delays"),
-		Key:        r.Key("in"),
-		RedisURL:   os.Getenv(redistest.EnvURL),
+		DeadLetter: key("dlq"),
+		Delays:     key("delays"),
+		Key:        key("in"),
+		RedisURL:   url,
 		Transport:  transport,
 	}
 	pub := settle.NewPublisher(rdb)
