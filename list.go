@@ -159,7 +159,22 @@ func validateListDelay(kind string, rdb redis.UniversalClient, key string, p sou
 // sub-second read is bounded by the client's ReadTimeout, which must exceed it (the
 // default, 3s, does). It returns redis.Nil when nothing came. A BLMOVE is never
 // retried on a new connection (see blmoveOnce).
+//
+// A wait that is not whole seconds was shortened by a delay coming due (listBlock makes
+// every other wait whole seconds). Redis times a block out only on its cron tick (see
+// minServerBlock), so such a read blocks whole seconds ending at least a tick before due,
+// and under that does not block in Redis at all: it waits on the client and returns
+// redis.Nil, and the caller's next read sweeps the delay set again (callers pop without
+// blocking before they call this).
 func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
+	if wait%time.Second != 0 {
+		block := (wait - minServerBlock).Truncate(time.Second)
+		if block < time.Second {
+			pollWait(ctx, min(wait, minServerBlock))
+			return "", redis.Nil
+		}
+		wait = block
+	}
 	if dest != "" {
 		return blmoveOnce(ctx, rdb, key, dest, wait)
 	}
