@@ -1,8 +1,11 @@
 package soak
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -21,7 +24,7 @@ const (
 	restartRounds   = 3
 	restartBatch    = 300
 	restartDeadline = 90 * time.Second // per transport
-	restartInFlight = 8                // runs without a settlement at the moment of a kill
+	restartInFlight = 4                // runs without a settlement at the moment of a kill
 
 	// An outage lasts from restartOutage to restartOutage+restartOutageSpread: longer
 	// than a worker's client spends dialling (5 dials 100ms apart) before a command
@@ -131,13 +134,13 @@ func redisRestart(t *testing.T, transport string, idle time.Duration) {
 			<-tick.C
 		}
 	}
-	events := func() []ledger.Event {
+	tail := newLedgerTail(h.ledger)
+	update := func() *ledgerTail {
 		t.Helper()
-		evs, err := ledger.Read(h.ledger)
-		if err != nil {
+		if err := tail.update(); err != nil {
 			t.Fatal(err)
 		}
-		return evs
+		return tail
 	}
 
 	lastRestart := 0 // the ledger's length when the server last came back
@@ -147,10 +150,13 @@ func redisRestart(t *testing.T, transport string, idle time.Duration) {
 		// Kill once handlers are in flight; should the batch drain unseen (the workers
 		// are slow to resume after a restart), publish another.
 		wait("handlers in flight", func() bool {
-			if inFlight(events()) >= restartInFlight {
+			if update().inFlight >= restartInFlight {
 				return true
 			}
 			if ok, err := s.drained(ctx, h.consumers); err == nil && ok {
+				if published >= 4*restartRounds*restartBatch {
+					t.Fatalf("%d messages published and drained, never with %d handlers in flight", published, restartInFlight)
+				}
 				publish(restartBatch)
 			}
 			return false
@@ -172,14 +178,13 @@ func redisRestart(t *testing.T, transport string, idle time.Duration) {
 		srv.restart()
 		up = true
 		outages = append(outages, outage)
-		lastRestart = len(events())
+		lastRestart = update().lines
 	}
 	// Drained, and every worker ran a handler since the last restart (publishing more
 	// while one has not: the others may have drained the rest before its backoff
 	// ended).
 	wait("drain after the last restart", func() bool {
-		evs := events()
-		if pids := silentSince(evs, lastRestart, h); len(pids) > 0 {
+		if pids := update().silentSince(lastRestart, h); len(pids) > 0 {
 			if ok, err := s.drained(ctx, h.consumers); err == nil && ok {
 				publish(3 * workers * 8)
 			}
@@ -199,7 +204,10 @@ func redisRestart(t *testing.T, transport string, idle time.Duration) {
 		t.Fatal(err)
 	}
 	rep := h.check(dead, s.cfg.Cap)
-	evs := events()
+	evs, err := ledger.Read(h.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
 	failed := 0
 	for _, e := range evs {
 		if e.Kind == ledger.KindSettle && e.Err != "" {
@@ -313,43 +321,81 @@ func (h *harness) failIfExited() {
 	}
 }
 
-// inFlight counts the handler runs of the ledger without a settlement yet.
-func inFlight(evs []ledger.Event) int {
-	type key struct {
-		pid      int
-		delivery string
-		attempt  int
-	}
-	open := map[key]int{}
-	n := 0
-	for _, e := range evs {
-		k := key{e.PID, e.Delivery, e.Attempt}
-		switch e.Kind {
-		case ledger.KindRun:
-			open[k]++
-			n++
-		case ledger.KindSettle:
-			if open[k] > 0 {
-				open[k]--
-				n--
-			}
-		}
-	}
-	return n
+// ledgerTail follows the ledger as it grows, reading only what was appended since the
+// last update: the handler runs without a settlement yet, and each worker's last run.
+type ledgerTail struct {
+	path    string
+	off     int64
+	partial []byte
+
+	// lines counts the ledger's whole lines read so far.
+	lines int
+	// inFlight counts the handler runs without a settlement yet.
+	inFlight int
+	// lastRun is each process's last handler run, by line.
+	lastRun map[int]int
+	open    map[tailKey]int
 }
 
-// silentSince returns the pids of the running workers that started no handler in the
-// ledger's events from index from on.
-func silentSince(evs []ledger.Event, from int, h *harness) []int {
-	ran := map[int]bool{}
-	for _, e := range evs[from:] {
-		if e.Kind == ledger.KindRun {
-			ran[e.PID] = true
-		}
+type tailKey struct {
+	pid      int
+	delivery string
+	attempt  int
+}
+
+func newLedgerTail(path string) *ledgerTail {
+	return &ledgerTail{path: path, lastRun: map[int]int{}, open: map[tailKey]int{}}
+}
+
+// update reads the lines appended since the last update.
+func (l *ledgerTail) update() error {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
 	}
+	defer f.Close()
+	if _, err := f.Seek(l.off, io.SeekStart); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	l.off += int64(len(b))
+	data := append(l.partial, b...)
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		var e ledger.Event
+		if err := json.Unmarshal(data[:i], &e); err != nil {
+			return fmt.Errorf("ledger line %d: %w", l.lines+1, err)
+		}
+		k := tailKey{e.PID, e.Delivery, e.Attempt}
+		switch e.Kind {
+		case ledger.KindRun:
+			l.open[k]++
+			l.inFlight++
+			l.lastRun[e.PID] = l.lines
+		case ledger.KindSettle:
+			if l.open[k] > 0 {
+				l.open[k]--
+				l.inFlight--
+			}
+		}
+		l.lines++
+		data = data[i+1:]
+	}
+	l.partial = append([]byte(nil), data...)
+	return nil
+}
+
+// silentSince returns the pids of the workers that started no handler from line from on.
+func (l *ledgerTail) silentSince(from int, h *harness) []int {
 	var out []int
 	for _, p := range h.slots {
-		if !ran[p.cmd.Process.Pid] {
+		if at, ok := l.lastRun[p.cmd.Process.Pid]; !ok || at < from {
 			out = append(out, p.cmd.Process.Pid)
 		}
 	}
