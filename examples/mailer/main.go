@@ -46,6 +46,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Mail is one mail to send.
@@ -332,28 +333,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "published %d mails to %s/%s (%s, batch %s)\n", o.n, table, groupEmails, dialect, batch)
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(runCtx) }()
-	var waitErr error
-	timer := time.NewTimer(o.timeout)
-	defer timer.Stop()
-	select {
-	case <-t.done:
-	case err := <-runErr:
-		return fmt.Errorf("app stopped early: %v (%s)", err, t.summary())
-	case <-timer.C:
-		waitErr = fmt.Errorf("timed out after %s: %s", o.timeout, t.summary())
-	case <-ctx.Done():
-		waitErr = fmt.Errorf("interrupted: %s", t.summary())
-	}
-	cancel()
-	if err := <-runErr; err != nil {
-		return errors.Join(waitErr, err)
-	}
-	if waitErr != nil {
-		return waitErr
+	if err := examplerun.Start(ctx, app).Until(ctx, t.done, o.timeout, t.summary); err != nil {
+		return err
 	}
 	fmt.Fprintln(stdout, t.summary())
 	return nil

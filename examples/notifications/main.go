@@ -41,6 +41,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Email is one email to send.
@@ -237,40 +238,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(runCtx) }()
+	run := examplerun.Start(ctx, app)
 
 	// Pub/Sub keeps nothing for absent subscribers: a push nobody received (the App is
 	// still subscribing) is published again; one that reached a subscriber is not.
 	for i := 1; i <= o.n; i++ {
 		push := Push{ID: uint64(i), Device: fmt.Sprintf("d%d", i%3)}
 		if err := publishHeard(ctx, pub, p+chanPush+push.Device, push); err != nil {
-			cancel()
-			return errors.Join(err, <-runErr)
+			return errors.Join(err, run.Stop())
 		}
 	}
 	fmt.Fprintf(stdout, "sent %d emails to %q and %d pushes to %q\n", o.n, p+keyEmail, o.n, p+chanPush+"*")
 
-	var waitErr error
-	timer := time.NewTimer(o.timeout)
-	defer timer.Stop()
-	select {
-	case <-t.done:
-	case err := <-runErr:
-		return fmt.Errorf("app stopped early: %v (%s)", err, t.summary())
-	case <-timer.C:
-		waitErr = fmt.Errorf("timed out after %s: %s", o.timeout, t.summary())
-	case <-ctx.Done():
-		waitErr = fmt.Errorf("interrupted: %s", t.summary())
-	}
-	cancel()
-	if err := <-runErr; err != nil {
-		return errors.Join(waitErr, err)
-	}
-	if waitErr != nil {
-		return waitErr
+	if err := run.Until(ctx, t.done, o.timeout, t.summary); err != nil {
+		return err
 	}
 	fmt.Fprintln(stdout, t.summary())
 	return nil

@@ -54,6 +54,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Payment is one charge to make.
@@ -389,28 +390,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "published %d payments to %s (%s, batch %s)\n", o.n, jobs, dialect, batch)
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(runCtx) }()
-	var waitErr error
-	timer := time.NewTimer(o.timeout)
-	defer timer.Stop()
-	select {
-	case <-t.done:
-	case err := <-runErr:
-		return fmt.Errorf("app stopped early: %v (%s)", err, t.summary())
-	case <-timer.C:
-		waitErr = fmt.Errorf("timed out after %s: %s", o.timeout, t.summary())
-	case <-ctx.Done():
-		waitErr = fmt.Errorf("interrupted: %s", t.summary())
-	}
-	cancel()
-	if err := <-runErr; err != nil {
-		return errors.Join(waitErr, err)
-	}
-	if waitErr != nil {
-		return waitErr
+	if err := examplerun.Start(ctx, app).Until(ctx, t.done, o.timeout, t.summary); err != nil {
+		return err
 	}
 	rows, err := failedRows(ctx, db, dialect, failed, batch)
 	if err != nil {

@@ -66,6 +66,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Refund is one refund to send through the processor.
@@ -441,29 +442,8 @@ func runObserved(ctx context.Context, args []string, stdout, stderr io.Writer, o
 	}
 	fmt.Fprintf(stdout, "published %d refunds to %q (batch %s, delays: %s)\n", o.n, refunds, batch, o.delay)
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(runCtx) }()
-
-	var waitErr error
-	timer := time.NewTimer(o.timeout)
-	defer timer.Stop()
-	select {
-	case <-t.done:
-	case err := <-runErr:
-		return fmt.Errorf("app stopped before every refund was settled: %v (%s)", err, t.summary())
-	case <-timer.C:
-		waitErr = fmt.Errorf("timed out after %s: %s", o.timeout, t.summary())
-	case <-ctx.Done():
-		waitErr = fmt.Errorf("interrupted: %s", t.summary())
-	}
-	cancel()
-	if err := <-runErr; err != nil {
-		return errors.Join(waitErr, err)
-	}
-	if waitErr != nil {
-		return waitErr
+	if err := examplerun.Start(ctx, app).Until(ctx, t.done, o.timeout, t.summary); err != nil {
+		return err
 	}
 	fmt.Fprintln(stdout, t.summary())
 	return nil
