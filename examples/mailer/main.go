@@ -25,7 +25,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -35,8 +34,6 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -191,29 +188,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// open opens the database a DSN names and returns its dialect.
-func open(dsn string) (*sql.DB, inbox.Dialect, error) {
-	switch {
-	case dsn == "":
-		path := filepath.Join(os.TempDir(), "settle-mailer.db")
-		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
-		return db, inbox.SQLite, err
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		db, err := sql.Open("pgx", dsn)
-		return db, inbox.Postgres, err
-	default:
-		if !strings.Contains(dsn, "parseTime") {
-			sep := "?"
-			if strings.Contains(dsn, "?") {
-				sep = "&"
-			}
-			dsn += sep + "parseTime=true"
-		}
-		db, err := sql.Open("mysql", dsn)
-		return db, inbox.MySQL, err
-	}
-}
-
 // tally counts this run's settlements. A row keeps its id from attempt to attempt, so
 // a delivery is named by mount, id and attempt: the event of a retry comes after the
 // retry is written, and by then the row's next delivery may have begun (keyed by mount
@@ -282,7 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	db, dialect, err := open(o.dsn)
+	db, dialect, err := examplerun.OpenSQL("", o.dsn, "settle-mailer.db")
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // summary is the parsed last line of a run.
@@ -99,7 +100,7 @@ func uniquePrefix(t *testing.T, b backend) string {
 	_, _ = rand.Read(r[:])
 	prefix := "t" + hex.EncodeToString(r[:]) + "_"
 	t.Cleanup(func() {
-		db, d, err := open("", b.dsn)
+		db, d, err := examplerun.OpenSQL("", b.dsn, "")
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 			return
@@ -147,7 +148,7 @@ func TestPaymentsDeadLetterDeclinedChargesIntoTheFailedTableAtTheCap(t *testing.
 				t.Fatalf("got %+v: want A + D + X = N with some dead letters", got)
 			}
 
-			db, d, err := open("", b.dsn)
+			db, d, err := examplerun.OpenSQL("", b.dsn, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +201,7 @@ func TestPaymentsSecondRunOnTheSameTablesCountsOnlyItsOwnRows(t *testing.T) {
 	if first != want || second != want {
 		t.Fatalf("runs got %+v and %+v, want %+v each", first, second, want)
 	}
-	db, d, err := open("", dsn)
+	db, d, err := examplerun.OpenSQL("", dsn, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -46,7 +45,6 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -256,52 +254,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// open opens the database a DSN names and returns its dialect: driver names it, else
-// the DSN's form (postgres:// or postgresql://: Postgres; file: or a .db path: SQLite;
-// anything else: MySQL/MariaDB). An empty DSN is an SQLite file in the temp directory.
-func open(driver, dsn string) (*sql.DB, inbox.Dialect, error) {
-	if driver == "" {
-		switch {
-		case dsn == "", strings.HasPrefix(dsn, "file:"), strings.HasSuffix(dsn, ".db"), strings.HasSuffix(dsn, ".sqlite"):
-			driver = "sqlite"
-		case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-			driver = "postgres"
-		default:
-			driver = "mysql"
-		}
-	}
-	switch driver {
-	case "sqlite":
-		if dsn == "" {
-			dsn = "file:" + filepath.Join(os.TempDir(), "settle-webhooks.db")
-		}
-		if !strings.Contains(dsn, "_pragma") {
-			dsn += sep(dsn) + "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
-		}
-		db, err := sql.Open("sqlite", dsn)
-		return db, inbox.SQLite, err
-	case "postgres", "pgx":
-		db, err := sql.Open("pgx", dsn)
-		return db, inbox.Postgres, err
-	case "mysql", "mariadb":
-		if !strings.Contains(dsn, "parseTime") {
-			dsn += sep(dsn) + "parseTime=true"
-		}
-		db, err := sql.Open("mysql", dsn)
-		return db, inbox.MySQL, err
-	default:
-		return nil, nil, fmt.Errorf("-driver %q: want sqlite, postgres or mysql", driver)
-	}
-}
-
-// sep is the separator before one more DSN parameter.
-func sep(dsn string) string {
-	if strings.Contains(dsn, "?") {
-		return "&"
-	}
-	return "?"
-}
-
 // tally counts this run's settlements. A row keeps its id from attempt to attempt, so a
 // delivery is named by mount, id and attempt: the event of a retry may come after the
 // row's next delivery has begun.
@@ -367,7 +319,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	db, dialect, err := open(o.driver, o.dsn)
+	db, dialect, err := examplerun.OpenSQL(o.driver, o.dsn, "settle-webhooks.db")
 	if err != nil {
 		return err
 	}

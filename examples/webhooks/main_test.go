@@ -17,6 +17,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // summary is the parsed last line of a run.
@@ -105,7 +106,7 @@ func uniquePrefix(t *testing.T, b backend) string {
 	_, _ = rand.Read(r[:])
 	prefix := "t" + hex.EncodeToString(r[:]) + "_"
 	t.Cleanup(func() {
-		db, d, err := open("", b.dsn)
+		db, d, err := examplerun.OpenSQL("", b.dsn, "")
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 			return
@@ -153,7 +154,7 @@ func TestWebhooksDelayTooManyRequestsAndDeadLetterAtTheCap(t *testing.T) {
 				t.Fatalf("got %+v: want A + D + X = N, with some delays and dead letters", got)
 			}
 
-			db, d, err := open("", b.dsn)
+			db, d, err := examplerun.OpenSQL("", b.dsn, "")
 			if err != nil {
 				t.Fatal(err)
 			}
