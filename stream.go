@@ -89,6 +89,7 @@ type streamTransport struct {
 
 	mu       sync.Mutex
 	cursor   string              // where the next own-pending read starts
+	fence    rereadFence         // entries settled while an own-pending re-read was out
 	inflight map[string]struct{} // delivered here and not yet settled
 	rescan   bool                // re-read own pending entries before new ones
 }
@@ -187,12 +188,15 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 	for {
 		t.mu.Lock()
 		cursor := t.cursor
+		t.fence.begin()
 		t.mu.Unlock()
 		msgs, err := t.xread(ctx, cursor, max, -1)
+		t.mu.Lock()
+		unsettled := t.fence.end(msgs)
 		if err != nil {
+			t.mu.Unlock()
 			return nil, err
 		}
-		t.mu.Lock()
 		if len(msgs) == 0 {
 			t.rescan, t.cursor = false, "0"
 			t.mu.Unlock()
@@ -200,7 +204,7 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 		}
 		t.cursor = msgs[len(msgs)-1].ID
 		t.mu.Unlock()
-		if ds := t.deliveries(ctx, msgs); len(ds) > 0 {
+		if ds := t.deliveries(ctx, unsettled); len(ds) > 0 {
 			return ds, nil
 		}
 	}
@@ -333,6 +337,9 @@ func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
 	t.mu.Lock()
 	for _, d := range ds {
 		delete(t.inflight, d.ID)
+		if err == nil || errors.Is(err, script.ErrNotOwner) {
+			t.fence.note(d.ID) // no longer ours to deliver
+		}
 	}
 	// A failed write leaves the entry pending here: read it again. An entry another
 	// consumer took over (script.ErrNotOwner) is not ours to read again.
