@@ -445,8 +445,8 @@ func (k *acker) run() {
 		}
 		ctx, cancel := context.WithTimeout(k.base, settleTimeout)
 		err := k.m.transport.Ack(ctx, ds)
-		for _, r := range reqs {
-			r.ev.Err = err
+		for i, r := range reqs {
+			r.ev.Err = source.AckError(err, i)
 			k.app.settled(ctx, k.m, r.d, r.ev)
 		}
 		cancel()

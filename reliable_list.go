@@ -542,11 +542,19 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 	if err != nil {
 		return fmt.Errorf("reliable list %q: lrem: %w", t.src.key, err)
 	}
+	// An item another consumer recovered (this consumer's heartbeat lapsed) is not
+	// acked here: it will be delivered again, and its settlement is reported failed.
+	var gone *source.AckErrors
 	for i, c := range cmds {
 		if n, _ := c.(*redis.IntCmd).Result(); n == 0 {
-			t.env.Logger.WarnContext(ctx, "settle: acked item was no longer in the processing list: this consumer's heartbeat lapsed and another consumer recovered it, so it will be delivered again",
-				slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.String(attrMsgID, ds[i].ID))
+			if gone == nil {
+				gone = &source.AckErrors{Errs: make([]error, len(ds))}
+			}
+			gone.Errs[i] = fmt.Errorf("reliable list %q: ack of %s: %w", t.src.key, ds[i].ID, errItemGone)
 		}
+	}
+	if gone != nil {
+		return gone
 	}
 	return nil
 }

@@ -92,7 +92,8 @@ type Transport interface {
 	// Fetch returns up to max deliveries, waiting at most wait for the first one. It
 	// returns (nil, nil) when nothing came.
 	Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error)
-	// Ack completes deliveries: their messages go nowhere.
+	// Ack completes deliveries: their messages go nowhere. An error applies to every
+	// delivery unless it is an *AckErrors, which says which failed.
 	Ack(ctx context.Context, ds []*Delivery) error
 	// Copy writes a copy of d, with the given headers, to the transport's retry
 	// destination and completes d, in one atomic step.
