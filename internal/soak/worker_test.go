@@ -2,7 +2,6 @@ package soak
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +49,7 @@ const exitPoison = 3
 type workerConfig struct {
 	Cap         int
 	Consumer    string
+	Crash       *crashSpec // crash-point tests (crashpoint_test.go): their handler, points and crash
 	DeadLetter  string
 	Delays      string // the DurableZset key (transportZset)
 	Idle        time.Duration
@@ -115,6 +115,13 @@ func TestSoakWorker(t *testing.T) {
 	if cfg.Poison {
 		h = poisonHandler(w)
 	}
+	var crash *crasher
+	if cfg.Crash != nil {
+		h = crashHandler(cfg.Cap)
+		if crash, err = newCrasher(cfg.Crash); err != nil {
+			t.Fatal(err)
+		}
+	}
 	opts := []settle.MountOption{
 		settle.Use(record(w, &ids)),
 		settle.MaxAttempts(cfg.Cap),
@@ -131,6 +138,9 @@ func TestSoakWorker(t *testing.T) {
 		}
 		rdb = redis.NewClient(opt)
 		defer rdb.Close()
+		if err := crash.hookRedis(rdb); err != nil {
+			t.Fatal(err)
+		}
 	}
 	block := settle.Block(200 * time.Millisecond)
 	switch cfg.Transport {
@@ -144,7 +154,7 @@ func TestSoakWorker(t *testing.T) {
 	case transportReliable:
 		src = settle.ReliableList(rdb, cfg.Key, settle.Consumer(cfg.Consumer), settle.Heartbeat(cfg.Idle), settle.Block(time.Second))
 	case transportInbox:
-		db, err := sql.Open("pgx", cfg.PostgresURL)
+		db, err := openInboxDB(cfg.PostgresURL, crash)
 		if err != nil {
 			t.Fatal(err)
 		}
