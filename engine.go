@@ -286,12 +286,6 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		Mount:      m.name,
 		Outcome:    o.Kind,
 	}
-	logAttrs := func(extra ...any) []any {
-		return append([]any{
-			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),
-			slog.String(attrOutcome, string(o.Kind)), slog.String(attrAction, s.Action.String()),
-		}, extra...)
-	}
 	// Completions go to the batched acker, which bounds its own write: only the other
 	// actions need a settlement context (and its timer) of their own.
 	sctx := ctx
@@ -303,21 +297,19 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 
 	switch s.Action {
 	case source.ActionAck:
-		if m.logger.Enabled(ctx, slog.LevelDebug) { // the attributes cost allocations on the hot path
-			m.logger.DebugContext(ctx, "settle: ack", logAttrs()...)
-		}
+		m.logSettlement(ctx, slog.LevelDebug, "settle: ack", d, o, s)
 		acks.add(d, ev)
 		return
 	case source.ActionDrop, source.ActionReject:
-		m.logger.WarnContext(ctx, "settle: "+s.Reason, logAttrs(slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Any(attrError, o.Err))
 		acks.add(d, ev)
 		return
 	case source.ActionLose:
 		// Warned once per mount, counted every time (reported again when the mount stops).
 		n := m.lost.Add(1)
 		m.warnOnce(ctx, "lose", "settle: "+s.Reason+"; declare MaxAttempts to retry with a copy (warned once per mount; every loss is counted)",
-			logAttrs(slog.Any(attrError, o.Err))...)
-		m.logger.DebugContext(ctx, "settle: "+s.Reason, logAttrs(slog.Int64("lost", n), slog.Any(attrError, o.Err))...)
+			settlementAttrs(d, o, s, slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelDebug, "settle: "+s.Reason, d, o, s, slog.Int64("lost", n), slog.Any(attrError, o.Err))
 		acks.add(d, ev)
 		return
 	case source.ActionLeave:
@@ -325,13 +317,13 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
 				slog.Duration(attrDelay, o.Delay), slog.Duration("min_idle", s.Delay))
 		}
-		m.logger.InfoContext(ctx, "settle: retry: left pending", logAttrs(slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if l, ok := m.transport.(source.Leaver); ok {
 			ev.Err = l.Leave(sctx, d)
 		}
 	case source.ActionPutBack:
-		m.logger.InfoContext(ctx, "settle: retry: put back", logAttrs(slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
 		if pb, ok := m.transport.(source.PutBacker); ok {
 			ev.Err = pb.PutBack(sctx, d)
 		} else {
@@ -340,13 +332,13 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 	case source.ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.
-			m.logger.WarnContext(ctx, "settle: "+s.Reason, logAttrs(slog.Duration(attrDelay, o.Delay), slog.Any(attrError, o.Err))...)
+			m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Duration(attrDelay, o.Delay), slog.Any(attrError, o.Err))
 		} else {
-			m.logger.InfoContext(ctx, "settle: retry", logAttrs(slog.Any(attrError, o.Err))...)
+			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
 		ev.Err = m.transport.Copy(sctx, d, withRetryCount(d.Headers, d.Attempt))
 	case source.ActionPark:
-		m.logger.InfoContext(ctx, "settle: retry after delay", logAttrs(slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
 			if p, ok := m.transport.(source.Parker); ok {
@@ -356,24 +348,50 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 			}
 			break
 		}
-		// In-process: the original stays unsettled until the copy is written.
-		// The copy is written on its own goroutine when due, so many delays coming due
-		// at once are written concurrently; Run waits for every one before returning.
-		writeCopy := func() {
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-			defer cancel()
-			ev := ev
-			ev.Action = source.ActionCopy
-			ev.Err = m.transport.Copy(wctx, d, withRetryCount(d.Headers, d.Attempt))
-			a.settled(wctx, m, d, ev)
-		}
-		delays.Schedule(s.Delay, func() { a.delayed.Go(writeCopy) })
+		a.scheduleCopy(ctx, m, d, ev, s.Delay, delays)
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
 	case source.ActionDeadLetter:
-		m.logger.WarnContext(ctx, "settle: dead letter: "+s.Reason, logAttrs(slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
 		ev.Err = m.transport.DeadLetter(sctx, d, m.policy.DeadLetter, deadLetterHeaders(d, s, o.Err))
 	}
 	a.settled(sctx, m, d, ev)
+}
+
+// scheduleCopy keeps an in-process delay: the original stays unsettled until the copy
+// is written. The copy is written on its own goroutine when due, so many delays coming
+// due at once are written concurrently; Run waits for every one before returning.
+func (a *App) scheduleCopy(ctx context.Context, m *mount, d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
+	writeCopy := func() {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		ev := ev
+		ev.Action = source.ActionCopy
+		ev.Err = m.transport.Copy(wctx, d, withRetryCount(d.Headers, d.Attempt))
+		a.settled(wctx, m, d, ev)
+	}
+	delays.Schedule(delay, func() { a.delayed.Go(writeCopy) })
+}
+
+// logSettlement logs a settlement's line at level with the delivery's attributes and
+// extra, building nothing when the level is off: the retry path runs it for every
+// delivery.
+func (m *mount) logSettlement(ctx context.Context, level slog.Level, msg string, d *source.Delivery, o Outcome, s source.Settlement, extra ...slog.Attr) {
+	if !m.logger.Enabled(ctx, level) {
+		return
+	}
+	m.logger.Log(ctx, level, msg, settlementAttrs(d, o, s, extra...)...)
+}
+
+// settlementAttrs are a settlement's log attributes: the delivery's, then extra.
+func settlementAttrs(d *source.Delivery, o Outcome, s source.Settlement, extra ...slog.Attr) []any {
+	attrs := make([]any, 0, 5+len(extra))
+	attrs = append(attrs,
+		slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),
+		slog.String(attrOutcome, string(o.Kind)), slog.String(attrAction, s.Action.String()))
+	for _, a := range extra {
+		attrs = append(attrs, a)
+	}
+	return attrs
 }
 
 // settled reports an applied (or failed) settlement.

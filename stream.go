@@ -61,6 +61,7 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		cursor:   "0",
 		env:      env,
 		inflight: map[string]struct{}{},
+		moves:    &moveBatcher{consumer: consumer, group: s.group, rdb: s.rdb, stream: s.key},
 		rescan:   true,
 		scripts:  &scriptBatcher{rdb: s.rdb},
 		src:      s,
@@ -84,7 +85,8 @@ type streamTransport struct {
 	consumer    string
 	env         source.Env
 	garbledOnce sync.Once
-	scripts     *scriptBatcher // settlement scripts of concurrent handlers share round trips
+	moves       *moveBatcher   // retry copies and dead letters of concurrent handlers share script calls
+	scripts     *scriptBatcher // other settlement scripts of concurrent handlers share round trips
 	src         *StreamSource
 
 	mu       sync.Mutex
@@ -369,10 +371,11 @@ func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error 
 }
 
 // Copy appends the retry copy to the stream and acknowledges the original in one
-// script (not a MULTI/EXEC: Redis would run the XACK even if the XADD failed).
+// script (not a MULTI/EXEC: Redis would run the XACK even if the XADD failed), which
+// carries the copies of concurrent handlers too (see moveBatcher).
 func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
 	s := t.src
-	_, err := script.StreamMove(ctx, t.scripts, s.key, s.key, s.group, t.consumer, d.ID, 0, wire.StreamValues(d.Payload, headers))
+	err := t.moves.move(ctx, s.key, 0, d.ID, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: retry copy of %s: %w", s.key, d.ID, err)
 	}
@@ -385,7 +388,7 @@ func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers 
 // pending.
 func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
 	s := t.src
-	_, err := script.StreamMove(ctx, t.scripts, dest, s.key, s.group, t.consumer, d.ID, t.env.Policy.DeadLetterMaxLen, wire.StreamValues(d.Payload, headers))
+	err := t.moves.move(ctx, dest, t.env.Policy.DeadLetterMaxLen, d.ID, wire.StreamValues(d.Payload, headers))
 	if err != nil {
 		err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", s.key, d.ID, dest, err)
 	}

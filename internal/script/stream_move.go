@@ -16,6 +16,24 @@ var streamMoveSrc string
 
 var streamMove = redis.NewScript(streamMoveSrc)
 
+// Move is one entry of a StreamMoves batch: the entry to acknowledge and the new entry's
+// field/value pairs, encoded by the caller.
+type Move struct {
+	// ID is the entry of the source stream to acknowledge.
+	ID string
+	// Values are the new entry's field/value pairs.
+	Values []any
+}
+
+// MoveResult is one move's answer.
+type MoveResult struct {
+	// ID is the new entry's id ("" when Err is set).
+	ID string
+	// Err is why the move did not happen (nothing was written for it and its entry stays
+	// as it was): ErrNotOwner, a refused XADD, or the error of the whole call.
+	Err error
+}
+
 // StreamMove appends an entry (values: field/value pairs, encoded by the caller) to the
 // stream dest, bounded to about maxLen entries when maxLen > 0 (XADD MAXLEN ~), and
 // acknowledges entry id of stream in group: all or nothing (see stream_move.lua), and
@@ -23,14 +41,84 @@ var streamMove = redis.NewScript(streamMoveSrc)
 // A stream's retry copy (dest = stream) and its dead letter are both this one step. It
 // returns the new entry's id.
 func StreamMove(ctx context.Context, rdb redis.Scripter, dest, stream, group, consumer, id string, maxLen int64, values []any) (string, error) {
-	args := make([]any, 0, 4+len(values))
-	args = append(args, group, id, strconv.FormatInt(maxLen, 10), consumer)
-	args = append(args, values...)
-	newID, err := streamMove.Run(ctx, rdb, []string{dest, stream}, args...).Text()
-	if err != nil {
-		return "", fmt.Errorf("stream move script: %w", notOwner(err))
+	r := StreamMoves(ctx, rdb, dest, stream, group, consumer, maxLen, []Move{{ID: id, Values: values}})
+	return r[0].ID, r[0].Err
+}
+
+// StreamMoves is StreamMove for many entries of stream in one script call: each move is
+// all or nothing on its own, checked and answered on its own (a move that fails leaves
+// its entry pending and the others go on), in order. When the call itself fails (the
+// connection, a destination of the wrong type) every move carries its error: nothing was
+// written, unless the call ran and only its reply was lost.
+func StreamMoves(ctx context.Context, rdb redis.Scripter, dest, stream, group, consumer string, maxLen int64, moves []Move) []MoveResult {
+	n := 5
+	for _, m := range moves {
+		n += 2 + len(m.Values)
 	}
-	return newID, nil
+	lo, hi := idRange(moves)
+	args := make([]any, 0, n)
+	args = append(args, group, strconv.FormatInt(maxLen, 10), consumer, lo, hi)
+	for _, m := range moves {
+		args = append(args, m.ID, len(m.Values))
+		args = append(args, m.Values...)
+	}
+	res := make([]MoveResult, len(moves))
+	replies, err := streamMove.Run(ctx, rdb, []string{dest, stream}, args...).Slice()
+	if err == nil && len(replies) != len(moves) {
+		err = fmt.Errorf("%d replies for %d moves", len(replies), len(moves))
+	}
+	if err != nil {
+		err = fmt.Errorf("stream move script: %w", notOwner(err))
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	for i, r := range replies {
+		switch r := r.(type) {
+		case string:
+			res[i].ID = r
+		case error:
+			res[i].Err = fmt.Errorf("stream move script: %w", notOwner(r))
+		default:
+			res[i].Err = fmt.Errorf("stream move script: unexpected reply %T for entry %s", r, moves[i].ID)
+		}
+	}
+	return res
+}
+
+// idRange returns the least and the greatest entry id of moves, the range of the
+// script's one owner check. An id that does not parse is left out (the script checks it
+// on its own); "-" and "+" bound a batch of only such ids.
+func idRange(moves []Move) (lo, hi string) {
+	var loMs, loSeq, hiMs, hiSeq uint64
+	for _, m := range moves {
+		ms, seq, ok := parseID(m.ID)
+		if !ok {
+			continue
+		}
+		if lo == "" || ms < loMs || ms == loMs && seq < loSeq {
+			lo, loMs, loSeq = m.ID, ms, seq
+		}
+		if hi == "" || ms > hiMs || ms == hiMs && seq > hiSeq {
+			hi, hiMs, hiSeq = m.ID, ms, seq
+		}
+	}
+	if lo == "" {
+		return "-", "+"
+	}
+	return lo, hi
+}
+
+// parseID splits a stream entry id "<ms>-<seq>".
+func parseID(id string) (ms, seq uint64, ok bool) {
+	a, b, found := strings.Cut(id, "-")
+	if !found {
+		return 0, 0, false
+	}
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	return ms, seq, err1 == nil && err2 == nil
 }
 
 // ErrNotOwner reports a settlement of a stream entry that is no longer pending to the

@@ -1,45 +1,96 @@
--- stream_move.lua: append an entry to a stream, then acknowledge the entry it was made
--- from. A stream's retry copy (destination = the source) and its dead letter
--- (destination = the dead-letter stream) are both this one step.
+-- stream_move.lua: for each of a batch of entries of one stream, append a new entry to a
+-- destination stream, then acknowledge the entry it was made from. A stream's retry copy
+-- (destination = the source) and its dead letter (destination = the dead-letter stream)
+-- are both this one step; a batch carries the moves of many deliveries in one call.
 --
 -- KEYS[1] -> the destination stream
 -- KEYS[2] -> the source stream
 -- ARGV[1] -> the consumer group of KEYS[2]
--- ARGV[2] -> the id of the entry of KEYS[2] to acknowledge
--- ARGV[3] -> bound of KEYS[1] as XADD MAXLEN ~ n; "0" for unbounded
--- ARGV[4] -> the consumer settling the entry: it must still own it
--- ARGV[5..] -> the new entry's field/value pairs, encoded by Go
+-- ARGV[2] -> bound of KEYS[1] as XADD MAXLEN ~ n; "0" for unbounded
+-- ARGV[3] -> the consumer settling the entries: it must still own each one
+-- ARGV[4] -> the least entry id of the batch, ARGV[5] -> the greatest (only a hint: an
+--            entry outside them is checked on its own)
+-- ARGV[6..] -> one move after another, each: the id of the entry of KEYS[2] to
+--              acknowledge, the count n of field/value arguments that follow, then the
+--              new entry's n field/value arguments, encoded by Go
 --
--- Returns the new entry's id; an error reply "NOTOWNER …" when the entry is no longer
--- pending to ARGV[4] (another consumer claimed it, or it was settled): nothing is
--- written, so a consumer that stalled past min-idle never adds a second copy or dead
--- letter; or an error reply naming a key of the wrong type.
+-- Returns one reply per move, in order: the new entry's id; or an error reply
+-- "NOTOWNER …" when the entry is no longer pending to ARGV[3] (another consumer claimed
+-- it, or it was settled, by an earlier move of the same batch too): nothing is written
+-- for it, so a consumer that stalled past min-idle never adds a second copy or dead
+-- letter; or the error reply of its XADD (nothing written, the entry stays pending).
+-- A destination of the wrong type, or a source that is not a stream with that group,
+-- fails the whole call with an error reply, before anything is written.
 --
--- All or nothing: Redis does not roll back a script (nor a MULTI/EXEC) whose command
--- fails half-way, so every check comes before anything is written and the XADD comes
--- before the XACK: if the XADD fails, the script stops there, nothing is written and the
--- original stays pending. The XPENDING owner check also fails (WRONGTYPE) on a source
--- that is not a stream, so only a separate destination needs its own TYPE check: a retry
--- copy (destination = source) costs XPENDING, XADD, XACK.
+-- The owner check: one XPENDING lists the entries of ARGV[4]..ARGV[5] pending to
+-- ARGV[3] (bounded, so a long pending list costs no more than a few per move); an entry
+-- it lists is owned, one it does not list is checked by an XPENDING of its own.
+--
+-- All or nothing per move: Redis does not roll back a script (nor a MULTI/EXEC) whose
+-- command fails half-way, so every check comes before anything is written, each XADD
+-- runs under pcall (a failure is that move's reply, and the script goes on), and an
+-- entry is acknowledged only once its XADD succeeded. The acknowledgements come last, in
+-- one XACK: the script is atomic as a whole, and that XACK cannot fail once XPENDING
+-- found the group and the entries on the same key. A batch of retry copies (destination
+-- = source) costs one XPENDING, one XADD per move and one XACK.
 if KEYS[1] ~= KEYS[2] then
   local kind = redis.call('TYPE', KEYS[1])['ok']
   if kind ~= 'stream' and kind ~= 'none' then
     return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a stream')
   end
 end
-if #redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[4]) == 0 then
-  return redis.error_reply('NOTOWNER entry ' .. ARGV[2] .. ' is not pending to consumer ' .. ARGV[4])
+local group, consumer = ARGV[1], ARGV[3]
+local bounded = tonumber(ARGV[2]) > 0
+
+local moves = 0
+local i = 6
+while i <= #ARGV do
+  moves = moves + 1
+  i = i + 2 + tonumber(ARGV[i + 1])
 end
-local xadd = {'XADD', KEYS[1]}
-if tonumber(ARGV[3]) > 0 then
-  table.insert(xadd, 'MAXLEN')
-  table.insert(xadd, '~')
-  table.insert(xadd, ARGV[3])
+local owned = {} -- id -> true: pending to the consumer; false: moved by this batch
+for _, p in ipairs(redis.call('XPENDING', KEYS[2], group, ARGV[4], ARGV[5], 2 * moves + 32, consumer)) do
+  owned[p[1]] = true
 end
-table.insert(xadd, '*')
-for i = 5, #ARGV do
-  table.insert(xadd, ARGV[i])
+
+-- owns(id): whether entry id is pending to the consumer (false once this batch moved
+-- it), or the error reply of its check
+local function owns(id)
+  local known = owned[id]
+  if known ~= nil then
+    return known
+  end
+  local pending = redis.pcall('XPENDING', KEYS[2], group, id, id, 1, consumer)
+  if pending['err'] then
+    return pending
+  end
+  return #pending > 0
 end
-local id = redis.call(unpack(xadd))
-redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
-return id
+
+local replies, acks = {}, {}
+i = 6
+while i <= #ARGV do
+  local id, n = ARGV[i], tonumber(ARGV[i + 1])
+  local first, last = i + 2, i + 1 + n
+  i = last + 1
+  local mine = owns(id)
+  local reply
+  if type(mine) == 'table' then
+    reply = mine
+  elseif not mine then
+    reply = redis.error_reply('NOTOWNER entry ' .. id .. ' is not pending to consumer ' .. consumer)
+  elseif bounded then
+    reply = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
+  else
+    reply = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+  end
+  if type(reply) == 'string' then
+    owned[id] = false
+    acks[#acks + 1] = id
+  end
+  replies[#replies + 1] = reply
+end
+if #acks > 0 then
+  redis.call('XACK', KEYS[2], group, unpack(acks))
+end
+return replies

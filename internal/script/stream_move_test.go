@@ -141,3 +141,114 @@ func TestStreamMove(t *testing.T) {
 	})
 
 }
+
+// pendingTo reports whether entry id of the bundle's stream is pending, and to whom.
+func (b *moveBundle) pendingTo(t *testing.T, id string) string {
+	t.Helper()
+	p, err := b.r.Client.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: b.stream, Group: "g", Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		t.Fatalf("xpending %s: %v", id, err)
+	}
+	if len(p) == 0 {
+		return ""
+	}
+	return p[0].Consumer
+}
+
+func TestStreamMoves(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EachMoveIsCheckedAndAnsweredOnItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setupMove(t)
+		mine1, taken, mine2, odd := b.pending(t), b.pending(t), b.pending(t), b.pending(t)
+		if err := b.r.Client.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: "g", Consumer: "other", Messages: []string{taken}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		moves := []script.Move{
+			{ID: mine1, Values: []any{"payload", "1"}},
+			{ID: taken, Values: []any{"payload", "taken"}},
+			{ID: mine2, Values: []any{"payload", "2"}},
+			{ID: mine1, Values: []any{"payload", "1 again"}},     // moved by the first move
+			{ID: odd, Values: []any{"payload", "x", "no-value"}}, // XADD refuses an odd count
+			{ID: "not-an-id", Values: []any{"payload", "x"}},     // XPENDING refuses it
+		}
+		res := script.StreamMoves(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", 0, moves)
+		if len(res) != len(moves) {
+			t.Fatalf("%d results for %d moves", len(res), len(moves))
+		}
+		for _, i := range []int{0, 2} {
+			if res[i].Err != nil || res[i].ID == "" {
+				t.Fatalf("move %d = %+v, want a new entry", i, res[i])
+			}
+		}
+		for _, i := range []int{1, 3} {
+			if !errors.Is(res[i].Err, script.ErrNotOwner) {
+				t.Fatalf("move %d = %+v, want ErrNotOwner", i, res[i])
+			}
+		}
+		for _, i := range []int{4, 5} {
+			if res[i].Err == nil || errors.Is(res[i].Err, script.ErrNotOwner) {
+				t.Fatalf("move %d = %+v, want the command's own error", i, res[i])
+			}
+		}
+		got, err := b.r.Client.XRange(b.ctx, b.stream, res[0].ID, "+").Result()
+		if err != nil || len(got) != 2 || got[0].Values["payload"] != "1" || got[1].ID != res[2].ID || got[1].Values["payload"] != "2" {
+			t.Fatalf("entries after the originals = %+v, %v; want the two copies only", got, err)
+		}
+		for id, want := range map[string]string{mine1: "", mine2: "", taken: "other", odd: "c"} {
+			if got := b.pendingTo(t, id); got != want {
+				t.Fatalf("entry %s pending to %q, want %q", id, got, want)
+			}
+		}
+	})
+
+	t.Run("EntriesBeyondTheOwnerScanAreCheckedOnTheirOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setupMove(t)
+		// 80 entries pending to c: a move of the first and the last scans their range
+		// for at most 2*2+32 entries, so the last is checked on its own.
+		ids := make([]string, 80)
+		for i := range ids {
+			ids[i] = b.pending(t)
+		}
+		first, last := ids[0], ids[len(ids)-1]
+		if err := b.r.Client.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: "g", Consumer: "other", Messages: []string{ids[70]}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		res := script.StreamMoves(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", 0, []script.Move{
+			{ID: last, Values: []any{"payload", "last"}},
+			{ID: ids[70], Values: []any{"payload", "taken"}},
+			{ID: first, Values: []any{"payload", "first"}},
+		})
+		if res[0].Err != nil || res[2].Err != nil || !errors.Is(res[1].Err, script.ErrNotOwner) {
+			t.Fatalf("results %+v; want the first and last moved, the one another consumer took refused", res)
+		}
+		for id, want := range map[string]string{first: "", last: "", ids[70]: "other", ids[1]: "c"} {
+			if got := b.pendingTo(t, id); got != want {
+				t.Fatalf("entry %s pending to %q, want %q", id, got, want)
+			}
+		}
+	})
+
+	t.Run("WrongTypeDestinationFailsEveryMoveAndWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setupMove(t)
+		a, c := b.pending(t), b.pending(t)
+		dest := b.r.Key("dlq")
+		if err := b.r.Client.Set(b.ctx, dest, "occupied", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		res := script.StreamMoves(b.ctx, b.r.Client, dest, b.stream, "g", "c", 0, []script.Move{
+			{ID: a, Values: []any{"payload", "x"}}, {ID: c, Values: []any{"payload", "y"}},
+		})
+		for i, r := range res {
+			if r.Err == nil {
+				t.Fatalf("move %d succeeded into a string key", i)
+			}
+		}
+		if p, err := b.r.Client.XPending(b.ctx, b.stream, "g").Result(); err != nil || p.Count != 2 {
+			t.Fatalf("pending = %+v, %v; want both originals still pending", p, err)
+		}
+	})
+}

@@ -31,6 +31,9 @@ func (e *AckErrors) Error() string {
 // AckError returns the error of the i-th delivery of an Ack call that returned err:
 // its own entry of an *AckErrors, else err itself (the whole call failed or applied).
 func AckError(err error, i int) error {
+	if err == nil {
+		return nil // the common case, kept free of errors.As's allocation
+	}
 	var each *AckErrors
 	if errors.As(err, &each) {
 		if i < len(each.Errs) {
