@@ -19,8 +19,12 @@ import (
 // group were delivered but left pending for at least idle: the entries of a consumer
 // whose process died. Before each read of new entries the consumer claims idle ones
 // (XAUTOCLAIM, at most as many as it has free handler slots) and delivers them as new
-// deliveries: the attempt comes from the retry-count header as usual (Redis's delivery
-// counter is not read), and their retries are copies like any other.
+// deliveries. A reclaimed entry's attempt counts the deliveries that never settled: it
+// is the retry-count header plus Redis's delivery count of the entry (the claim
+// included), so a message that kills its consumer spends an attempt per crash and
+// reaches the cap (and the dead letter) like one that fails; an entry that arrives with
+// its attempts already spent that way is dead-lettered without running its handler
+// again. Their retries are copies like any other, carrying the attempt on.
 //
 // While a handler runs, its entry is kept from being reclaimed by other consumers: every
 // idle/3 the consumer resets the idle time of the entries it is handling (a heartbeat
@@ -36,7 +40,7 @@ func (c streamConfig) reclaimer() *claimer {
 	if c.reclaim == 0 {
 		return nil
 	}
-	return newClaimer("Reclaim", c.reclaim, c.block, false, nil)
+	return newClaimer("Reclaim", c.reclaim, c.block, false, nil) // retries are copies
 }
 
 // claimTestPoll bounds a read under a test's fake clock: the test may advance the clock
@@ -52,9 +56,10 @@ const claimPollMin = 10 * time.Millisecond
 // Reclaim, the entries of dead consumers. While handlers run, it heartbeats their
 // entries so that no other consumer claims them.
 type claimer struct {
-	// counted: a delivery's attempt adds Redis's delivery count to the retry-count
-	// header (a claiming stream); else it is the header + 1.
-	counted bool
+	// leaves: retries stay pending to be claimed back (a claiming stream); else they are
+	// copies (Reclaim). Either way a claimed delivery's attempt adds Redis's delivery
+	// count to the retry-count header.
+	leaves bool
 	// idle is how long an entry must be idle to be claimed.
 	idle time.Duration
 	// name names the setting of idle, for refusals.
@@ -77,14 +82,14 @@ type claimer struct {
 // newClaimer returns a claimer of entries idle for idle. After a scan that found nothing,
 // the next one comes a read's block (or idle/2, if shorter) later: an entry a crashed
 // consumer left is claimed at most that long after it became idle enough.
-func newClaimer(name string, idle, block time.Duration, counted bool, onBeat func()) *claimer {
-	return &claimer{counted: counted, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(min(idle/2, block), claimPollMin)}
+func newClaimer(name string, idle, block time.Duration, leaves bool, onBeat func()) *claimer {
+	return &claimer{leaves: leaves, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(min(idle/2, block), claimPollMin)}
 }
 
 // leavesRetries reports whether retries stay pending here to be claimed back (a
 // claiming stream): then the consumer never re-reads its own pending entries, which
 // would bring them back before their min-idle.
-func (c *claimer) leavesRetries() bool { return c != nil && c.counted }
+func (c *claimer) leavesRetries() bool { return c != nil && c.leaves }
 
 // validate returns the refusals of the claimer's settings (none for a nil claimer).
 func (c *claimer) validate() []error {
@@ -133,7 +138,7 @@ func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*so
 				slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", res.Deleted))
 		}
 		ds := t.deliveries(ctx, res.Entries)
-		if c.counted {
+		if len(ds) > 0 {
 			counts := make(map[string]int, len(res.Entries))
 			for i, e := range res.Entries {
 				counts[e.ID] = res.Counts[i]

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 )
 
@@ -32,8 +34,8 @@ func TestReclaim(t *testing.T) {
 		acked := w.waitEvents(t, "both reclaimed entries acked", 2, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
 		got := map[string]bool{}
 		for _, e := range acked {
-			if e.Attempt != 1 {
-				t.Fatalf("ack = %+v, want attempt 1 (from the retry-count header)", e)
+			if e.Attempt != 2 {
+				t.Fatalf("ack = %+v, want attempt 2 (the dead consumer's delivery counts)", e)
 			}
 			got[e.ID] = true
 		}
@@ -50,34 +52,74 @@ func TestReclaim(t *testing.T) {
 		}
 	})
 
+	t.Run("ACrashedDeliverySpendsAnAttemptAndTheCapDeadLettersWithoutARun", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		id := w.publish(t, "kills its consumer", nil)
+		w.crash(t, "dead", 1)
+		// A second consumer took it over and died too: Redis counts 2 deliveries.
+		if err := w.r.Client.XClaim(w.ctx, &redis.XClaimArgs{Stream: w.in, Group: w.group, Consumer: "dead2", Messages: []string{id}}).Err(); err != nil {
+			t.Fatalf("xclaim: %v", err)
+		}
+		ran := make(chan int, 4)
+		app := w.app(t, reclaiming(w), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			ran <- m.Attempt
+			return nil
+		}), settle.MaxAttempts(2), settle.DeadLetter(w.dlq))
+		w.run(t, app)
+
+		w.advance(w.idle)
+		dead := w.waitEvents(t, "the dead letter", 1, func(e settle.Settled) bool { return e.Action == settle.ActionDeadLetter })
+		// It arrives at attempt 3 (two crashed deliveries and the claim), past the cap:
+		// settled as a failure at the cap.
+		if dead[0].ID != id || dead[0].Attempt != 2 || dead[0].Err != nil {
+			t.Fatalf("dead letter = %+v, want %s dead-lettered at the cap, attempt 2", dead[0], id)
+		}
+		select {
+		case a := <-ran:
+			t.Fatalf("the handler ran (attempt %d) for a delivery whose attempts crashed consumers spent", a)
+		default:
+		}
+		msgs, err := w.r.Client.XRange(w.ctx, w.dlq, "-", "+").Result()
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("dead letters = %v (%v), want 1", msgs, err)
+		}
+		if rc := msgs[0].Values[settle.HeaderRetryCount]; rc != "2" {
+			t.Fatalf("dead letter's retry count = %v, want the cap, 2", rc)
+		}
+		if n := w.pendingCount(t); n != 0 {
+			t.Fatalf("%d entries pending, want 0", n)
+		}
+	})
+
 	t.Run("RetriesOfReclaimedEntriesAreCopies", func(t *testing.T) {
 		t.Parallel()
 		w := setupClaimWorld(t)
 		id := w.publish(t, "x", nil)
 		w.crash(t, "dead", 1)
 		app := w.app(t, reclaiming(w), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
-			if m.Attempt == 1 {
+			if m.Attempt == 2 {
 				return errClaimTest
 			}
 			return nil
-		}), settle.MaxAttempts(3))
+		}), settle.MaxAttempts(4))
 		w.run(t, app)
 
 		w.advance(w.idle)
 		copied := w.waitEvents(t, "the retry copy", 1, func(e settle.Settled) bool { return e.Action == settle.ActionCopy })
-		if copied[0].ID != id || copied[0].Attempt != 1 || copied[0].Err != nil {
-			t.Fatalf("retry = %+v, want a copy of %s at attempt 1", copied[0], id)
+		if copied[0].ID != id || copied[0].Attempt != 2 || copied[0].Err != nil {
+			t.Fatalf("retry = %+v, want a copy of %s at attempt 2", copied[0], id)
 		}
 		acked := w.waitEvents(t, "the copy acked", 1, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
-		if acked[0].ID == id || acked[0].Attempt != 2 {
-			t.Fatalf("ack = %+v, want the copy (a new entry) at attempt 2", acked[0])
+		if acked[0].ID == id || acked[0].Attempt != 3 {
+			t.Fatalf("ack = %+v, want the copy (a new entry) at attempt 3", acked[0])
 		}
 		msgs, err := w.r.Client.XRange(w.ctx, w.in, "-", "+").Result()
 		if err != nil || len(msgs) != 2 {
 			t.Fatalf("stream = %v (%v), want the original and its copy", msgs, err)
 		}
-		if rc := msgs[1].Values[settle.HeaderRetryCount]; rc != "1" {
-			t.Fatalf("copy's retry count = %v, want 1", rc)
+		if rc := msgs[1].Values[settle.HeaderRetryCount]; rc != "2" {
+			t.Fatalf("copy's retry count = %v, want 2 (the crashed delivery and the failed one)", rc)
 		}
 		if n := w.pendingCount(t); n != 0 {
 			t.Fatalf("%d entries pending, want 0", n)

@@ -98,7 +98,8 @@ type streamTransport struct {
 
 func (t *streamTransport) Info() source.Info {
 	return source.Info{
-		Caps:  source.Caps{Parks: t.parksDurably(), RetryWithoutCap: source.ActionCopy},
+		// A re-read or claimed entry's attempt counts its unsettled deliveries.
+		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parksDurably(), RetryWithoutCap: source.ActionCopy},
 		Group: t.src.group,
 		Key:   t.src.key,
 		Kind:  source.KindStream,
@@ -207,6 +208,7 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 		t.cursor = msgs[len(msgs)-1].ID
 		t.mu.Unlock()
 		if ds := t.deliveries(ctx, unsettled); len(ds) > 0 {
+			t.countDeliveries(ctx, ds)
 			return ds, nil
 		}
 	}

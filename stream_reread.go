@@ -1,6 +1,13 @@
 package settle
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"log/slog"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/source"
+)
 
 // rereadFence keeps a re-read of a consumer's own pending entries from handing out an
 // entry a second time after its settlement succeeded.
@@ -52,4 +59,36 @@ func (f *rereadFence) end(msgs []redis.XMessage) []redis.XMessage {
 	}
 	clear(f.settled)
 	return kept
+}
+
+// countDeliveries sets the attempt of re-read deliveries from Redis's delivery counter:
+// the retry-count header plus the times Redis delivered the entry (this re-read
+// included), as a claim does. A re-read entry was delivered before and never settled
+// (its consumer crashed or lost the read's reply, or its settlement failed), and that
+// delivery spends an attempt: a message that kills its consumer reaches the cap even
+// when the consumer restarts under the same name. Should the count be unreadable, the
+// attempt stays the header's, and a warning says so.
+func (t *streamTransport) countDeliveries(ctx context.Context, ds []*source.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	s := t.src
+	pending, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: s.key, Group: s.group, Consumer: t.consumer,
+		Start: ds[0].ID, End: ds[len(ds)-1].ID, Count: int64(len(ds)),
+	}).Result()
+	if err != nil {
+		t.env.Logger.WarnContext(ctx, "settle: could not read the delivery counts of re-read pending entries; their attempts count settlements only",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+		return
+	}
+	counts := make(map[string]int64, len(pending))
+	for _, p := range pending {
+		counts[p.ID] = p.RetryCount
+	}
+	for _, d := range ds {
+		if n := counts[d.ID]; n > 1 {
+			d.Attempt = d.RetryCount + int(n)
+		}
+	}
 }

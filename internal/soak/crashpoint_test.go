@@ -54,10 +54,10 @@ type crashCase struct {
 
 func crashCases() []crashCase {
 	return []crashCase{{
-		// Reclaimed at attempt 1 (Redis's delivery counter is not read); attempt 1 Retry: a
-		// copy; attempt 2 RetryAfter: an in-process delay, then a copy; attempt 3: the dead
-		// letter. Copies and dead letters are the stream_move script.
-		name: "StreamReclaim", transport: transportStream, cap: 3, idle: 300 * time.Millisecond,
+		// The ghost's delivery counts: reclaimed at attempt 2, Retry: a copy; attempt 3
+		// RetryAfter: an in-process delay, then a copy; attempt 4: the dead letter. Copies
+		// and dead letters are the stream_move script.
+		name: "StreamReclaim", transport: transportStream, cap: 4, idle: 300 * time.Millisecond,
 		points: []string{"after claim#1",
 			"before stream_move#1", "after stream_move#1", // retry copy
 			"before stream_move#2", "after stream_move#2", // copy of the in-process delay, when due
@@ -65,7 +65,7 @@ func crashCases() []crashCase {
 			"before xack#1", "after xack#1"},
 	}, {
 		// As StreamReclaim, the delay parked in the delay set and swept back into the stream.
-		name: "StreamDurableZset", transport: transportZset, cap: 3, idle: 300 * time.Millisecond,
+		name: "StreamDurableZset", transport: transportZset, cap: 4, idle: 300 * time.Millisecond,
 		points: []string{"after claim#1",
 			"before stream_move#1", "after stream_move#1", // retry copy
 			"before park#1", "after park#1", "after sweep#1", // RetryAfter: park, then sweep when due

@@ -64,11 +64,11 @@ type Caps struct {
 	// delivery counter); a retry leaves the message in place and never copies it.
 	DeliveryCounter bool
 	// CountsUnsettled: the transport's attempt counts deliveries that never settled too
-	// (a claiming stream's delivery counter; an inbox's claim of a row whose lease passed
-	// adds one attempt), so a delivery can arrive with its attempts already spent by
-	// consumers that crashed, hung or could not write their settlement. The engine then
-	// dead-letters it at the cap without running the handler (see settle's
-	// spentByCrashes).
+	// (a stream's delivery counter on re-read or claimed entries; an inbox's claim of a
+	// row whose lease passed adds one attempt), so a delivery can arrive with its
+	// attempts already spent by consumers that crashed, hung or could not write their
+	// settlement. The engine then dead-letters it at the cap without running the
+	// handler (see settle's spentByCrashes).
 	CountsUnsettled bool
 	// MinIdle is how long a left-in-place message waits before it comes back (claiming).
 	MinIdle time.Duration
