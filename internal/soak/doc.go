@@ -5,7 +5,9 @@
 // test runs the same workers against a redis-server of its own (appendonly, appendfsync
 // always, on a free loopback port, in a temporary directory), which it kills with
 // SIGKILL and restarts mid-run while the workers, never restarted, reconnect on their
-// own.
+// own. The crash-point test kills a worker right before or right after each settlement
+// call of a transport's life (a go-redis hook, a database/sql driver wrapper) and checks
+// that a fresh worker leaves each message in exactly one place.
 //
 // The soaks need real servers: SETTLE_REDIS_URL (and SETTLE_POSTGRES_URL for the SQL
 // inbox); they skip with a message otherwise. SETTLE_SOAK=full runs 10,000 messages per
