@@ -132,17 +132,14 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	// Deliveries go to workers that live on from one delivery to the next, at most
 	// Concurrency of them, started as needed and ended by the drain: a goroutine per
 	// delivery grew a new stack for nearly every one (the engine's frames and a handler's
-	// outgrow the 2 KB a goroutine starts with), a tenth of the client CPU of a retry.
-	work := make(chan *source.Delivery)
+	// outgrow the 2 KB a goroutine starts with), a tenth of the client CPU of a retry,
+	// and a worker that finds the next delivery queued takes it without waiting.
+	work := make(chan *source.Delivery, m.cfg.concurrency)
 	workers := 0
-	worker := func(d *source.Delivery) {
-		for {
+	worker := func() {
+		for d := range work {
 			a.handle(handlerCtx, m, d, acks, delays)
 			<-slots
-			var ok bool
-			if d, ok = <-work; !ok {
-				return
-			}
 		}
 	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
@@ -195,17 +192,14 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 			continue
 		}
 		backoff = 0
+		// Every delivery holds a slot until it is handled: with a worker per slot held, a
+		// delivery queued here always finds a worker free to take it.
+		for workers < len(slots) {
+			workers++
+			inflight.Go(worker)
+		}
 		for _, d := range ds {
-			select {
-			case work <- d: // an idle worker took it
-			default:
-				if workers < m.cfg.concurrency {
-					workers++
-					inflight.Go(func() { worker(d) })
-				} else {
-					work <- d // d holds a slot: at most Concurrency-1 workers are busy, one comes back
-				}
-			}
+			work <- d
 		}
 	}
 	close(work)
@@ -384,6 +378,10 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 // is written. The copy is written on its own goroutine when due, so many delays coming
 // due at once are written concurrently; Run waits for every one before returning.
 func (a *App) scheduleCopy(ctx context.Context, m *mount, d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
+	// A delivery may share its memory with the rest of its read (see
+	// streamTransport.deliveries): keep a copy of its own while it waits.
+	held := *d
+	d = &held
 	writeCopy := func() {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()

@@ -291,9 +291,10 @@ func (t *streamTransport) xread(ctx context.Context, id string, max int, wait ti
 // acknowledging pending entries whose body was deleted from the stream.
 func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage) []*source.Delivery {
 	ds := make([]*source.Delivery, 0, len(msgs))
+	all := make([]source.Delivery, len(msgs)) // one allocation for the batch, not one each
 	var gone []string
 	t.mu.Lock()
-	for _, msg := range msgs {
+	for i, msg := range msgs {
 		if _, busy := t.inflight[msg.ID]; busy {
 			continue
 		}
@@ -302,7 +303,8 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage)
 			continue
 		}
 		t.inflight[msg.ID] = struct{}{}
-		ds = append(ds, t.delivery(ctx, msg))
+		all[i] = t.delivery(ctx, msg)
+		ds = append(ds, &all[i])
 	}
 	t.mu.Unlock()
 	if len(gone) > 0 {
@@ -315,7 +317,7 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage)
 	return ds
 }
 
-func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) *source.Delivery {
+func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) source.Delivery {
 	payload, ok, headers := wire.FromStream(msg.Values)
 	rc, valid := parseRetryCount(headers)
 	if !valid {
@@ -324,7 +326,7 @@ func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) *sou
 				slog.String(attrMount, t.env.Mount), slog.String(attrMsgID, msg.ID), slog.String(HeaderRetryCount, headers[HeaderRetryCount]))
 		})
 	}
-	return &source.Delivery{
+	return source.Delivery{
 		Attempt:    rc + 1,
 		HasPayload: ok,
 		Headers:    headers,

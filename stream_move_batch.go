@@ -36,7 +36,7 @@ type moveBatcher struct {
 type moveCall struct {
 	ctx    context.Context
 	dest   string
-	done   chan struct{}
+	done   sync.WaitGroup // done once res is set
 	maxLen int64
 	move   script.Move
 	res    script.MoveResult
@@ -46,7 +46,8 @@ type moveCall struct {
 // acknowledges entry id of the stream, as script.StreamMove does, in a batch with the
 // moves asked for at the same time. It returns the move's own error.
 func (b *moveBatcher) move(ctx context.Context, dest string, maxLen int64, id string, values []any) error {
-	c := &moveCall{ctx: ctx, dest: dest, done: make(chan struct{}), maxLen: maxLen, move: script.Move{ID: id, Values: values}}
+	c := &moveCall{ctx: ctx, dest: dest, maxLen: maxLen, move: script.Move{ID: id, Values: values}}
+	c.done.Add(1)
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	if !b.running {
@@ -54,7 +55,7 @@ func (b *moveBatcher) move(ctx context.Context, dest string, maxLen int64, id st
 		go b.flush()
 	}
 	b.mu.Unlock()
-	<-c.done
+	c.done.Wait()
 	return c.res.Err
 }
 
@@ -100,7 +101,7 @@ func (b *moveBatcher) send(batch []*moveCall) {
 		res := script.StreamMoves(first.ctx, b.rdb, first.dest, b.stream, b.group, b.consumer, first.maxLen, moves)
 		for k, c := range calls {
 			c.res = res[k]
-			close(c.done)
+			c.done.Done()
 		}
 	}
 }

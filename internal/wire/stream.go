@@ -16,7 +16,8 @@ const FieldPayload = "payload"
 // payload writes no payload field (a copy of a foreign entry that had none); an empty,
 // non-nil one writes an empty field.
 func StreamValues(payload []byte, headers map[string]string) []any {
-	names := make([]string, 0, len(headers))
+	var buf [8]string // the names of a few headers need no allocation
+	names := buf[:0]
 	for k := range headers {
 		if k != FieldPayload {
 			names = append(names, k)
