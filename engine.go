@@ -37,6 +37,8 @@ type mount struct {
 	transport source.Transport
 	wrapped   Handler
 
+	writes writeContexts // the contexts of settlement writes other than acks
+
 	// settleFailed and settleOK tell the read loop that a settlement failed (its
 	// delivery will be read again at once: back off first) or succeeded (reset the
 	// backoff).
@@ -125,6 +127,7 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHandlers(nil)
 	acks := newAcker(context.WithoutCancel(ctx), m, a)
+	m.writes.base = context.WithoutCancel(ctx)
 	var inflight sync.WaitGroup
 	slots := make(chan struct{}, m.cfg.concurrency)
 	batch := m.batchSize()
@@ -304,12 +307,10 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		Outcome:    o.Kind,
 	}
 	// Completions go to the batched acker, which bounds its own write: only the other
-	// actions need a settlement context (and its timer) of their own.
+	// actions need a settlement context.
 	sctx := ctx
 	if !s.Action.Completes() {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
+		sctx = m.writes.get()
 	}
 
 	switch s.Action {
@@ -365,7 +366,7 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 			}
 			break
 		}
-		a.scheduleCopy(ctx, m, d, ev, s.Delay, delays)
+		a.scheduleCopy(m, d, ev, s.Delay, delays)
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
 	case source.ActionDeadLetter:
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
@@ -377,20 +378,45 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 // scheduleCopy keeps an in-process delay: the original stays unsettled until the copy
 // is written. The copy is written on its own goroutine when due, so many delays coming
 // due at once are written concurrently; Run waits for every one before returning.
-func (a *App) scheduleCopy(ctx context.Context, m *mount, d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
+func (a *App) scheduleCopy(m *mount, d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
 	// A delivery may share its memory with the rest of its read (see
 	// streamTransport.deliveries): keep a copy of its own while it waits.
 	held := *d
 	d = &held
 	writeCopy := func() {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
+		wctx := m.writes.get()
 		ev := ev
 		ev.Action = source.ActionCopy
 		ev.Err = m.transport.Copy(wctx, d, withRetryCount(d.Headers, d.Attempt))
 		a.settled(wctx, m, d, ev)
 	}
 	delays.Schedule(delay, func() { a.delayed.Go(writeCopy) })
+}
+
+// writeContexts hands out the contexts of a mount's settlement writes other than acks
+// (the acker bounds each batch of its own): the run context's values, no cancellation,
+// a deadline settleTimeout away, give or take a second. The writes that start within a
+// second share one context, which its own timer ends at its deadline: a context and a
+// timer of its own cost every retry copy five allocations.
+type writeContexts struct {
+	base context.Context
+
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc // not called: writes may still use ctx until its deadline ends it
+	until  time.Time          // when ctx stops being handed out
+}
+
+// get returns the context of a write starting now.
+func (w *writeContexts) get() context.Context {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx == nil || !now.Before(w.until) {
+		w.ctx, w.cancel = context.WithDeadline(w.base, now.Add(settleTimeout))
+		w.until = now.Add(time.Second)
+	}
+	return w.ctx
 }
 
 // logSettlement logs a settlement's line at level with the delivery's attributes and
@@ -418,7 +444,9 @@ func settlementAttrs(d *source.Delivery, o Outcome, s source.Settlement, extra .
 // settled reports an applied (or failed) settlement.
 func (a *App) settled(ctx context.Context, m *mount, d *source.Delivery, ev Settled) {
 	if ev.Err == nil {
-		m.settleOK.Store(true)
+		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
+			m.settleOK.Store(true)
+		}
 	} else {
 		m.settleFailed.Store(true)
 		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/source"
@@ -49,5 +50,30 @@ func TestAckReportsTheSameSettlementWithDebugOnAndOff(t *testing.T) {
 	}
 	if want := (Settled{Action: ActionAck, Attempt: 2, ID: "7-0", Key: "orders", Mount: "stream bench", Outcome: OutcomeAck}); fast[0] != want {
 		t.Fatalf("ack reported %+v, want %+v", fast[0], want)
+	}
+}
+
+// A settlement write's context carries the run context's values, no cancellation, and
+// a deadline settleTimeout away, give or take the second its context is shared for.
+func TestWriteContextsBoundEachWriteBySettleTimeoutWithoutCancellation(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	run, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "run"))
+	w := &writeContexts{base: context.WithoutCancel(run)}
+	for range 3 {
+		before := time.Now()
+		ctx := w.get()
+		after := time.Now()
+		deadline, ok := ctx.Deadline()
+		if !ok || deadline.Before(before.Add(settleTimeout-time.Second)) || deadline.After(after.Add(settleTimeout)) {
+			t.Fatalf("deadline %v (set: %v), want within a second before %v", deadline, ok, after.Add(settleTimeout))
+		}
+		if ctx.Value(key{}) != "run" {
+			t.Fatal("the run context's values are lost")
+		}
+	}
+	cancel()
+	if err := w.get().Err(); err != nil {
+		t.Fatalf("a write's context ended with the run's: %v", err)
 	}
 }

@@ -42,6 +42,7 @@ func benchMount(b *testing.B, h Handler) (*App, *mount) {
 	m := &mount{cfg: defaultMountConfig(), handler: h, src: benchSource{}}
 	m.cfg.delay = delayed.InProcess{}
 	m.prepare(a)
+	m.writes.base = context.Background() // as runMount sets it
 	return a, m
 }
 
