@@ -36,10 +36,10 @@ type moveBatcher struct {
 type moveCall struct {
 	ctx    context.Context
 	dest   string
-	done   sync.WaitGroup // done once res is set
+	done   sync.WaitGroup // done once err is set
+	err    error
 	maxLen int64
 	move   script.Move
-	res    script.MoveResult
 }
 
 // move appends values to dest (bounded to about maxLen entries when maxLen > 0) and
@@ -56,7 +56,7 @@ func (b *moveBatcher) move(ctx context.Context, dest string, maxLen int64, id st
 	}
 	b.mu.Unlock()
 	c.done.Wait()
-	return c.res.Err
+	return c.err
 }
 
 // flush sends the queued moves, at most maxMoveBatch per round, until none is left.
@@ -98,9 +98,9 @@ func (b *moveBatcher) send(batch []*moveCall) {
 				batch[i+j] = nil
 			}
 		}
-		res := script.StreamMoves(first.ctx, b.rdb, first.dest, b.stream, b.group, b.consumer, first.maxLen, moves)
+		errs := script.StreamMoves(first.ctx, b.rdb, first.dest, b.stream, b.group, b.consumer, first.maxLen, moves)
 		for k, c := range calls {
-			c.res = res[k]
+			c.err = errs[k]
 			c.done.Done()
 		}
 	}

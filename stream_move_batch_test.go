@@ -71,7 +71,7 @@ func TestMoveBatcherSendsTheMovesQueuedMeanwhileInOneScriptCallPerDestinationEac
 	rdb := redis.NewClient(r.Client.Options())
 	t.Cleanup(func() { _ = rdb.Close() })
 	// Load the script first, so that every call below is one EVALSHA.
-	if _, err := script.StreamMove(ctx, rdb, stream, stream, "g", "c", "0-1", 0, []any{"payload", "x"}); !errors.Is(err, script.ErrNotOwner) {
+	if err := script.StreamMove(ctx, rdb, stream, stream, "g", "c", "0-1", 0, []any{"payload", "x"}); !errors.Is(err, script.ErrNotOwner) {
 		t.Fatalf("loading move = %v, want ErrNotOwner", err)
 	}
 	h := &countEvalSha{entered: make(chan struct{}), release: make(chan struct{})}

@@ -25,32 +25,22 @@ type Move struct {
 	Values []any
 }
 
-// MoveResult is one move's answer.
-type MoveResult struct {
-	// ID is the new entry's id ("" when Err is set).
-	ID string
-	// Err is why the move did not happen (nothing was written for it and its entry stays
-	// as it was): ErrNotOwner, a refused XADD, or the error of the whole call.
-	Err error
-}
-
 // StreamMove appends an entry (values: field/value pairs, encoded by the caller) to the
 // stream dest, bounded to about maxLen entries when maxLen > 0 (XADD MAXLEN ~), and
 // acknowledges entry id of stream in group: all or nothing (see stream_move.lua), and
 // only while the entry is still pending to consumer (else ErrNotOwner, nothing written).
-// A stream's retry copy (dest = stream) and its dead letter are both this one step. It
-// returns the new entry's id.
-func StreamMove(ctx context.Context, rdb redis.Scripter, dest, stream, group, consumer, id string, maxLen int64, values []any) (string, error) {
-	r := StreamMoves(ctx, rdb, dest, stream, group, consumer, maxLen, []Move{{ID: id, Values: values}})
-	return r[0].ID, r[0].Err
+// A stream's retry copy (dest = stream) and its dead letter are both this one step.
+func StreamMove(ctx context.Context, rdb redis.Scripter, dest, stream, group, consumer, id string, maxLen int64, values []any) error {
+	return StreamMoves(ctx, rdb, dest, stream, group, consumer, maxLen, []Move{{ID: id, Values: values}})[0]
 }
 
 // StreamMoves is StreamMove for many entries of stream in one script call: each move is
 // all or nothing on its own, checked and answered on its own (a move that fails leaves
-// its entry pending and the others go on), in order. When the call itself fails (the
-// connection, a destination of the wrong type) every move carries its error: nothing was
+// its entry pending and the others go on). It returns each move's error, in order: nil
+// when it was applied; ErrNotOwner, a refused XADD, or, when the call itself failed
+// (the connection, a destination of the wrong type), the call's error: nothing was
 // written, unless the call ran and only its reply was lost.
-func StreamMoves(ctx context.Context, rdb redis.Scripter, dest, stream, group, consumer string, maxLen int64, moves []Move) []MoveResult {
+func StreamMoves(ctx context.Context, rdb redis.Scripter, dest, stream, group, consumer string, maxLen int64, moves []Move) []error {
 	n := 5
 	for _, m := range moves {
 		n += 2 + len(m.Values)
@@ -62,29 +52,31 @@ func StreamMoves(ctx context.Context, rdb redis.Scripter, dest, stream, group, c
 		args = append(args, m.ID, len(m.Values))
 		args = append(args, m.Values...)
 	}
-	res := make([]MoveResult, len(moves))
+	errs := make([]error, len(moves))
 	replies, err := streamMove.Run(ctx, rdb, []string{dest, stream}, args...).Slice()
 	if err == nil && len(replies) != len(moves) {
 		err = fmt.Errorf("%d replies for %d moves", len(replies), len(moves))
 	}
 	if err != nil {
 		err = fmt.Errorf("stream move script: %w", notOwner(err))
-		for i := range res {
-			res[i].Err = err
+		for i := range errs {
+			errs[i] = err
 		}
-		return res
+		return errs
 	}
 	for i, r := range replies {
 		switch r := r.(type) {
-		case string:
-			res[i].ID = r
+		case int64:
+			if r != 1 {
+				errs[i] = fmt.Errorf("stream move script: unexpected reply %d for entry %s", r, moves[i].ID)
+			}
 		case error:
-			res[i].Err = fmt.Errorf("stream move script: %w", notOwner(r))
+			errs[i] = fmt.Errorf("stream move script: %w", notOwner(r))
 		default:
-			res[i].Err = fmt.Errorf("stream move script: unexpected reply %T for entry %s", r, moves[i].ID)
+			errs[i] = fmt.Errorf("stream move script: unexpected reply %T for entry %s", r, moves[i].ID)
 		}
 	}
-	return res
+	return errs
 }
 
 // idRange returns the least and the greatest entry id of moves, the range of the

@@ -14,7 +14,7 @@
 --              acknowledge, the count n of field/value arguments that follow, then the
 --              new entry's n field/value arguments, encoded by Go
 --
--- Returns one reply per move, in order: the new entry's id; or an error reply
+-- Returns one reply per move, in order: 1 once its entry is appended; or an error reply
 -- "NOTOWNER …" when the entry is no longer pending to ARGV[3] (another consumer claimed
 -- it, or it was settled, by an earlier move of the same batch too): nothing is written
 -- for it, so a consumer that stalled past min-idle never adds a second copy or dead
@@ -84,9 +84,10 @@ while i <= #ARGV do
   else
     reply = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
   end
-  if type(reply) == 'string' then
+  if type(reply) == 'string' then -- the new entry's id
     owned[id] = false
     acks[#acks + 1] = id
+    reply = 1
   end
   replies[#replies + 1] = reply
 end

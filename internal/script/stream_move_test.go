@@ -49,13 +49,12 @@ func TestStreamMove(t *testing.T) {
 		b := setupMove(t)
 		id := b.pending(t)
 		dest := b.r.Key("dlq")
-		newID, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", []byte("p"), "h", "v"})
-		if err != nil {
+		if err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", []byte("p"), "h", "v"}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := b.r.Client.XRange(b.ctx, dest, "-", "+").Result()
-		if err != nil || len(got) != 1 || got[0].ID != newID || got[0].Values["payload"] != "p" || got[0].Values["h"] != "v" {
-			t.Fatalf("destination = %+v, %v; want the one entry %s", got, err, newID)
+		if err != nil || len(got) != 1 || got[0].Values["payload"] != "p" || got[0].Values["h"] != "v" {
+			t.Fatalf("destination = %+v, %v; want the one entry written", got, err)
 		}
 		if p, err := b.r.Client.XPending(b.ctx, b.stream, "g").Result(); err != nil || p.Count != 0 {
 			t.Fatalf("pending = %+v, %v; want 0", p, err)
@@ -66,7 +65,7 @@ func TestStreamMove(t *testing.T) {
 		t.Parallel()
 		b := setupMove(t)
 		id := b.pending(t)
-		if _, err := script.StreamMove(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", id, 0, []any{"payload", "x", "settle-retry-count", "1"}); err != nil {
+		if err := script.StreamMove(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", id, 0, []any{"payload", "x", "settle-retry-count", "1"}); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := b.r.Client.XLen(b.ctx, b.stream).Result(); n != 2 {
@@ -85,7 +84,7 @@ func TestStreamMove(t *testing.T) {
 		if err := b.r.Client.Set(b.ctx, dest, "occupied", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", "x"})
+		err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", "x"})
 		if err == nil {
 			t.Fatal("no error moving into a string key")
 		}
@@ -104,7 +103,7 @@ func TestStreamMove(t *testing.T) {
 		const total, maxLen = 250, 5
 		for range total {
 			id := b.pending(t)
-			if _, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, maxLen, []any{"payload", "x"}); err != nil {
+			if err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, maxLen, []any{"payload", "x"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -127,7 +126,7 @@ func TestStreamMove(t *testing.T) {
 		if err := b.r.Client.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: "g", Consumer: "other", Messages: []string{id}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", "x"})
+		err := script.StreamMove(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, 0, []any{"payload", "x"})
 		if !errors.Is(err, script.ErrNotOwner) {
 			t.Fatalf("err = %v, want ErrNotOwner", err)
 		}
@@ -173,28 +172,28 @@ func TestStreamMoves(t *testing.T) {
 			{ID: odd, Values: []any{"payload", "x", "no-value"}}, // XADD refuses an odd count
 			{ID: "not-an-id", Values: []any{"payload", "x"}},     // XPENDING refuses it
 		}
-		res := script.StreamMoves(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", 0, moves)
-		if len(res) != len(moves) {
-			t.Fatalf("%d results for %d moves", len(res), len(moves))
+		errs := script.StreamMoves(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", 0, moves)
+		if len(errs) != len(moves) {
+			t.Fatalf("%d results for %d moves", len(errs), len(moves))
 		}
 		for _, i := range []int{0, 2} {
-			if res[i].Err != nil || res[i].ID == "" {
-				t.Fatalf("move %d = %+v, want a new entry", i, res[i])
+			if errs[i] != nil {
+				t.Fatalf("move %d: %v", i, errs[i])
 			}
 		}
 		for _, i := range []int{1, 3} {
-			if !errors.Is(res[i].Err, script.ErrNotOwner) {
-				t.Fatalf("move %d = %+v, want ErrNotOwner", i, res[i])
+			if !errors.Is(errs[i], script.ErrNotOwner) {
+				t.Fatalf("move %d = %v, want ErrNotOwner", i, errs[i])
 			}
 		}
 		for _, i := range []int{4, 5} {
-			if res[i].Err == nil || errors.Is(res[i].Err, script.ErrNotOwner) {
-				t.Fatalf("move %d = %+v, want the command's own error", i, res[i])
+			if errs[i] == nil || errors.Is(errs[i], script.ErrNotOwner) {
+				t.Fatalf("move %d = %v, want the command's own error", i, errs[i])
 			}
 		}
-		got, err := b.r.Client.XRange(b.ctx, b.stream, res[0].ID, "+").Result()
-		if err != nil || len(got) != 2 || got[0].Values["payload"] != "1" || got[1].ID != res[2].ID || got[1].Values["payload"] != "2" {
-			t.Fatalf("entries after the originals = %+v, %v; want the two copies only", got, err)
+		got, err := b.r.Client.XRange(b.ctx, b.stream, "-", "+").Result()
+		if err != nil || len(got) != 6 || got[4].Values["payload"] != "1" || got[5].Values["payload"] != "2" {
+			t.Fatalf("entries = %+v, %v; want the 4 originals, then the two copies only", got, err)
 		}
 		for id, want := range map[string]string{mine1: "", mine2: "", taken: "other", odd: "c"} {
 			if got := b.pendingTo(t, id); got != want {
@@ -216,13 +215,13 @@ func TestStreamMoves(t *testing.T) {
 		if err := b.r.Client.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: "g", Consumer: "other", Messages: []string{ids[70]}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		res := script.StreamMoves(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", 0, []script.Move{
+		errs := script.StreamMoves(b.ctx, b.r.Client, b.stream, b.stream, "g", "c", 0, []script.Move{
 			{ID: last, Values: []any{"payload", "last"}},
 			{ID: ids[70], Values: []any{"payload", "taken"}},
 			{ID: first, Values: []any{"payload", "first"}},
 		})
-		if res[0].Err != nil || res[2].Err != nil || !errors.Is(res[1].Err, script.ErrNotOwner) {
-			t.Fatalf("results %+v; want the first and last moved, the one another consumer took refused", res)
+		if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], script.ErrNotOwner) {
+			t.Fatalf("results %v; want the first and last moved, the one another consumer took refused", errs)
 		}
 		for id, want := range map[string]string{first: "", last: "", ids[70]: "other", ids[1]: "c"} {
 			if got := b.pendingTo(t, id); got != want {
@@ -239,11 +238,11 @@ func TestStreamMoves(t *testing.T) {
 		if err := b.r.Client.Set(b.ctx, dest, "occupied", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		res := script.StreamMoves(b.ctx, b.r.Client, dest, b.stream, "g", "c", 0, []script.Move{
+		errs := script.StreamMoves(b.ctx, b.r.Client, dest, b.stream, "g", "c", 0, []script.Move{
 			{ID: a, Values: []any{"payload", "x"}}, {ID: c, Values: []any{"payload", "y"}},
 		})
-		for i, r := range res {
-			if r.Err == nil {
+		for i, err := range errs {
+			if err == nil {
 				t.Fatalf("move %d succeeded into a string key", i)
 			}
 		}
