@@ -27,9 +27,10 @@
 -- it lists is owned, one it does not list is checked by an XPENDING of its own.
 --
 -- All or nothing per move: Redis does not roll back a script (nor a MULTI/EXEC) whose
--- command fails half-way, so every check comes before anything is written, each XADD
--- runs under pcall (a failure is that move's reply, and the script goes on), and an
--- entry is acknowledged only once its XADD succeeded. The acknowledgements come last, in
+-- command fails half-way, so a move's check comes before its write, every command that
+-- could fail once something is written runs under pcall (its failure is that move's
+-- reply, and the script goes on), and an entry is acknowledged only once its XADD
+-- succeeded. The acknowledgements come last, in
 -- one XACK: the script is atomic as a whole, and that XACK cannot fail once XPENDING
 -- found the group and the entries on the same key. A batch of retry copies (destination
 -- = source) costs one XPENDING, one XADD per move and one XACK.
