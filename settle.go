@@ -201,7 +201,9 @@ func (a *App) Validate() error {
 //     in-process delayed retries still waiting are written back at once;
 //  4. Run returns nil.
 //
-// Run returns an error without consuming when validation or opening a source fails.
+// Run returns an error without consuming when validation or opening a source fails;
+// while a source's server cannot be reached, Run logs it and tries again with a backoff
+// until it can, or ctx is done.
 // An App runs once: a second Run returns ErrAppClosed.
 func (a *App) Run(ctx context.Context) error {
 	if !a.ran.CompareAndSwap(false, true) {
@@ -212,7 +214,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	var opened []*mount
 	for _, m := range a.mounts {
-		if err := m.transport.Open(ctx); err != nil {
+		if err := a.open(ctx, m); err != nil {
 			for _, o := range opened {
 				_ = o.transport.Close(context.WithoutCancel(ctx))
 			}
