@@ -38,6 +38,7 @@ type mount struct {
 	wrapped   Handler
 
 	writes writeContexts // the contexts of settlement writes other than acks
+	copies *copier       // queues retry copies and dead letters while Run runs; nil: each written in its handler
 
 	// settleFailed and settleOK tell the read loop that a settlement failed (its
 	// delivery will be read again at once: back off first) or succeeded (reset the
@@ -130,6 +131,7 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	m.writes.base = context.WithoutCancel(ctx)
 	var inflight sync.WaitGroup
 	slots := make(chan struct{}, m.cfg.concurrency)
+	m.copies = newCopier(m, a, slots)
 	batch := m.batchSize()
 	readCtx := context.WithoutCancel(ctx)
 	// Deliveries go to workers that live on from one delivery to the next, at most
@@ -141,8 +143,9 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	workers := 0
 	worker := func() {
 		for d := range work {
-			a.handle(handlerCtx, m, d, acks, delays)
-			<-slots
+			if !a.handle(handlerCtx, m, d, acks, delays) {
+				<-slots // else the copier frees it once the delivery's move is written
+			}
 		}
 	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
@@ -219,6 +222,8 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	}
 	t.Stop()
 	acks.close()
+	m.copies.close()
+	m.copies = nil
 	if n := m.lost.Load(); n > 0 {
 		m.logger.WarnContext(ctx, "settle: messages lost because their retry could not be honoured without an attempts cap", slog.Int64("lost", n))
 	}
@@ -251,8 +256,9 @@ func nextBackoff(d time.Duration) time.Duration {
 	}
 }
 
-// handle runs the handler on one delivery, decides and applies its settlement.
-func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *acker, delays *timerq.Queue) {
+// handle runs the handler on one delivery, decides and applies its settlement. It
+// reports whether the delivery's move was queued to the copier, which then frees its slot.
+func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *acker, delays *timerq.Queue) (queued bool) {
 	if spentByCrashes(d, m.policy, m.info.Caps) {
 		// The deliveries past the cap never settled: settle this one as the cap's failure,
 		// counting the attempts spent (the cap), without running the handler again.
@@ -261,8 +267,7 @@ func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *ac
 		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
 		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
 		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
-		a.apply(ctx, m, &spent, o, s, acks, delays)
-		return
+		return a.apply(ctx, m, &spent, o, s, acks, delays)
 	}
 	msg := &Message{
 		Attempt:    d.Attempt,
@@ -282,7 +287,7 @@ func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *ac
 		acks.add(d, Settled{Action: s.Action, Attempt: d.Attempt, ID: d.ID, Key: d.Key, Mount: m.name, Outcome: o.Kind})
 		return
 	}
-	a.apply(ctx, m, d, o, s, acks, delays)
+	return a.apply(ctx, m, d, o, s, acks, delays)
 }
 
 // callHandler runs h, turning a panic into a *PanicError.
@@ -295,8 +300,10 @@ func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 	return h.Handle(ctx, msg)
 }
 
-// apply carries out a settlement with the transport's primitives.
-func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) {
+// apply carries out a settlement with the transport's primitives. A retry copy or dead
+// letter goes to the mount's copier when it has one (queued: the copier reports it and
+// frees its slot once it is written).
+func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) (queued bool) {
 	ev := Settled{
 		Action:     s.Action,
 		Attempt:    d.Attempt,
@@ -354,6 +361,10 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		} else {
 			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
+		if m.copies != nil {
+			m.copies.add(source.Move{Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+			return true
+		}
 		ev.Err = m.transport.Copy(sctx, d, withRetryCount(d.Headers, d.Attempt))
 	case source.ActionPark:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
@@ -370,9 +381,14 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
 	case source.ActionDeadLetter:
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
+		if m.copies != nil {
+			m.copies.add(source.Move{Delivery: d, DeadLetter: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
+			return true
+		}
 		ev.Err = m.transport.DeadLetter(sctx, d, m.policy.DeadLetter, deadLetterHeaders(d, s, o.Err))
 	}
 	a.settled(sctx, m, d, ev)
+	return false
 }
 
 // scheduleCopy keeps an in-process delay: the original stays unsettled until the copy

@@ -1,0 +1,244 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle/internal/source"
+)
+
+// copierWaitBound bounds every wait of these tests: generous, for a loaded machine.
+const copierWaitBound = 10 * time.Second
+
+// moverTransport hands out its deliveries, then nothing; it writes moves in batches
+// (source.Mover) once gate is closed, failing those of the ids in fail.
+type moverTransport struct {
+	nopTransport
+	gate    chan struct{}
+	entered chan struct{} // closed when Moves is first called
+	fail    map[string]bool
+	// hold, when set, keeps each Moves call that long after the gate, or until Close:
+	// room for a Run that would not wait for its copies to close the transport first.
+	hold   time.Duration
+	closed chan struct{}
+
+	enter       sync.Once
+	mu          sync.Mutex
+	pending     []*source.Delivery
+	written     []string // ids whose move was written, in order
+	closedAfter int      // len(written) when Close was called; -1 before
+}
+
+func newMoverTransport(ids ...string) *moverTransport {
+	t := &moverTransport{gate: make(chan struct{}), fail: map[string]bool{}, closed: make(chan struct{}), closedAfter: -1, entered: make(chan struct{})}
+	for _, id := range ids {
+		t.pending = append(t.pending, &source.Delivery{Attempt: 1, Headers: map[string]string{}, HasPayload: true, ID: id, Key: "movers", Payload: []byte(id)})
+	}
+	return t
+}
+
+func (t *moverTransport) Transport(source.Env) source.Transport { return t }
+
+func (t *moverTransport) BlockBound() time.Duration { return 10 * time.Millisecond }
+
+func (t *moverTransport) Fetch(_ context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	t.mu.Lock()
+	n := min(max, len(t.pending))
+	ds := slices.Clone(t.pending[:n])
+	t.pending = t.pending[n:]
+	t.mu.Unlock()
+	if n == 0 {
+		time.Sleep(wait) // a read that finds nothing waits its bound, as Redis would
+	}
+	return ds, nil
+}
+
+func (t *moverTransport) Moves(_ context.Context, ms []source.Move) []error {
+	t.enter.Do(func() { close(t.entered) })
+	<-t.gate
+	if t.hold > 0 {
+		select {
+		case <-t.closed:
+		case <-time.After(t.hold):
+		}
+	}
+	errs := make([]error, len(ms))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, m := range ms {
+		if t.fail[m.Delivery.ID] {
+			errs[i] = errors.New("refused: " + m.Delivery.ID)
+			continue
+		}
+		t.written = append(t.written, m.Delivery.ID)
+	}
+	return errs
+}
+
+func (t *moverTransport) Close(context.Context) error {
+	t.mu.Lock()
+	t.closedAfter = len(t.written)
+	t.mu.Unlock()
+	close(t.closed)
+	return nil
+}
+
+func (t *moverTransport) wasWritten(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Contains(t.written, id)
+}
+
+// settledEvent is a reported settlement and whether its move was written by then.
+type settledEvent struct {
+	ev      Settled
+	written bool
+}
+
+// runMovers runs an App with one mount on t (handler h, Concurrency(n)), reporting each
+// settlement on the returned channel; cancel ends the run, done is closed when Run returned.
+func runMovers(tb testing.TB, t *moverTransport, n int, h HandlerFunc) (evs chan settledEvent, cancel context.CancelFunc, done chan error) {
+	tb.Helper()
+	evs = make(chan settledEvent, 16)
+	a, err := New(Config{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled: func(_ context.Context, s Settled) {
+			evs <- settledEvent{ev: s, written: t.wasWritten(s.ID)}
+		},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a.Mount(t, h, Concurrency(n))
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	finished := make(chan struct{})
+	go func() { done <- a.Run(ctx); close(finished) }()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case <-t.gate:
+		default:
+			close(t.gate)
+		}
+		<-finished
+	})
+	return evs, cancel, done
+}
+
+func nextSettled(tb testing.TB, evs chan settledEvent, what string) settledEvent {
+	tb.Helper()
+	select {
+	case e := <-evs:
+		return e
+	case <-time.After(copierWaitBound):
+		tb.Fatalf("no settlement reported: %s", what)
+		return settledEvent{}
+	}
+}
+
+// A retry copy is queued for the transport's batched writer and reported (OnSettled)
+// only once the transport has written it, with its own error only; its slot stays taken
+// until then, so that the read loop reads no more than when handlers waited for their
+// writes.
+func TestRetryCopyIsReportedOnceWrittenAndHoldsItsSlotUntilThen(t *testing.T) {
+	t.Parallel()
+	tr := newMoverTransport("1-0", "2-0", "3-0")
+	tr.fail["3-0"] = true
+	var mu sync.Mutex
+	var handled []string
+	evs, _, _ := runMovers(t, tr, 1, func(_ context.Context, m *Message) error {
+		mu.Lock()
+		handled = append(handled, m.ID)
+		mu.Unlock()
+		if m.ID == "2-0" {
+			return nil
+		}
+		return errors.New("again")
+	})
+	select {
+	case <-tr.entered:
+	case <-time.After(copierWaitBound):
+		t.Fatal("the copy of 1-0 was never handed to the transport")
+	}
+	select {
+	case e := <-evs:
+		t.Fatalf("%+v reported before the copy of 1-0 was written", e.ev)
+	default:
+	}
+	mu.Lock()
+	if !slices.Equal(handled, []string{"1-0"}) {
+		t.Fatalf("handled %v while the copy of 1-0 was being written with Concurrency(1); want only 1-0", handled)
+	}
+	mu.Unlock()
+	close(tr.gate)
+	if e := nextSettled(t, evs, "the copy of 1-0"); e.ev.ID != "1-0" || e.ev.Action != ActionCopy || e.ev.Err != nil || !e.written {
+		t.Fatalf("first report %+v (written by then: %v), want the applied copy of 1-0, written", e.ev, e.written)
+	}
+	got := map[string]settledEvent{}
+	for range 2 {
+		e := nextSettled(t, evs, "the ack of 2-0 and the copy of 3-0")
+		got[e.ev.ID] = e
+	}
+	if e := got["2-0"]; e.ev.Action != ActionAck || e.ev.Err != nil {
+		t.Fatalf("2-0 reported %+v, want its ack", e.ev)
+	}
+	if e := got["3-0"]; e.ev.Action != ActionCopy || e.ev.Err == nil || e.ev.Err.Error() != "refused: 3-0" || e.written {
+		t.Fatalf("3-0 reported %+v (written: %v), want its copy with its own refusal", e.ev, e.written)
+	}
+}
+
+// Run writes and reports every queued copy before it closes the transport and returns,
+// as it does for acks.
+func TestRunWritesAndReportsQueuedCopiesBeforeReturning(t *testing.T) {
+	t.Parallel()
+	ids := []string{"1-0", "2-0", "3-0"}
+	tr := newMoverTransport(ids...)
+	tr.hold = time.Second
+	var handled sync.WaitGroup
+	handled.Add(len(ids))
+	evs, cancel, done := runMovers(t, tr, len(ids), func(context.Context, *Message) error {
+		defer handled.Done()
+		return errors.New("again")
+	})
+	returned := make(chan struct{})
+	go func() { handled.Wait(); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(copierWaitBound):
+		t.Fatal("the handlers did not return while their copies waited to be written")
+	}
+	cancel()
+	close(tr.gate)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(copierWaitBound):
+		t.Fatal("Run did not return")
+	}
+	close(evs)
+	var reported []string
+	for e := range evs {
+		if e.ev.Action != ActionCopy || e.ev.Err != nil || !e.written {
+			t.Fatalf("reported %+v (written by then: %v), want an applied copy, written", e.ev, e.written)
+		}
+		reported = append(reported, e.ev.ID)
+	}
+	slices.Sort(reported)
+	if !slices.Equal(reported, ids) {
+		t.Fatalf("copies reported before Run returned: %v, want %v", reported, ids)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.closedAfter != len(ids) {
+		t.Fatalf("transport closed after %d of %d copies were written", tr.closedAfter, len(ids))
+	}
+}

@@ -1,0 +1,112 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// A batch of moves keeps each entry in flight (an own-pending re-read must not deliver
+// it again) until its script call has answered, writes each move on its own (a copy of
+// an entry another consumer took fails alone) and forgets every entry once answered.
+func TestStreamMovesKeepEntriesInFlightUntilWrittenAndAnswerEachOnItsOwn(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	key, dlq := r.Key("in"), r.Key("dlq")
+	h := &countEvalSha{entered: make(chan struct{}), release: make(chan struct{})}
+	o := r.Client.Options()
+	client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Password: o.Password, Username: o.Username})
+	client.AddHook(h)
+	t.Cleanup(func() { _ = client.Close() })
+	env := source.Env{
+		Clock:  clock.Real{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Mount:  "movers",
+		Policy: source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}},
+	}
+	tr := Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*streamTransport)
+	if err := tr.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(ctx)
+	for _, body := range []string{"a", "b", "c"} {
+		if err := r.Client.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"payload", body}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*source.Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 3; {
+		ds, err := tr.Fetch(ctx, 10, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+		if time.Now().After(deadline) {
+			t.Fatalf("fetched %d entries, want 3", len(got))
+		}
+	}
+	taken := got[2].ID // another consumer took it over: its copy alone must fail
+	if err := r.Client.XClaim(ctx, &redis.XClaimArgs{Stream: key, Group: "g", Consumer: "other", Messages: []string{taken}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	headers := map[string]string{HeaderRetryCount: "1"}
+	moves := []source.Move{
+		{Delivery: got[0], Headers: headers},
+		{Delivery: got[1], DeadLetter: dlq, Headers: headers},
+		{Delivery: got[2], Headers: headers},
+	}
+	answered := make(chan []error, 1)
+	go func() { answered <- tr.Moves(ctx, moves) }()
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the moves' script was never called")
+	}
+	tr.mu.Lock()
+	inflight := len(tr.inflight)
+	tr.mu.Unlock()
+	if inflight != 3 {
+		t.Fatalf("%d entries in flight while their moves were being written, want 3", inflight)
+	}
+	close(h.release)
+	var errs []error
+	select {
+	case errs = <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Moves did not return")
+	}
+	if len(errs) != 3 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], script.ErrNotOwner) {
+		t.Fatalf("errors %v, want the copy and the dead letter applied and the taken entry's copy refused (not owner)", errs)
+	}
+	if calls := h.calls.Load(); calls != 2 {
+		t.Fatalf("%d script calls, want 2: one per destination", calls)
+	}
+	tr.mu.Lock()
+	inflight = len(tr.inflight)
+	tr.mu.Unlock()
+	if inflight != 0 {
+		t.Fatalf("%d entries still in flight after their moves were answered", inflight)
+	}
+	if n, err := r.Client.XLen(ctx, dlq).Result(); err != nil || n != 1 {
+		t.Fatalf("dead letters = %d, %v; want 1", n, err)
+	}
+	if n, err := r.Client.XLen(ctx, key).Result(); err != nil || n != 4 {
+		t.Fatalf("stream length %d, %v; want the 3 originals and 1 copy", n, err)
+	}
+	p, err := r.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(p) != 1 || p[0].ID != taken || p[0].Consumer != "other" {
+		t.Fatalf("pending = %+v, %v; want only the entry the other consumer took", p, err)
+	}
+}
