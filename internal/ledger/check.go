@@ -27,6 +27,12 @@ type Input struct {
 	Events []Event
 	// MaxAttempts, when positive, is the mount's cap: every dead letter must carry it.
 	MaxAttempts int
+	// RepliesLost says the run had connection faults or server restarts that can lose a
+	// read's reply: the transport delivered a message the consumer never saw. A
+	// transport that counts unsettled deliveries (a stream, a claiming stream) then
+	// charges that delivery an attempt, so a retry may reach no handler and the message
+	// be dead-lettered at the cap without running, with no process killed.
+	RepliesLost bool
 }
 
 // State is a message's final state.
@@ -343,8 +349,10 @@ func Check(in Input) Report {
 		if dups < 0 {
 			// A retry that reached no handler: fine only if it died with a process killed
 			// after it was asked for (delivered, then lost with the process before its
-			// handler ran; a transport counting such deliveries may then dead-letter it).
-			if !killedSince(lastAsked) {
+			// handler ran; a transport counting such deliveries may then dead-letter it),
+			// or, when replies may have been lost, if the message was dead-lettered
+			// without a run (a delivery lost with its read's reply spent its last attempt).
+			if !killedSince(lastAsked) && !(in.RepliesLost && len(runless[id]) > 0) {
 				problem("message %s: %d runs for %d retries asked, and no process died after the last retry: a retry was never delivered", id, len(rs), asked)
 			}
 			rep.UnranRetries -= dups

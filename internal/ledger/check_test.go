@@ -140,6 +140,25 @@ func TestCheck(t *testing.T) {
 		wantProblem(t, b.check(2, Dead{ID: "a", Attempt: 2, Delivery: "1-1"}), "a retry was never delivered")
 	})
 
+	t.Run("RetryWhoseReadReplyWasLostIsDeadLetteredWithoutARun", func(t *testing.T) {
+		t.Parallel()
+		b := newBook(t)
+		must(t, b.as(1).Publish("a"))
+		b.handled(2, "a", 1, "1-1", "retry", "copy", nil)
+		// The copy 2-1 was delivered, its read's reply lost in a server restart; read
+		// again at attempt 3, past the cap of 2, it is dead-lettered without a run.
+		must(t, b.as(2).Settle("", 2, "2-1", "dead_letter", nil))
+		dead := Dead{ID: "a", Attempt: 2, Delivery: "2-1"}
+		evs, err := Read(b.path)
+		must(t, err)
+		rep := Check(Input{Events: evs, Dead: []Dead{dead}, MaxAttempts: 2, RepliesLost: true})
+		wantOK(t, rep)
+		if rep.UnranRetries != 1 {
+			t.Fatalf("got %d retries that reached no handler, want 1", rep.UnranRetries)
+		}
+		wantProblem(t, b.check(2, dead), "a retry was never delivered")
+	})
+
 	t.Run("NeverHandledIsLost", func(t *testing.T) {
 		t.Parallel()
 		b := newBook(t)

@@ -46,7 +46,8 @@ type harness struct {
 
 	consumers   []string // every consumer name used, for drain checks
 	gen         int
-	poisonExits int // workers that exited on the poison message (and were restarted)
+	repliesLost bool // the server is restarted mid-run (see ledger.Input.RepliesLost)
+	poisonExits int  // workers that exited on the poison message (and were restarted)
 	slots       []*proc
 }
 
@@ -223,7 +224,7 @@ func (h *harness) check(dead []ledger.Dead, cap int) ledger.Report {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return ledger.Check(ledger.Input{Events: evs, Dead: dead, MaxAttempts: cap})
+	return ledger.Check(ledger.Input{Events: evs, Dead: dead, MaxAttempts: cap, RepliesLost: h.repliesLost})
 }
 
 func firstProblems(rep ledger.Report, n int) string {
