@@ -509,19 +509,7 @@ func (k *acker) run() {
 	reqs := make([]ackReq, 0, 64)
 	ds := make([]*source.Delivery, 0, 64)
 	for req := range k.ch {
-		reqs = append(reqs[:0], req)
-	fill:
-		for len(reqs) < maxAckBatch {
-			select {
-			case r, ok := <-k.ch:
-				if !ok {
-					break fill
-				}
-				reqs = append(reqs, r)
-			default:
-				break fill
-			}
-		}
+		reqs = gather(k.ch, append(reqs[:0], req), maxAckBatch)
 		ds = ds[:0]
 		for _, r := range reqs {
 			ds = append(ds, r.d)
@@ -534,4 +522,21 @@ func (k *acker) run() {
 		}
 		cancel()
 	}
+}
+
+// gather appends to batch what ch holds already, without waiting, until batch holds max:
+// what a batched writer sends in one call.
+func gather[T any](ch <-chan T, batch []T, max int) []T {
+	for len(batch) < max {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, v)
+		default:
+			return batch
+		}
+	}
+	return batch
 }

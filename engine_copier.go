@@ -65,19 +65,7 @@ func (c *copier) run() {
 	reqs := make([]copyReq, 0, 64)
 	moves := make([]source.Move, 0, 64)
 	for req := range c.ch {
-		reqs = append(reqs[:0], req)
-	fill:
-		for len(reqs) < maxCopyBatch {
-			select {
-			case r, ok := <-c.ch:
-				if !ok {
-					break fill
-				}
-				reqs = append(reqs, r)
-			default:
-				break fill
-			}
-		}
+		reqs = gather(c.ch, append(reqs[:0], req), maxCopyBatch)
 		moves = moves[:0]
 		for _, r := range reqs {
 			moves = append(moves, r.move)

@@ -3,15 +3,12 @@ package settle
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
@@ -30,33 +27,8 @@ func TestStreamMovesKeepEntriesInFlightUntilWrittenAndAnswerEachOnItsOwn(t *test
 	client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Password: o.Password, Username: o.Username})
 	client.AddHook(h)
 	t.Cleanup(func() { _ = client.Close() })
-	env := source.Env{
-		Clock:  clock.Real{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Mount:  "movers",
-		Policy: source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}},
-	}
-	tr := Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*streamTransport)
-	if err := tr.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(ctx)
-	for _, body := range []string{"a", "b", "c"} {
-		if err := r.Client.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"payload", body}}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var got []*source.Delivery
-	for deadline := time.Now().Add(10 * time.Second); len(got) < 3; {
-		ds, err := tr.Fetch(ctx, 10, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, ds...)
-		if time.Now().After(deadline) {
-			t.Fatalf("fetched %d entries, want 3", len(got))
-		}
-	}
+	tr := openTestStream(t, client, key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
+	got := publishAndFetch(t, r.Client, tr, "a", "b", "c")
 	taken := got[2].ID // another consumer took it over: its copy alone must fail
 	if err := r.Client.XClaim(ctx, &redis.XClaimArgs{Stream: key, Group: "g", Consumer: "other", Messages: []string{taken}}).Err(); err != nil {
 		t.Fatal(err)

@@ -57,34 +57,9 @@ func TestStreamRereadDoesNotRedeliverAnEntrySettledWhileItWasOut(t *testing.T) {
 	client.AddHook(hold)
 	t.Cleanup(func() { _ = client.Close() })
 
-	env := source.Env{
-		Clock:  clock.Real{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Mount:  "reread",
-		Policy: source.Policy{Delay: delayed.InProcess{}},
-	}
-	tr := Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*streamTransport)
-	if err := tr.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(ctx)
-	for _, body := range []string{"a", "b"} {
-		if err := r.Client.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"payload", body}}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tr := openTestStream(t, client, key, source.Policy{Delay: delayed.InProcess{}})
 	// The first fetch re-reads own pending entries (none), then reads both entries new.
-	var got []*source.Delivery
-	for deadline := time.Now().Add(10 * time.Second); len(got) < 2; {
-		ds, err := tr.Fetch(ctx, 10, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, ds...)
-		if time.Now().After(deadline) {
-			t.Fatalf("fetched %d entries, want 2", len(got))
-		}
-	}
+	got := publishAndFetch(t, r.Client, tr, "a", "b")
 	// A failed settlement of the second entry asks for a re-read of own pending entries
 	// (both are still pending: the first is in flight).
 	tr.settledIDs(io.ErrUnexpectedEOF, got[1])
@@ -121,4 +96,47 @@ func TestStreamRereadDoesNotRedeliverAnEntrySettledWhileItWasOut(t *testing.T) {
 	if len(ids) != 1 || ids[0] != got[1].ID {
 		t.Fatalf("the re-read delivered %v, want only the unsettled entry %s (not the acked %s)", ids, got[1].ID, got[0].ID)
 	}
+}
+
+// openTestStream opens a Stream transport on key (group "g", consumer "c1") with policy,
+// closed when the test ends.
+func openTestStream(t *testing.T, client *redis.Client, key string, policy source.Policy) *streamTransport {
+	t.Helper()
+	env := source.Env{
+		Clock:  clock.Real{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Mount:  "test",
+		Policy: policy,
+	}
+	tr := Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*streamTransport)
+	ctx := context.Background()
+	if err := tr.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(ctx) })
+	return tr
+}
+
+// publishAndFetch adds one entry per body to tr's stream (through rdb) and fetches them
+// all through tr.
+func publishAndFetch(t *testing.T, rdb *redis.Client, tr *streamTransport, bodies ...string) []*source.Delivery {
+	t.Helper()
+	ctx := context.Background()
+	for _, body := range bodies {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: tr.src.key, Values: []any{"payload", body}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*source.Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(got) < len(bodies); {
+		ds, err := tr.Fetch(ctx, 10, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+		if time.Now().After(deadline) {
+			t.Fatalf("fetched %d entries, want %d", len(got), len(bodies))
+		}
+	}
+	return got
 }

@@ -190,7 +190,7 @@ func (w *world) run(n int, inject func(w *world) int) ledger.Report {
 	}
 	noGoroutineLabelled(t, label)
 	if ok, err := w.drained(context.Background()); err != nil || !ok {
-		t.Fatalf("not drained after Run returned: %v", err)
+		t.Fatalf("not drained after Run returned: %v\n%s", err, w.describe())
 	}
 
 	evs, err := ledger.Read(w.ledger)
@@ -330,6 +330,33 @@ func (w *world) drained(ctx context.Context) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// describe reports what the transport holds (for a failure message): the stream's last
+// entries and the group's pending entries, or the lists' lengths, and the ledger's verdict.
+func (w *world) describe() string {
+	ctx := context.Background()
+	rdb := w.r.Client
+	var b strings.Builder
+	if w.tr.list {
+		in, _ := rdb.LLen(ctx, w.in).Result()
+		proc, _ := rdb.LLen(ctx, settle.ProcessingList(w.in, "c1")).Result()
+		fmt.Fprintf(&b, "list %d, processing list %d\n", in, proc)
+	} else {
+		info, err := rdb.XInfoStream(ctx, w.in).Result()
+		fmt.Fprintf(&b, "stream: length %d, last generated %s (%v)\n", info.Length, info.LastGeneratedID, err)
+		groups, err := rdb.XInfoGroups(ctx, w.in).Result()
+		fmt.Fprintf(&b, "groups: %+v (%v)\n", groups, err)
+		pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: w.in, Group: "g", Start: "-", End: "+", Count: 20}).Result()
+		fmt.Fprintf(&b, "pending: %+v (%v)\n", pending, err)
+		last, err := rdb.XRevRangeN(ctx, w.in, "+", "-", 3).Result()
+		fmt.Fprintf(&b, "last entries: %+v (%v)\n", last, err)
+	}
+	if evs, err := ledger.Read(w.ledger); err == nil {
+		rep := ledger.Check(ledger.Input{Events: evs, Dead: w.dead(), MaxAttempts: maxAttempts, RepliesLost: true})
+		fmt.Fprintf(&b, "ledger: %s\n%s", rep, strings.Join(rep.Problems[:min(len(rep.Problems), 10)], "\n"))
+	}
+	return b.String()
 }
 
 // dead reads the dead letters.
