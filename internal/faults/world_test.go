@@ -316,14 +316,18 @@ func (w *world) drained(ctx context.Context) (bool, error) {
 		n, err = rdb.LLen(ctx, settle.ProcessingList(w.in, "c1")).Result()
 		return n == 0, err
 	}
-	info, err := rdb.XInfoStream(ctx, w.in).Result()
-	if err != nil {
+	// One MULTI/EXEC: read apart, a retry copy written between the two reads (its
+	// original acked, the copy not yet delivered) would look drained.
+	var infoCmd *redis.XInfoStreamCmd
+	var groupsCmd *redis.XInfoGroupsCmd
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		infoCmd = p.XInfoStream(ctx, w.in)
+		groupsCmd = p.XInfoGroups(ctx, w.in)
+		return nil
+	}); err != nil {
 		return false, err
 	}
-	groups, err := rdb.XInfoGroups(ctx, w.in).Result()
-	if err != nil {
-		return false, err
-	}
+	info, groups := infoCmd.Val(), groupsCmd.Val()
 	for _, g := range groups {
 		if g.Name == "g" {
 			return g.Pending == 0 && g.LastDeliveredID == info.LastGeneratedID, nil
