@@ -208,7 +208,7 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 		t.cursor = msgs[len(msgs)-1].ID
 		t.mu.Unlock()
 		if ds := t.deliveries(ctx, unsettled); len(ds) > 0 {
-			t.countDeliveries(ctx, ds)
+			t.countDeliveries(ctx, ds, len(msgs))
 			return ds, nil
 		}
 	}

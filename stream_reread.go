@@ -67,15 +67,17 @@ func (f *rereadFence) end(msgs []redis.XMessage) []redis.XMessage {
 // (its consumer crashed or lost the read's reply, or its settlement failed), and that
 // delivery spends an attempt: a message that kills its consumer reaches the cap even
 // when the consumer restarts under the same name. Should the count be unreadable, the
-// attempt stays the header's, and a warning says so.
-func (t *streamTransport) countDeliveries(ctx context.Context, ds []*source.Delivery) {
+// attempt stays the header's, and a warning says so. span is how many entries the re-read
+// returned (those in flight here included): the pending entries of this consumer from
+// the first delivery to the last, which one XPENDING lists.
+func (t *streamTransport) countDeliveries(ctx context.Context, ds []*source.Delivery, span int) {
 	if len(ds) == 0 {
 		return
 	}
 	s := t.src
 	pending, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 		Stream: s.key, Group: s.group, Consumer: t.consumer,
-		Start: ds[0].ID, End: ds[len(ds)-1].ID, Count: int64(len(ds)),
+		Start: ds[0].ID, End: ds[len(ds)-1].ID, Count: int64(max(span, len(ds))),
 	}).Result()
 	if err != nil {
 		t.env.Logger.WarnContext(ctx, "settle: could not read the delivery counts of re-read pending entries; their attempts count settlements only",

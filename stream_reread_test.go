@@ -140,3 +140,32 @@ func publishAndFetch(t *testing.T, rdb *redis.Client, tr *streamTransport, bodie
 	}
 	return got
 }
+
+// A re-read entry's attempt counts Redis's deliveries of it, also when entries still in
+// flight here lie between the re-read ones (one XPENDING spans them all).
+func TestStreamRereadCountsDeliveriesAcrossEntriesInFlight(t *testing.T) {
+	r := redistest.New(t)
+	tr := openTestStream(t, r.Client, r.Key("in"), source.Policy{Delay: delayed.InProcess{}})
+	got := publishAndFetch(t, r.Client, tr, "a", "b", "c")
+	// The settlements of a and c failed (b is still in flight): both are read again.
+	tr.settledIDs(io.ErrUnexpectedEOF, got[0], got[2])
+	var again []*source.Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(again) < 2; {
+		ds, err := tr.Fetch(context.Background(), 10, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, ds...)
+		if time.Now().After(deadline) {
+			t.Fatalf("re-read %d entries, want 2", len(again))
+		}
+	}
+	for _, d := range again {
+		if d.ID == got[1].ID {
+			t.Fatalf("the entry in flight, %s, was delivered again", d.ID)
+		}
+		if d.Attempt != 2 {
+			t.Fatalf("re-read %s at attempt %d, want 2 (Redis delivered it twice)", d.ID, d.Attempt)
+		}
+	}
+}
