@@ -34,7 +34,6 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/signal"
-	"sync"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -188,62 +187,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// tally counts this run's settlements. A row keeps its id from attempt to attempt, so
-// a delivery is named by mount, id and attempt: the event of a retry comes after the
-// retry is written, and by then the row's next delivery may have begun (keyed by mount
-// and id alone, that late event erased the next delivery's claim, whose final event
-// then went uncounted and the run never ended).
-type tally struct {
-	mu                             sync.Mutex
-	acked, dropped, dead, reviewed int
-	n                              int
-	review                         bool
-	ours                           map[string]bool // "mount/id/attempt" of this run's deliveries
-	done                           chan struct{}
-}
-
-func deliveryKey(mount, id string, attempt int) string {
-	return fmt.Sprintf("%s/%s/%d", mount, id, attempt)
-}
-
-func (t *tally) claim(mount string, m *settle.Message) {
-	t.mu.Lock()
-	t.ours[deliveryKey(mount, m.ID, m.Attempt)] = true
-	t.mu.Unlock()
-}
-
-func (t *tally) settled(s settle.Settled) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	key := deliveryKey(s.Mount, s.ID, s.Attempt)
-	if !t.ours[key] || s.Err != nil {
-		return
-	}
-	delete(t.ours, key)
-	switch {
-	case s.Mount == "review" && s.Final():
-		t.reviewed++
-	case s.Action == settle.ActionAck:
-		t.acked++
-	case s.Action == settle.ActionDrop:
-		t.dropped++
-	case s.Action == settle.ActionDeadLetter:
-		t.dead++
-	}
-	if t.acked+t.dropped+t.dead == t.n && (!t.review || t.reviewed == t.dead) {
-		select {
-		case <-t.done:
-		default:
-			close(t.done)
-		}
-	}
-}
-
-func (t *tally) summary() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// lastLine is the run's last line.
+func lastLine(t *examplerun.Tally) string {
+	c := t.Counts()
 	return fmt.Sprintf("settled %d: acked %d, dropped %d, dead-lettered %d, reviewed %d",
-		t.acked+t.dropped+t.dead, t.acked, t.dropped, t.dead, t.reviewed)
+		c.Settled(), c.Acked, c.Dropped, c.Dead, c.Reviewed)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -268,16 +216,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	batch := hex.EncodeToString(b[:])
-	t := &tally{n: o.n, review: o.review, ours: map[string]bool{}, done: make(chan struct{})}
+	review := ""
+	if o.review {
+		review = "review"
+	}
+	t := examplerun.NewTally(o.n, review)
 	provider := Provider{Seed: o.seed}
 
-	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.settled(s) }})
+	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.Settled(s) }})
 	if err != nil {
 		return err
 	}
 	app.Mount(ib.Queue(groupEmails, inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, mail Mail) error {
 		if mail.Batch == batch {
-			t.claim("send", m)
+			t.Claim("send", m)
 		}
 		a := provider.Answer(mail.ID, m.Attempt)
 		if a == Rejected {
@@ -291,7 +243,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.review {
 		app.Mount(ib.Queue(groupDead, inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, mail Mail) error {
 			if mail.Batch == batch {
-				t.claim("review", m)
+				t.Claim("review", m)
 			}
 			logger.ErrorContext(ctx, "email not sent, needs a person", slog.String("to", mail.To), slog.Int("attempt", m.Attempt))
 			return nil
@@ -307,9 +259,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "published %d mails to %s/%s (%s, batch %s)\n", o.n, table, groupEmails, dialect, batch)
 
-	if err := examplerun.Start(ctx, app).Until(ctx, t.done, o.timeout, t.summary); err != nil {
+	if err := examplerun.Start(ctx, app).Until(ctx, t.Done(), o.timeout, func() string { return lastLine(t) }); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, t.summary())
+	fmt.Fprintln(stdout, lastLine(t))
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/settlekit/settle"
 )
 
 var summaryRE = regexp.MustCompile(`^settled ([0-9]+): acked ([0-9]+), dropped ([0-9]+), dead-lettered ([0-9]+), reviewed ([0-9]+)$`)
@@ -24,25 +22,5 @@ func TestMailerSettlesEveryMailAndReviewsDeadLetters(t *testing.T) {
 	}
 	if m[1] != "60" || m[4] != m[5] {
 		t.Fatalf("got %q, want 60 settled and every dead letter reviewed", lines[len(lines)-1])
-	}
-}
-
-// A retry's event comes after the retry is written, so the row's next delivery may
-// already be running: that late event must not erase the next delivery from the tally
-// (it did, and the run then waited for a settlement it had stopped counting).
-func TestTallyCountsAFinalSettlementWhoseRetryEventCameAfterTheNextDelivery(t *testing.T) {
-	t.Parallel()
-	tl := &tally{n: 1, ours: map[string]bool{}, done: make(chan struct{})}
-	tl.claim("send", &settle.Message{ID: "7", Attempt: 1})
-	tl.claim("send", &settle.Message{ID: "7", Attempt: 2}) // claimed again once put back
-	tl.settled(settle.Settled{Mount: "send", ID: "7", Attempt: 1, Action: settle.ActionCopy})
-	tl.settled(settle.Settled{Mount: "send", ID: "7", Attempt: 2, Action: settle.ActionAck})
-	select {
-	case <-tl.done:
-	default:
-		t.Fatalf("the ack of attempt 2 went uncounted: %s", tl.summary())
-	}
-	if got, want := tl.summary(), "settled 1: acked 1, dropped 0, dead-lettered 0, reviewed 0"; got != want {
-		t.Fatalf("summary %q, want %q", got, want)
 	}
 }

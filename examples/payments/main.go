@@ -44,7 +44,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -230,61 +229,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// tally counts this run's settlements. A row keeps its id from attempt to attempt, so a
-// delivery is named by mount, id and attempt: the event of a retry may come after the
-// row's next delivery has begun.
-type tally struct {
-	mu                   sync.Mutex
-	acked, dropped, dead int
-	n                    int
-	ours                 map[string]bool // "mount/id/attempt" of this run's deliveries
-	done                 chan struct{}
-}
-
-func deliveryKey(mount, id string, attempt int) string {
-	return fmt.Sprintf("%s/%s/%d", mount, id, attempt)
-}
-
-func (t *tally) claim(m *settle.Message, mount string) {
-	t.mu.Lock()
-	t.ours[deliveryKey(mount, m.ID, m.Attempt)] = true
-	t.mu.Unlock()
-}
-
-func (t *tally) settled(s settle.Settled) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	key := deliveryKey(s.Mount, s.ID, s.Attempt)
-	if !t.ours[key] || s.Err != nil {
-		return // another run's row, or a settlement that failed: the row comes back
-	}
-	delete(t.ours, key)
-	switch s.Action {
-	case settle.ActionAck:
-		t.acked++
-	case settle.ActionDrop:
-		t.dropped++
-	case settle.ActionDeadLetter:
-		t.dead++
-	}
-	if t.acked+t.dropped+t.dead == t.n {
-		select {
-		case <-t.done:
-		default:
-			close(t.done)
-		}
-	}
-}
-
-func (t *tally) counts() (acked, dropped, dead int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.acked, t.dropped, t.dead
-}
-
-func (t *tally) summary() string {
-	a, d, x := t.counts()
-	return fmt.Sprintf("settled %d: acked %d, dropped %d, dead-lettered %d", a+d+x, a, d, x)
+// lastLine is the run's last line.
+func lastLine(t *examplerun.Tally) string {
+	c := t.Counts()
+	return fmt.Sprintf("settled %d: acked %d, dropped %d, dead-lettered %d", c.Settled(), c.Acked, c.Dropped, c.Dead)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -312,16 +260,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	batch := hex.EncodeToString(b[:])
-	t := &tally{n: o.n, ours: map[string]bool{}, done: make(chan struct{})}
+	t := examplerun.NewTally(o.n, "")
 	network := Network{Seed: o.seed}
 
-	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.settled(s) }})
+	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.Settled(s) }})
 	if err != nil {
 		return err
 	}
 	app.Mount(ib.Queue("", inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, p Payment) error {
 		if p.Batch == batch {
-			t.claim(m, "charge")
+			t.Claim("charge", m)
 		}
 		a := network.Authorize(p.ID, m.Attempt)
 		if a == Invalid {
@@ -343,7 +291,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "published %d payments to %s (%s, batch %s)\n", o.n, jobs, dialect, batch)
 
-	if err := examplerun.Start(ctx, app).Until(ctx, t.done, o.timeout, t.summary); err != nil {
+	if err := examplerun.Start(ctx, app).Until(ctx, t.Done(), o.timeout, func() string { return lastLine(t) }); err != nil {
 		return err
 	}
 	rows, err := failedRows(ctx, db, dialect, failed, batch)
@@ -356,7 +304,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "%s holds %d payments of this run, each at attempt %d\n", failed, len(rows), maxAttempts)
-	fmt.Fprintf(stdout, "%s, failed rows %d\n", t.summary(), len(rows))
+	fmt.Fprintf(stdout, "%s, failed rows %d\n", lastLine(t), len(rows))
 	return nil
 }
 
