@@ -127,7 +127,7 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 
 // errItemGone is why a settlement of a reliable list item did nothing: the item was no
 // longer in the processing list.
-var errItemGone = errors.New("the item is no longer in the processing list: this consumer's heartbeat lapsed and another consumer recovered it (it will be delivered again)")
+var errItemGone = script.ErrItemGone
 
 // errConsumerLost is the error recorded on an item recovered from a dead consumer.
 var errConsumerLost = errors.New("settle: the consumer handling this item stopped (heartbeat expired) before settling it")
@@ -138,7 +138,8 @@ type reliableTransport struct {
 	consumers  string   // the set of consumer names of the list
 	delays     delaySet // the mount's durable delay set, when parks
 	env        source.Env
-	heartbeat  string // this consumer's heartbeat key
+	heartbeat  string                   // this consumer's heartbeat key
+	moves      batcher[script.ListMove] // one-at-a-time moves of concurrent handlers share script calls
 	parks      bool
 	processing string // this consumer's processing list
 	reader     envelopeReader
@@ -559,35 +560,6 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 	return nil
 }
 
-// move runs the list_move script: d's item out of the processing list, value to dest.
-func (t *reliableTransport) move(ctx context.Context, d *source.Delivery, dest string, value []byte, what string) error {
-	defer t.unsettled.Add(-1)
-	n, err := script.ListMove.Run(ctx, t.src.rdb, []string{t.processing, dest}, d.Raw.(string), value).Int()
-	if err == nil && n == 0 {
-		err = errItemGone
-	}
-	t.settled(err, d)
-	if err != nil {
-		return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, d.ID, err)
-	}
-	return nil
-}
-
-// PutBack moves the item, as it is, back to the tail of the list.
-func (t *reliableTransport) PutBack(ctx context.Context, d *source.Delivery) error {
-	return t.move(ctx, d, t.src.key, []byte(d.Raw.(string)), "put back")
-}
-
-// Copy moves a copy of the item with the given headers to the tail of the list.
-func (t *reliableTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
-	return t.move(ctx, d, t.src.key, wire.Envelope(d.Payload, headers), "retry copy")
-}
-
-// DeadLetter moves the item, with the given headers, to the tail of the list dest.
-func (t *reliableTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	return t.move(ctx, d, dest, wire.Envelope(d.Payload, headers), fmt.Sprintf("dead letter to %q", dest))
-}
-
 // Park implements source.Parker: in one script, the item leaves the processing list and
 // its copy (retry count + 1, in its envelope) goes into the mount's delay set, due once
 // delay has passed on the Redis server's clock; nothing is written when the item is no
@@ -632,6 +604,7 @@ func (t *reliableTransport) Close(ctx context.Context) error {
 }
 
 var (
+	_ source.Mover     = (*reliableTransport)(nil)
 	_ source.Parker    = (*reliableTransport)(nil)
 	_ source.PutBacker = (*reliableTransport)(nil)
 )

@@ -2,7 +2,6 @@ package settle
 
 import (
 	"context"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,27 +16,19 @@ const maxMoveBatch = 128
 // destination: N copies cost one EVALSHA instead of N. Each move is still all or nothing
 // on its own, fenced on its own (its entry must still be pending to the consumer) and
 // answered on its own: a move that fails fails for its delivery only. A call waits for
-// its own answer, as it would on the client.
-//
-// No goroutine outlives the calls: the first call to find the batcher idle starts one
-// that sends what is queued, batch after batch, and returns once the queue is empty.
+// its own answer, as it would on the client (see batcher).
 type moveBatcher struct {
 	consumer string
 	group    string
 	rdb      redis.Scripter
 	stream   string
 
-	mu      sync.Mutex
-	queue   []*moveCall
-	running bool
+	batcher[streamMoveReq]
 }
 
-// moveCall is one delivery's move, waiting for its answer.
-type moveCall struct {
-	ctx    context.Context
+// streamMoveReq is one delivery's move.
+type streamMoveReq struct {
 	dest   string
-	done   sync.WaitGroup // done once err is set
-	err    error
 	maxLen int64
 	move   script.Move
 }
@@ -46,62 +37,31 @@ type moveCall struct {
 // acknowledges entry id of the stream, as script.StreamMove does, in a batch with the
 // moves asked for at the same time. It returns the move's own error.
 func (b *moveBatcher) move(ctx context.Context, dest string, maxLen int64, id string, values []any) error {
-	c := &moveCall{ctx: ctx, dest: dest, maxLen: maxLen, move: script.Move{ID: id, Values: values}}
-	c.done.Add(1)
-	b.mu.Lock()
-	b.queue = append(b.queue, c)
-	if !b.running {
-		b.running = true
-		go b.flush()
-	}
-	b.mu.Unlock()
-	c.done.Wait()
-	return c.err
-}
-
-// flush sends the queued moves, at most maxMoveBatch per round, until none is left.
-func (b *moveBatcher) flush() {
-	var batch []*moveCall
-	for {
-		b.mu.Lock()
-		n := min(len(b.queue), maxMoveBatch)
-		if n == 0 {
-			b.queue = nil
-			b.running = false
-			b.mu.Unlock()
-			return
-		}
-		batch = append(batch[:0], b.queue[:n]...)
-		clear(b.queue[:n])
-		b.queue = b.queue[n:]
-		b.mu.Unlock()
-		b.send(batch)
-	}
+	return b.do(ctx, streamMoveReq{dest: dest, maxLen: maxLen, move: script.Move{ID: id, Values: values}}, maxMoveBatch, b.send)
 }
 
 // send runs one round: one script call per destination (retry copies go back to the
-// stream, dead letters to the dead-letter stream), under the context of the round's
-// first move to that destination (every caller passes a settlement context of the same
-// bound), then answers every move.
-func (b *moveBatcher) send(batch []*moveCall) {
-	moves := make([]script.Move, 0, len(batch))
-	calls := make([]*moveCall, 0, len(batch))
-	for i, first := range batch {
-		if first == nil {
+// stream, dead letters to the dead-letter stream), and returns every move's error.
+func (b *moveBatcher) send(ctx context.Context, reqs []streamMoveReq) []error {
+	errs := make([]error, len(reqs))
+	done := make([]bool, len(reqs))
+	moves := make([]script.Move, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	for i, first := range reqs {
+		if done[i] {
 			continue
 		}
-		moves, calls = moves[:0], calls[:0]
-		for j, c := range batch[i:] {
-			if c != nil && c.dest == first.dest && c.maxLen == first.maxLen {
-				moves = append(moves, c.move)
-				calls = append(calls, c)
-				batch[i+j] = nil
+		moves, idx = moves[:0], idx[:0]
+		for j := i; j < len(reqs); j++ {
+			if !done[j] && reqs[j].dest == first.dest && reqs[j].maxLen == first.maxLen {
+				moves = append(moves, reqs[j].move)
+				idx = append(idx, j)
+				done[j] = true
 			}
 		}
-		errs := script.StreamMoves(first.ctx, b.rdb, first.dest, b.stream, b.group, b.consumer, first.maxLen, moves)
-		for k, c := range calls {
-			c.err = errs[k]
-			c.done.Done()
+		for k, err := range script.StreamMoves(ctx, b.rdb, first.dest, b.stream, b.group, b.consumer, first.maxLen, moves) {
+			errs[idx[k]] = err
 		}
 	}
+	return errs
 }

@@ -3,12 +3,10 @@ package settle
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -97,19 +95,7 @@ func TestMoveBatcherSendsTheMovesQueuedMeanwhileInOneScriptCallPerDestinationEac
 	for i := 1; i < n; i++ {
 		wg.Go(func() { move(i) })
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b.mu.Lock()
-		queued := len(b.queue)
-		b.mu.Unlock()
-		if queued == n-1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d moves queued, want %d", queued, n-1)
-		}
-		runtime.Gosched()
-	}
+	waitQueued(t, &b.batcher, n-1)
 	close(h.release)
 	wg.Wait()
 

@@ -23,11 +23,7 @@ func TestStreamMovesKeepEntriesInFlightUntilWrittenAndAnswerEachOnItsOwn(t *test
 	ctx := context.Background()
 	key, dlq := r.Key("in"), r.Key("dlq")
 	h := &countEvalSha{entered: make(chan struct{}), release: make(chan struct{})}
-	o := r.Client.Options()
-	client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Password: o.Password, Username: o.Username})
-	client.AddHook(h)
-	t.Cleanup(func() { _ = client.Close() })
-	tr := openTestStream(t, client, key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
+	tr := openTestStream(t, hookedClient(t, r, h), key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
 	got := publishAndFetch(t, r.Client, tr, "a", "b", "c")
 	taken := got[2].ID // another consumer took it over: its copy alone must fail
 	if err := r.Client.XClaim(ctx, &redis.XClaimArgs{Stream: key, Group: "g", Consumer: "other", Messages: []string{taken}}).Err(); err != nil {

@@ -127,15 +127,21 @@ func publishAndFetch(t *testing.T, rdb *redis.Client, tr *streamTransport, bodie
 			t.Fatal(err)
 		}
 	}
+	return fetchN(t, tr, len(bodies))
+}
+
+// fetchN fetches n deliveries through tr.
+func fetchN(t *testing.T, tr source.Transport, n int) []*source.Delivery {
+	t.Helper()
 	var got []*source.Delivery
-	for deadline := time.Now().Add(10 * time.Second); len(got) < len(bodies); {
-		ds, err := tr.Fetch(ctx, 10, 50*time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); len(got) < n; {
+		ds, err := tr.Fetch(context.Background(), 10, 50*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, ds...)
 		if time.Now().After(deadline) {
-			t.Fatalf("fetched %d entries, want %d", len(got), len(bodies))
+			t.Fatalf("fetched %d deliveries, want %d", len(got), n)
 		}
 	}
 	return got

@@ -1,7 +1,11 @@
 package script
 
 import (
+	"context"
 	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -9,13 +13,68 @@ import (
 //go:embed list_move.lua
 var listMoveSrc string
 
-// ListMove takes an item out of a reliable list consumer's processing list and pushes a
-// value to a list, only if the item was there (see list_move.lua).
-//
-//	KEYS: processing list, destination list
-//	ARGV: item, value to push
-//	reply: 1 moved, 0 item gone
-var ListMove = redis.NewScript(listMoveSrc)
+var listMove = redis.NewScript(listMoveSrc)
+
+// ListMove is one move of a ListMoves batch: an item of the processing list, and the
+// value pushed to Dest in its place.
+type ListMove struct {
+	// Dest is the list the value is pushed to.
+	Dest string
+	// Item is the item to take out of the processing list, byte for byte.
+	Item string
+	// Value is what is pushed to the tail of Dest.
+	Value []byte
+}
+
+// ErrItemGone reports a move of an item that is no longer in the processing list: orphan
+// recovery took it (the consumer's heartbeat lapsed). Nothing was written.
+var ErrItemGone = errors.New("the item is no longer in the processing list: this consumer's heartbeat lapsed and another consumer recovered it (it will be delivered again)")
+
+// ListMoves takes items out of a reliable list consumer's processing list and pushes a
+// value to a list in place of each one, in one script call (see list_move.lua): each
+// move all or nothing on its own, and only if its item was still there. It returns each
+// move's error, in order: nil when it was applied; ErrItemGone; an error naming its
+// destination when that key is not a list; or, when the call itself failed (the
+// connection, a processing list of the wrong type), the call's error: nothing was
+// written, unless the call ran and only its reply was lost.
+func ListMoves(ctx context.Context, rdb redis.Scripter, processing string, moves []ListMove) []error {
+	keys := []string{processing}
+	args := make([]any, 0, 3*len(moves))
+	for _, m := range moves {
+		k := slices.Index(keys[1:], m.Dest) + 2
+		if k == 1 {
+			keys = append(keys, m.Dest)
+			k = len(keys)
+		}
+		args = append(args, k, m.Item, m.Value)
+	}
+	errs := make([]error, len(moves))
+	replies, err := listMove.Run(ctx, rdb, keys, args...).Slice()
+	if err == nil && len(replies) != len(moves) {
+		err = fmt.Errorf("%d replies for %d moves", len(replies), len(moves))
+	}
+	if err != nil {
+		err = fmt.Errorf("list move script: %w", err)
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i, r := range replies {
+		switch r {
+		case int64(1):
+		case int64(0):
+			errs[i] = ErrItemGone
+		default:
+			if e, ok := r.(error); ok {
+				errs[i] = fmt.Errorf("list move script: %w", e)
+			} else {
+				errs[i] = fmt.Errorf("list move script: unexpected reply %v", r)
+			}
+		}
+	}
+	return errs
+}
 
 //go:embed list_recover.lua
 var listRecoverSrc string

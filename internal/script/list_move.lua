@@ -1,28 +1,61 @@
--- list_move.lua: take one item out of a reliable list consumer's processing list and
--- push a value to the tail of a list. A reliable list's put-back (the value is the item
--- itself, the destination the source list), its retry copy (the value is the copy
--- encoded by Go, retry count + 1) and its dead letter (destination: the dead-letter
--- list) are all this one step.
+-- list_move.lua: for each of a batch of items of a reliable list consumer's processing
+-- list, take the item out and push a value to the tail of a list. A reliable list's
+-- put-back (the value is the item itself, the destination the source list), its retry
+-- copy (the value is the copy encoded by Go, retry count + 1) and its dead letter
+-- (destination: the dead-letter list) are all this one step; a batch carries the moves
+-- of many deliveries, to one or more destinations, in one call.
 --
 -- KEYS[1] -> the processing list
--- KEYS[2] -> the destination list
--- ARGV[1] -> the item to remove from KEYS[1], byte for byte
--- ARGV[2] -> the value to RPUSH to KEYS[2]
+-- KEYS[2..] -> the destination lists
+-- ARGV -> one move after another, three arguments each: the index in KEYS of its
+--         destination (2 or more), the item to remove from KEYS[1] byte for byte, the
+--         value to RPUSH to the destination
 --
--- Returns 1 when the item was moved, 0 when it was no longer in KEYS[1] (orphan recovery
--- took it: nothing is written), or an error reply naming a key of the wrong type.
+-- Returns one reply per move, in order: 1 when its item was taken and its value pushed;
+-- 0 when its item was no longer in KEYS[1] (orphan recovery took it: nothing is written
+-- for it); or an error reply naming its destination when that key is not a list
+-- (nothing is written for it, its item stays). A processing list that is not a list
+-- fails the whole call with an error reply naming it, before anything is written.
 --
--- All or nothing: the key types are checked before anything is written, and the push
--- happens only if the item was removed, so a settlement racing a recovery never
--- duplicates the item.
-for i = 1, 2 do
-  local kind = redis.call('TYPE', KEYS[i])['ok']
+-- All or nothing per move: every key's type is checked once, before anything is
+-- written, and a value is pushed only if its item was removed, so a settlement racing a
+-- recovery never duplicates the item. The values go to each destination in one RPUSH,
+-- after the LREMs and in the moves' order; it cannot fail on a list the script checked
+-- (the script is atomic as a whole).
+local function listType(key)
+  local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'list' and kind ~= 'none' then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a list')
+    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. kind .. ', not a list')
+  end
+  return nil
+end
+
+local wrong = listType(KEYS[1])
+if wrong then
+  return wrong
+end
+local refused, values = {}, {}
+for k = 2, #KEYS do
+  refused[k] = listType(KEYS[k])
+  values[k] = {}
+end
+
+local replies = {}
+for i = 1, #ARGV, 3 do
+  local k = tonumber(ARGV[i])
+  local reply = refused[k]
+  if not reply then
+    reply = redis.call('LREM', KEYS[1], 1, ARGV[i + 1])
+    if reply == 1 then
+      local vs = values[k]
+      vs[#vs + 1] = ARGV[i + 2]
+    end
+  end
+  replies[#replies + 1] = reply
+end
+for k = 2, #KEYS do
+  if #values[k] > 0 then
+    redis.call('RPUSH', KEYS[k], unpack(values[k]))
   end
 end
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
-  return 0
-end
-redis.call('RPUSH', KEYS[2], ARGV[2])
-return 1
+return replies

@@ -2,7 +2,9 @@ package script_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,42 +12,107 @@ import (
 	"github.com/settlekit/settle/internal/script"
 )
 
-func TestListMove(t *testing.T) {
+func TestListMoves(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	list := func(t *testing.T, r *redistest.Redis, key string) []string {
+		t.Helper()
+		got, err := r.Client.LRange(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
 
 	t.Run("MovesOnlyAnItemStillInTheProcessingList", func(t *testing.T) {
 		t.Parallel()
 		r := redistest.New(t)
 		proc, dest := r.Key("proc"), r.Key("dest")
 		r.Client.RPush(ctx, proc, "a", "b")
-		n, err := script.ListMove.Run(ctx, r.Client, []string{proc, dest}, "a", "a-copy").Int()
-		if err != nil || n != 1 {
-			t.Fatalf("move of a present item: %d, %v; want 1", n, err)
+		if errs := script.ListMoves(ctx, r.Client, proc, []script.ListMove{{Dest: dest, Item: "a", Value: []byte("a-copy")}}); errs[0] != nil {
+			t.Fatalf("move of a present item: %v", errs[0])
 		}
-		n, err = script.ListMove.Run(ctx, r.Client, []string{proc, dest}, "a", "a-again").Int()
-		if err != nil || n != 0 {
-			t.Fatalf("move of a gone item: %d, %v; want 0", n, err)
+		if errs := script.ListMoves(ctx, r.Client, proc, []script.ListMove{{Dest: dest, Item: "a", Value: []byte("a-again")}}); !errors.Is(errs[0], script.ErrItemGone) {
+			t.Fatalf("move of a gone item: %v; want ErrItemGone", errs[0])
 		}
-		if got, _ := r.Client.LRange(ctx, dest, 0, -1).Result(); !slices.Equal(got, []string{"a-copy"}) {
+		if got := list(t, r, dest); !slices.Equal(got, []string{"a-copy"}) {
 			t.Fatalf("destination %q, want only the first move's value: a gone item writes nothing", got)
 		}
-		if got, _ := r.Client.LRange(ctx, proc, 0, -1).Result(); !slices.Equal(got, []string{"b"}) {
+		if got := list(t, r, proc); !slices.Equal(got, []string{"b"}) {
 			t.Fatalf("processing list %q, want [b]", got)
 		}
 	})
 
-	t.Run("WrongTypeDestinationWritesNothing", func(t *testing.T) {
+	t.Run("EachMoveOfABatchIsAppliedAndAnsweredOnItsOwn", func(t *testing.T) {
+		t.Parallel()
+		r := redistest.New(t)
+		proc, back, dlq := r.Key("proc"), r.Key("list"), r.Key("dlq")
+		r.Client.RPush(ctx, proc, "a", "b", "x", "c", "x")
+		errs := script.ListMoves(ctx, r.Client, proc, []script.ListMove{
+			{Dest: back, Item: "a", Value: []byte("a1")},
+			{Dest: dlq, Item: "b", Value: []byte("b-dead")},
+			{Dest: back, Item: "gone", Value: []byte("never")},
+			{Dest: back, Item: "x", Value: []byte("x1")},
+			{Dest: back, Item: "x", Value: []byte("x2")},      // the same item twice: both copies go
+			{Dest: back, Item: "a", Value: []byte("a-again")}, // taken by the first move
+		})
+		want := []error{nil, nil, script.ErrItemGone, nil, nil, script.ErrItemGone}
+		for i := range want {
+			if !errors.Is(errs[i], want[i]) || (want[i] == nil) != (errs[i] == nil) {
+				t.Fatalf("errors %v, want %v", errs, want)
+			}
+		}
+		if got := list(t, r, back); !slices.Equal(got, []string{"a1", "x1", "x2"}) {
+			t.Fatalf("list %q, want [a1 x1 x2]: the applied moves' values, in order", got)
+		}
+		if got := list(t, r, dlq); !slices.Equal(got, []string{"b-dead"}) {
+			t.Fatalf("dead-letter list %q, want [b-dead]", got)
+		}
+		if got := list(t, r, proc); !slices.Equal(got, []string{"c"}) {
+			t.Fatalf("processing list %q, want [c]", got)
+		}
+	})
+
+	t.Run("WrongTypeDestinationFailsItsMovesAloneNamingTheKey", func(t *testing.T) {
+		t.Parallel()
+		r := redistest.New(t)
+		proc, back, dest := r.Key("proc"), r.Key("list"), r.Key("dest")
+		r.Client.RPush(ctx, proc, "a", "b")
+		r.Client.Set(ctx, dest, "a string", 0)
+		errs := script.ListMoves(ctx, r.Client, proc, []script.ListMove{
+			{Dest: dest, Item: "a", Value: []byte("x")},
+			{Dest: back, Item: "b", Value: []byte("b1")},
+		})
+		if errs[0] == nil || !strings.Contains(errs[0].Error(), "WRONGTYPE key "+dest) {
+			t.Fatalf("move to a string key = %v, want a WRONGTYPE error naming %s", errs[0], dest)
+		}
+		if errs[1] != nil {
+			t.Fatalf("move to a list in the same call = %v, want applied", errs[1])
+		}
+		if got := list(t, r, proc); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("processing list %q, want [a]: the refused move's item kept", got)
+		}
+		if got := list(t, r, back); !slices.Equal(got, []string{"b1"}) {
+			t.Fatalf("list %q, want [b1]", got)
+		}
+	})
+
+	t.Run("WrongTypeProcessingListFailsEveryMoveAndWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		r := redistest.New(t)
 		proc, dest := r.Key("proc"), r.Key("dest")
-		r.Client.RPush(ctx, proc, "a")
-		r.Client.Set(ctx, dest, "a string", 0)
-		if err := script.ListMove.Run(ctx, r.Client, []string{proc, dest}, "a", "x").Err(); err == nil {
-			t.Fatal("move to a string key succeeded")
+		r.Client.Set(ctx, proc, "a string", 0)
+		errs := script.ListMoves(ctx, r.Client, proc, []script.ListMove{
+			{Dest: dest, Item: "a", Value: []byte("x")},
+			{Dest: dest, Item: "b", Value: []byte("y")},
+		})
+		for i, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE key "+proc) {
+				t.Fatalf("move %d = %v, want a WRONGTYPE error naming %s", i, err, proc)
+			}
 		}
-		if n, _ := r.Client.LLen(ctx, proc).Result(); n != 1 {
-			t.Fatalf("processing list holds %d items, want the item kept", n)
+		if n, _ := r.Client.Exists(ctx, dest).Result(); n != 0 {
+			t.Fatal("the destination was written")
 		}
 	})
 }

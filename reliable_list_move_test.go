@@ -1,0 +1,297 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
+)
+
+// listMoveCalls is a go-redis hook that records how many moves each list_move script
+// call on one processing list (EVALSHA whose first key is that list) carried. The first
+// call runs hold first, when set.
+type listMoveCalls struct {
+	hold       func()
+	processing string
+
+	mu    sync.Mutex
+	calls []int
+	once  sync.Once
+}
+
+func (h *listMoveCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *listMoveCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if strings.EqualFold(cmd.Name(), "evalsha") && len(args) > 3 && args[3] == h.processing {
+			numKeys, _ := args[2].(int)
+			h.mu.Lock()
+			h.calls = append(h.calls, (len(args)-3-numKeys)/3)
+			h.mu.Unlock()
+			if h.hold != nil {
+				h.once.Do(h.hold)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *listMoveCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *listMoveCalls) recorded() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.calls)
+}
+
+// openTestReliableList opens a reliable list consumer "c1" of key on client.
+func openTestReliableList(t *testing.T, client *redis.Client, key string, policy source.Policy) *reliableTransport {
+	t.Helper()
+	env := source.Env{Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mount: "test", Policy: policy}
+	tr := ReliableList(client, key, Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*reliableTransport)
+	ctx := context.Background()
+	if err := tr.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(ctx) })
+	return tr
+}
+
+// pushAndFetchList pushes the values to tr's list (through rdb) and fetches them all.
+func pushAndFetchList(t *testing.T, rdb *redis.Client, tr *reliableTransport, values ...string) []*source.Delivery {
+	t.Helper()
+	ctx := context.Background()
+	for _, v := range values {
+		if err := rdb.RPush(ctx, tr.src.key, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fetchN(t, tr, len(values))
+}
+
+// hookedClient returns a client of r's server with hook h.
+func hookedClient(t *testing.T, r *redistest.Redis, h redis.Hook) *redis.Client {
+	t.Helper()
+	o := r.Client.Options()
+	client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Password: o.Password, Username: o.Username})
+	client.AddHook(h)
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+func (t *reliableTransport) inflightCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, c := range t.inflight {
+		n += c
+	}
+	return n
+}
+
+// A batch of moves is one list_move script call whatever its destinations; each item
+// stays in flight (a re-read of the processing list must not deliver it again) until
+// the call has answered; a move whose item another consumer recovered meanwhile fails
+// alone, and writes nothing.
+func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	key, dlq := r.Key("in"), r.Key("dlq")
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := &listMoveCalls{processing: keys.ListProcessing(key, "c1"), hold: func() { close(entered); <-release }}
+	tr := openTestReliableList(t, hookedClient(t, r, h), key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
+	got := pushAndFetchList(t, r.Client, tr, "a", "b", "c", "d")
+	// Another consumer recovers c while its copy is asked for.
+	if err := r.Client.LRem(ctx, tr.processing, 1, "c").Err(); err != nil {
+		t.Fatal(err)
+	}
+	headers := map[string]string{HeaderRetryCount: "1"}
+	moves := []source.Move{
+		{Delivery: got[0], Headers: headers},
+		{Delivery: got[1], DeadLetter: dlq, Headers: headers},
+		{Delivery: got[2], Headers: headers},
+		{Delivery: got[3], Headers: headers},
+	}
+	answered := make(chan []error, 1)
+	go func() { answered <- tr.Moves(ctx, moves) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the moves' script was never called")
+	}
+	if n := tr.inflightCount(); n != 4 {
+		t.Fatalf("%d items in flight while their moves were being written, want 4", n)
+	}
+	close(release)
+	var errs []error
+	select {
+	case errs = <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Moves did not return")
+	}
+	if len(errs) != 4 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], errItemGone) || errs[3] != nil {
+		t.Fatalf("errors %v, want the copies of a and d and the dead letter of b applied, the copy of the recovered c refused", errs)
+	}
+	if calls := h.recorded(); len(calls) != 1 || calls[0] != 4 {
+		t.Fatalf("script calls %+v, want one carrying the 4 moves", calls)
+	}
+	if n := tr.inflightCount(); n != 0 {
+		t.Fatalf("%d items still in flight after their moves were answered", n)
+	}
+	tr.mu.Lock()
+	rescan := tr.rescan
+	tr.mu.Unlock()
+	if rescan {
+		t.Fatal("a move refused because another consumer took the item asked for a re-read of the processing list")
+	}
+	copyOf := func(v string) string { return string(wire.Envelope([]byte(v), headers)) }
+	if l, err := r.Client.LRange(ctx, key, 0, -1).Result(); err != nil || !slices.Equal(l, []string{copyOf("a"), copyOf("d")}) {
+		t.Fatalf("list %q, %v; want the copies of a and d, in order", l, err)
+	}
+	if l, err := r.Client.LRange(ctx, dlq, 0, -1).Result(); err != nil || !slices.Equal(l, []string{copyOf("b")}) {
+		t.Fatalf("dead-letter list %q, %v; want b's dead letter", l, err)
+	}
+	if n, err := r.Client.LLen(ctx, tr.processing).Result(); err != nil || n != 0 {
+		t.Fatalf("processing list holds %d items, %v; want none", n, err)
+	}
+}
+
+// Put-backs (and copies, dead letters) asked one at a time by concurrent handlers while
+// a list_move call is under way share the next call, each answered on its own.
+func TestReliableListPutBacksAskedMeanwhileShareOneScriptCall(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	key := r.Key("in")
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := &listMoveCalls{processing: keys.ListProcessing(key, "c1"), hold: func() { close(entered); <-release }}
+	tr := openTestReliableList(t, hookedClient(t, r, h), key, source.Policy{Delay: delayed.InProcess{}})
+	values := []string{"a", "b", "c", "d", "e", "f"}
+	got := pushAndFetchList(t, r.Client, tr, values...)
+	if err := r.Client.LRem(ctx, tr.processing, 1, "e").Err(); err != nil { // recovered elsewhere
+		t.Fatal(err)
+	}
+	errs := make([]error, len(got))
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = tr.PutBack(ctx, got[0]) })
+	<-entered
+	for i := 1; i < len(got); i++ {
+		wg.Go(func() { errs[i] = tr.PutBack(ctx, got[i]) })
+	}
+	waitQueued(t, &tr.moves, len(got)-1)
+	close(release)
+	wg.Wait()
+	for i, err := range errs {
+		if (values[i] == "e") != errors.Is(err, errItemGone) || values[i] != "e" && err != nil {
+			t.Fatalf("put-back of %s: %v", values[i], err)
+		}
+	}
+	if calls := h.recorded(); len(calls) != 2 || calls[0] != 1 || calls[1] != len(got)-1 {
+		t.Fatalf("script calls %+v, want the first put-back alone, then one call for the %d queued meanwhile", calls, len(got)-1)
+	}
+	l, err := r.Client.LRange(ctx, key, 0, -1).Result()
+	slices.Sort(l)
+	if err != nil || !slices.Equal(l, []string{"a", "b", "c", "d", "f"}) {
+		t.Fatalf("list %q, %v; want every item put back as it was but the recovered e", l, err)
+	}
+}
+
+// A ReliableList mount's retry copies and dead letters go to the engine's copier, which
+// writes those queued at the same time in one Moves call (one script call).
+func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	key, dlq := r.Key("in"), r.Key("dlq")
+	const n = 8
+	var a *App
+	var queued atomic.Bool // the other copies were queued in the copier while the first call was held
+	h := &listMoveCalls{processing: keys.ListProcessing(key, "c1")}
+	h.hold = func() {
+		// The first copies are being written: wait for the other handlers' copies to queue.
+		first := h.recorded()[0]
+		copies := a.mounts[0].copies
+		if copies == nil {
+			return // not a source.Mover: the test fails below
+		}
+		for deadline := time.Now().Add(10 * time.Second); len(copies.ch) < n-first && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+		queued.Store(len(copies.ch) == n-first)
+	}
+	client := hookedClient(t, r, h)
+	settled := make(chan Settled, 2*n)
+	a, err := New(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled: func(_ context.Context, s Settled) { settled <- s },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts [3]sync.WaitGroup
+	attempts[1].Add(n)
+	attempts[2].Add(n)
+	a.Mount(ReliableList(client, key, Consumer("c1"), Block(50*time.Millisecond)), HandlerFunc(func(_ context.Context, m *Message) error {
+		// Every handler of an attempt returns together.
+		attempts[m.Attempt].Done()
+		attempts[m.Attempt].Wait()
+		return errors.New("fails")
+	}), Concurrency(n), MaxAttempts(2), DeadLetter(dlq))
+	for i := range n {
+		if err := r.Client.RPush(context.Background(), key, wire.Envelope([]byte{byte('a' + i)}, nil)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var evs []Settled
+	for len(evs) < 2*n {
+		select {
+		case e := <-settled:
+			evs = append(evs, e)
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Fatalf("%d settlements, want %d", len(evs), 2*n)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Err != nil || e.Action != ActionCopy && e.Action != ActionDeadLetter {
+			t.Fatalf("settlement %+v, want applied copies and dead letters", e)
+		}
+	}
+	calls := h.recorded()
+	moves := 0
+	for _, c := range calls {
+		moves += c
+	}
+	if first := calls[0]; !queued.Load() || moves != 2*n || first < n && (len(calls) < 2 || first+calls[1] != n) {
+		t.Fatalf("script calls %+v, want %d moves through the copier (source.Mover), the first %d copies in at most two calls: those queued first, then those queued meanwhile", calls, 2*n, n)
+	}
+	if l, err := r.Client.LLen(context.Background(), dlq).Result(); err != nil || l != n {
+		t.Fatalf("dead letters %d, %v; want %d", l, err, n)
+	}
+}
