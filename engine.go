@@ -134,18 +134,14 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	m.copies = newCopier(m, a, slots)
 	batch := m.batchSize()
 	readCtx := context.WithoutCancel(ctx)
-	// Deliveries go to workers that live on from one delivery to the next, at most
-	// Concurrency of them, started as needed and ended by the drain: a goroutine per
-	// delivery grew a new stack for nearly every one (the engine's frames and a handler's
-	// outgrow the 2 KB a goroutine starts with), a tenth of the client CPU of a retry,
-	// and a worker that finds the next delivery queued takes it without waiting.
-	work := make(chan *source.Delivery, m.cfg.concurrency)
-	workers := 0
-	worker := func() {
-		for d := range work {
-			if !a.handle(handlerCtx, m, d, acks, delays) {
-				<-slots // else the copier frees it once the delivery's move is written
-			}
+	// Deliveries go to workers that live on from one delivery to the next (see
+	// workQueue): a goroutine per delivery grew a new stack for nearly every one (the
+	// engine's frames and a handler's outgrow the 2 KB a goroutine starts with), a tenth
+	// of the client CPU of a retry.
+	work := newWorkQueue(m.cfg.concurrency)
+	handle := func(d *source.Delivery) {
+		if !a.handle(handlerCtx, m, d, acks, delays) {
+			<-slots // else the copier frees it once the delivery's move is written
 		}
 	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
@@ -200,15 +196,11 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 		backoff = 0
 		// Every delivery holds a slot until it is handled: with a worker per slot held, a
 		// delivery queued here always finds a worker free to take it.
-		for workers < len(slots) {
-			workers++
-			inflight.Go(worker)
-		}
-		for _, d := range ds {
-			work <- d
+		if len(ds) > 0 {
+			work.push(ds, len(slots), &inflight, handle)
 		}
 	}
-	close(work)
+	work.close()
 
 	drained := make(chan struct{})
 	go func() { inflight.Wait(); close(drained) }()
