@@ -26,11 +26,12 @@ var _ Source = (*ClaimingStreamSource)(nil)
 // group like Stream does (same options, same wire format, same dead letters), except for
 // how a delivery comes again:
 //
-//   - Retry leaves the entry pending where it is: nothing is copied and it keeps its id.
-//     Before each read of new entries, the subscription takes back the group's entries
-//     idle for at least minIdle (XAUTOCLAIM, at most as many as it has free handler
-//     slots): its own retries, minIdle after the retry, and the entries of consumers that
-//     crashed or hung. So a Retry comes back after minIdle.
+//   - Retry leaves the entry pending where it is: nothing is copied and it keeps its id
+//     (the retries of concurrent handlers are left in one round trip). Before each read
+//     of new entries, the subscription takes back its own retries that have waited
+//     minIdle (XCLAIM of their ids), and now and then scans for the group's entries idle
+//     for at least minIdle (XAUTOCLAIM, at most as many as it has free handler slots):
+//     those of consumers that crashed or hung. So a Retry comes back after minIdle.
 //   - The attempt is the retry-count header (0 for a message that was never copied) plus
 //     Redis's delivery counter for the entry, which counts every delivery to any
 //     consumer, crashed ones included: a message that kills its worker still reaches
@@ -91,15 +92,63 @@ func (t *claimTransport) Validate(p source.Policy) []error {
 // time restarts now (without counting a delivery), so it is claimed back minIdle after
 // the retry, not minIdle after it was delivered.
 func (t *claimTransport) Leave(ctx context.Context, d *source.Delivery) error {
+	return t.leave(ctx, []*source.Delivery{d})
+}
+
+var _ source.Mover = (*claimTransport)(nil)
+
+// Moves implements source.Mover: the batch's left-pending retries restart their idle
+// times in one touch script call, its retry copies and dead letters are written as a
+// Stream writes them.
+func (t *claimTransport) Moves(ctx context.Context, ms []source.Move) []error {
+	var leaves []*source.Delivery
+	var rest []source.Move
+	var restAt []int
+	for i, m := range ms {
+		if m.Leave {
+			leaves = append(leaves, m.Delivery)
+		} else {
+			rest, restAt = append(rest, m), append(restAt, i)
+		}
+	}
+	errs := make([]error, len(ms))
+	if len(leaves) > 0 {
+		if err := t.leave(ctx, leaves); err != nil {
+			for i, m := range ms {
+				if m.Leave {
+					errs[i] = err
+				}
+			}
+		}
+	}
+	if len(rest) > 0 {
+		for k, err := range t.streamTransport.Moves(ctx, rest) {
+			errs[restAt[k]] = err
+		}
+	}
+	return errs
+}
+
+// leave leaves ds pending here, restarting their idle times in one touch script call.
+// They are forgotten as in flight either way: an entry whose touch failed is still
+// pending, and is claimed back once idle (sooner than asked, not lost).
+func (t *claimTransport) leave(ctx context.Context, ds []*source.Delivery) error {
 	c, s := t.claim, t.src
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+	}
 	c.serial.Lock()
-	_, err := script.Touch(ctx, s.rdb, s.key, s.group, t.consumer, d.ID)
+	_, err := script.Touch(ctx, s.rdb, s.key, s.group, t.consumer, ids...)
 	at := t.env.Clock.Now()
-	t.settledIDs(nil, d)
+	t.settledIDs(nil, ds...)
 	c.serial.Unlock()
-	c.left(at)
+	c.left(at, ids)
 	if err != nil {
-		return fmt.Errorf("stream %q: leave %s pending: %w", s.key, d.ID, err)
+		if len(ids) == 1 {
+			return fmt.Errorf("stream %q: leave %s pending: %w", s.key, ids[0], err)
+		}
+		return fmt.Errorf("stream %q: leave %d entries pending: %w", s.key, len(ids), err)
 	}
 	return nil
 }

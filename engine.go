@@ -38,7 +38,7 @@ type mount struct {
 	wrapped   Handler
 
 	writes writeContexts // the contexts of settlement writes other than acks
-	copies *copier       // queues retry copies and dead letters while Run runs; nil: each written in its handler
+	copies *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
 
 	// settleFailed and settleOK tell the read loop that a settlement failed (its
 	// delivery will be read again at once: back off first) or succeeded (reset the
@@ -292,9 +292,9 @@ func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 	return h.Handle(ctx, msg)
 }
 
-// apply carries out a settlement with the transport's primitives. A retry copy or dead
-// letter goes to the mount's copier when it has one (queued: the copier reports it and
-// frees its slot once it is written).
+// apply carries out a settlement with the transport's primitives. A retry copy, put-back
+// or left-pending retry, or a dead letter, goes to the mount's copier when it has one
+// (queued: the copier reports it and frees its slot once it is written).
 func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) (queued bool) {
 	ev := Settled{
 		Action:     s.Action,
@@ -337,11 +337,19 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if l, ok := m.transport.(source.Leaver); ok {
+			if m.copies != nil {
+				m.copies.add(source.Move{Delivery: d, Leave: true}, ev)
+				return true
+			}
 			ev.Err = l.Leave(sctx, d)
 		}
 	case source.ActionPutBack:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
 		if pb, ok := m.transport.(source.PutBacker); ok {
+			if m.copies != nil {
+				m.copies.add(source.Move{Delivery: d, PutBack: true}, ev)
+				return true
+			}
 			ev.Err = pb.PutBack(sctx, d)
 		} else {
 			ev.Err = fmt.Errorf("transport %s cannot put back", m.info.Kind)

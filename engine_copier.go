@@ -12,8 +12,8 @@ var errShortMoves = errors.New("settle: the transport answered fewer moves than 
 // maxCopyBatch bounds the moves one source.Mover call carries.
 const maxCopyBatch = 128
 
-// copier batches a mount's retry copies and dead letters, as the acker batches its
-// acks, for a transport that can write many in one call (source.Mover): a handler's
+// copier batches a mount's retries (copies, put-backs, a claiming stream's left-pending
+// ones) and dead letters, as the acker batches its acks, for a transport that can write many in one call (source.Mover): a handler's
 // worker queues the move and goes on to its next delivery instead of waiting for the
 // write's round trip (parked on it, each woken on its own: a tenth of the client CPU of
 // a retry). Each move is reported (OnSettled, the failed-settlement backoff) once the

@@ -71,12 +71,16 @@ type claimer struct {
 
 	mu       sync.Mutex
 	cursor   string      // where the next XAUTOCLAIM starts
-	dues     []time.Time // when entries this consumer left pending come due, ascending
-	nextScan time.Time   // no scan before this, unless a due passed
+	dues     []leftBatch // the entries this consumer left pending, by when they come due
+	nextScan time.Time   // no scan before this
 
 	serial sync.Mutex // a heartbeat, a Leave and a claim do not interleave (see fetch)
-	done   chan struct{}
-	stop   context.CancelFunc
+	// touchedAt (held by serial) is when the last heartbeat that touched every entry in
+	// flight here started, or when the claimer started: no entry in flight has been idle
+	// longer than since then, give or take a read's round trip.
+	touchedAt time.Time
+	done      chan struct{}
+	stop      context.CancelFunc
 }
 
 // newClaimer returns a claimer of entries idle for idle. After a scan that found nothing,
@@ -99,65 +103,130 @@ func (c *claimer) validate() []error {
 	return nil
 }
 
-// fetch claims up to max idle entries, scanning the group's pending entries from where
+// leftBatch is entries this consumer left pending together: they come due at due.
+type leftBatch struct {
+	due time.Time
+	ids []string
+}
+
+// fetch claims up to max idle entries: first those this consumer left pending that came
+// due (XCLAIM of their ids), else the group's, scanning its pending entries from where
 // the last call stopped until it claims some or has scanned them all. It scans only when
-// the last full pass is poll old or an entry this consumer left pending came due, or
-// always under a test's fake clock (whose Advance may make any entry idle enough).
+// the last scan filled the free slots or is poll old, or always under a test's fake
+// clock (whose Advance may make any entry idle enough).
 func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*source.Delivery, error) {
 	now := t.env.Clock.Now()
 	c.mu.Lock()
-	due := len(c.dues) > 0 && !now.Before(c.dues[0])
-	if now.Before(c.nextScan) && !due && t.env.TestClock == nil {
-		c.mu.Unlock()
-		return nil, nil
-	}
-	for len(c.dues) > 0 && !now.Before(c.dues[0]) {
-		c.dues = c.dues[1:]
-	}
+	own := c.takeDue(now, min(max, maxOwnClaim))
+	scan := !now.Before(c.nextScan) || t.env.TestClock != nil
 	cursor := c.cursor
 	c.mu.Unlock()
 
-	s := t.src
+	if len(own) > 0 {
+		ds, err := c.claim(ctx, t, "", len(own), own)
+		if err != nil || len(ds) > 0 || !scan {
+			return ds, err
+		}
+	} else if !scan {
+		return nil, nil
+	}
 	for {
-		// Entries in flight here are skipped inside the script: one whose handler acks it
-		// meanwhile must not be delivered again. A Leave waits for the claim (and a claim
-		// for a Leave): an entry left just after the snapshot would be skipped, and the
-		// skip restarts its idle time.
-		c.serial.Lock()
-		res, err := script.Claim(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, cursor, max, t.inflightIDs()...)
-		c.serial.Unlock()
+		ds, err := c.claim(ctx, t, cursor, max, nil)
 		if err != nil {
-			if strings.Contains(err.Error(), "NOGROUP") {
-				// The stream or its group was deleted: make them again, as a read does.
-				return nil, t.createGroup(ctx)
-			}
-			return nil, fmt.Errorf("stream %q: claim idle entries: %w", s.key, err)
+			return nil, err
 		}
-		if len(res.Deleted) > 0 {
-			t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; Redis dropped them from the pending list",
-				slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", res.Deleted))
-		}
-		ds := t.deliveries(ctx, res.Entries)
-		if len(ds) > 0 {
-			counts := make(map[string]int, len(res.Entries))
-			for i, e := range res.Entries {
-				counts[e.ID] = res.Counts[i]
-			}
-			for _, d := range ds {
-				d.Attempt = d.RetryCount + counts[d.ID]
-			}
-		}
-		cursor = res.Next
+		c.mu.Lock()
+		cursor = c.cursor
 		if len(ds) > 0 || cursor == "0-0" {
-			c.mu.Lock()
-			c.cursor = cursor
-			if len(ds) == 0 {
+			// A scan that filled the free slots goes on at the next read; one that found
+			// fewer (or nothing in a whole pass) waits poll: scanning a long pending list
+			// for a few entries costs Redis more than all else a claiming stream does.
+			if len(ds) < max {
 				c.nextScan = now.Add(c.poll)
 			}
 			c.mu.Unlock()
 			return ds, nil
 		}
+		c.mu.Unlock()
 	}
+}
+
+// maxOwnClaim bounds the ids one claim of due left-pending entries lists.
+const maxOwnClaim = 1000
+
+// atRisk returns the ids in flight here that a claim might find idle long enough: all of
+// them, unless a heartbeat touched them all less than half of idle ago (then none has
+// been idle that long, and the claim need not be sent them: on a claiming stream with
+// many handlers, most of its Redis CPU). Under a test's fake clock, all of them. c.serial
+// is held.
+func (c *claimer) atRisk(t *streamTransport) []string {
+	if t.env.TestClock == nil && t.env.Clock.Now().Sub(c.touchedAt) < c.idle/2 {
+		return nil
+	}
+	return t.inflightIDs()
+}
+
+// takeDue takes up to max ids of the entries left pending that are due at now. c.mu is
+// held.
+func (c *claimer) takeDue(now time.Time, max int) []string {
+	var ids []string
+	for len(c.dues) > 0 && len(ids) < max && !now.Before(c.dues[0].due) {
+		b := &c.dues[0]
+		n := min(len(b.ids), max-len(ids))
+		ids = append(ids, b.ids[:n]...)
+		if b.ids = b.ids[n:]; len(b.ids) == 0 {
+			c.dues = c.dues[1:]
+		}
+	}
+	return ids
+}
+
+// claim runs one claim script call: the ids listed, or (ids nil) up to max entries of
+// the group from cursor on, whose next cursor it records. It returns the claimed
+// deliveries, their attempts counting Redis's deliveries.
+func (c *claimer) claim(ctx context.Context, t *streamTransport, cursor string, max int, ids []string) ([]*source.Delivery, error) {
+	s := t.src
+	// Entries in flight here are skipped inside the script: one whose handler acks it
+	// meanwhile must not be delivered again. A Leave waits for the claim (and a claim
+	// for a Leave): an entry left just after the snapshot would be skipped, and the
+	// skip restarts its idle time.
+	c.serial.Lock()
+	inflight := c.atRisk(t)
+	var res script.ClaimResult
+	var err error
+	if ids != nil {
+		res, err = script.ClaimIDs(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, ids, inflight...)
+	} else {
+		res, err = script.Claim(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, cursor, max, inflight...)
+	}
+	c.serial.Unlock()
+	if err != nil {
+		if strings.Contains(err.Error(), "NOGROUP") {
+			// The stream or its group was deleted: make them again, as a read does.
+			return nil, t.createGroup(ctx)
+		}
+		return nil, fmt.Errorf("stream %q: claim idle entries: %w", s.key, err)
+	}
+	if len(res.Deleted) > 0 {
+		t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; Redis dropped them from the pending list",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", res.Deleted))
+	}
+	if ids == nil {
+		c.mu.Lock()
+		c.cursor = res.Next
+		c.mu.Unlock()
+	}
+	ds := t.deliveries(ctx, res.Entries)
+	if len(ds) > 0 {
+		counts := make(map[string]int, len(res.Entries))
+		for i, e := range res.Entries {
+			counts[e.ID] = res.Counts[i]
+		}
+		for _, d := range ds {
+			d.Attempt = d.RetryCount + counts[d.ID]
+		}
+	}
+	return ds, nil
 }
 
 // bound shortens wait, a read's block, so that the read ends by the next scan (and, under
@@ -172,8 +241,8 @@ func (c *claimer) bound(t *streamTransport, wait time.Duration) time.Duration {
 	now := t.env.Clock.Now()
 	c.mu.Lock()
 	next := c.nextScan
-	if len(c.dues) > 0 && c.dues[0].Before(next) {
-		next = c.dues[0]
+	if len(c.dues) > 0 && c.dues[0].due.Before(next) {
+		next = c.dues[0].due
 	}
 	c.mu.Unlock()
 	if d := next.Sub(now); d < wait {
@@ -182,16 +251,20 @@ func (c *claimer) bound(t *streamTransport, wait time.Duration) time.Duration {
 	return wait
 }
 
-// left records that an entry was left pending at (after its idle time was reset): it
-// comes due idle later.
-func (c *claimer) left(at time.Time) {
+// left records that the entries ids were left pending at (after their idle times were
+// reset): they come due idle later.
+func (c *claimer) left(at time.Time, ids []string) {
 	due := at.Add(c.idle)
 	c.mu.Lock()
 	i := len(c.dues)
-	for i > 0 && c.dues[i-1].After(due) {
+	for i > 0 && c.dues[i-1].due.After(due) {
 		i--
 	}
-	c.dues = slices.Insert(c.dues, i, due)
+	if i > 0 && c.dues[i-1].due.Equal(due) {
+		c.dues[i-1].ids = append(c.dues[i-1].ids, ids...)
+	} else {
+		c.dues = slices.Insert(c.dues, i, leftBatch{due: due, ids: ids})
+	}
 	c.mu.Unlock()
 }
 
@@ -202,6 +275,9 @@ func (c *claimer) start(ctx context.Context, t *streamTransport) {
 	}
 	ctx, c.stop = context.WithCancel(context.WithoutCancel(ctx))
 	c.done = make(chan struct{})
+	c.serial.Lock()
+	c.touchedAt = t.env.Clock.Now()
+	c.serial.Unlock()
 	go func() {
 		defer close(c.done)
 		c.beat(ctx, t)
@@ -239,14 +315,19 @@ func (c *claimer) beat(ctx context.Context, t *streamTransport) {
 func (c *claimer) touchInflight(ctx context.Context, t *streamTransport, every time.Duration) {
 	c.serial.Lock()
 	defer c.serial.Unlock()
+	at := t.env.Clock.Now()
 	ids := t.inflightIDs()
 	if len(ids) == 0 {
+		c.touchedAt = at
 		return
 	}
 	tctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
 	defer cancel()
 	s := t.src
 	lost, err := script.Touch(tctx, s.rdb, s.key, s.group, t.consumer, ids...)
+	if err == nil {
+		c.touchedAt = at
+	}
 	if err != nil {
 		t.env.Logger.WarnContext(ctx, "settle: heartbeat of entries in flight failed; another consumer may claim them",
 			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))

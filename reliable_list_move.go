@@ -9,29 +9,40 @@ import (
 	"github.com/settlekit/settle/internal/wire"
 )
 
-// Moves implements source.Mover: it writes a batch of retry copies and dead letters the
-// engine queued in one list_move script call per maxMoveBatch moves, whatever their
-// destinations (copies go to the tail of the list, dead letters to theirs), each move
-// all or nothing on its own, as Copy and DeadLetter write them one at a time: a move
-// whose item another consumer recovered meanwhile writes nothing and fails alone. A
-// delivery stays in flight until its call has answered.
+// Moves implements source.Mover: it writes a batch of retry copies, put-backs and dead
+// letters the engine queued in one list_move script call per maxMoveBatch moves,
+// whatever their destinations (copies and put-backs go to the tail of the list, dead
+// letters to theirs), each move all or nothing on its own, as Copy, PutBack and
+// DeadLetter write them one at a time: a move whose item another consumer recovered
+// meanwhile writes nothing and fails alone. A delivery stays in flight until its call
+// has answered.
 func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error {
 	errs := make([]error, 0, len(ms))
 	batch := make([]script.ListMove, 0, min(len(ms), maxMoveBatch))
 	for len(errs) < len(ms) {
 		batch = batch[:0]
 		for _, m := range ms[len(errs):min(len(ms), len(errs)+maxMoveBatch)] {
-			dest := t.src.key
-			if m.DeadLetter != "" {
-				dest = m.DeadLetter
+			item := m.Delivery.Raw.(string)
+			mv := script.ListMove{Dest: t.src.key, Item: item}
+			switch {
+			case m.PutBack:
+				mv.Value = []byte(item)
+			case m.DeadLetter != "":
+				mv.Dest, mv.Value = m.DeadLetter, wire.Envelope(m.Delivery.Payload, m.Headers)
+			default:
+				mv.Value = wire.Envelope(m.Delivery.Payload, m.Headers)
 			}
-			batch = append(batch, script.ListMove{Dest: dest, Item: m.Delivery.Raw.(string), Value: wire.Envelope(m.Delivery.Payload, m.Headers)})
+			batch = append(batch, mv)
 		}
 		errs = append(errs, script.ListMoves(ctx, t.src.rdb, t.processing, batch)...)
 	}
 	for i, m := range ms {
 		what := "retry copy"
-		if errs[i] != nil && m.DeadLetter != "" {
+		switch {
+		case errs[i] == nil:
+		case m.PutBack:
+			what = "put back"
+		case m.DeadLetter != "":
 			what = fmt.Sprintf("dead letter to %q", m.DeadLetter)
 		}
 		errs[i] = t.moved(errs[i], m.Delivery, what)

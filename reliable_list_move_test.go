@@ -108,7 +108,8 @@ func (t *reliableTransport) inflightCount() int {
 	return n
 }
 
-// A batch of moves is one list_move script call whatever its destinations; each item
+// A batch of moves (copies, a dead letter, a put-back) is one list_move script call
+// whatever its destinations; each item
 // stays in flight (a re-read of the processing list must not deliver it again) until
 // the call has answered; a move whose item another consumer recovered meanwhile fails
 // alone, and writes nothing.
@@ -120,7 +121,7 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	h := &listMoveCalls{processing: keys.ListProcessing(key, "c1"), hold: func() { close(entered); <-release }}
 	tr := openTestReliableList(t, hookedClient(t, r, h), key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
-	got := pushAndFetchList(t, r.Client, tr, "a", "b", "c", "d")
+	got := pushAndFetchList(t, r.Client, tr, "a", "b", "c", "d", "e")
 	// Another consumer recovers c while its copy is asked for.
 	if err := r.Client.LRem(ctx, tr.processing, 1, "c").Err(); err != nil {
 		t.Fatal(err)
@@ -131,6 +132,7 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 		{Delivery: got[1], DeadLetter: dlq, Headers: headers},
 		{Delivery: got[2], Headers: headers},
 		{Delivery: got[3], Headers: headers},
+		{Delivery: got[4], PutBack: true},
 	}
 	answered := make(chan []error, 1)
 	go func() { answered <- tr.Moves(ctx, moves) }()
@@ -139,8 +141,8 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the moves' script was never called")
 	}
-	if n := tr.inflightCount(); n != 4 {
-		t.Fatalf("%d items in flight while their moves were being written, want 4", n)
+	if n := tr.inflightCount(); n != 5 {
+		t.Fatalf("%d items in flight while their moves were being written, want 5", n)
 	}
 	close(release)
 	var errs []error
@@ -149,11 +151,11 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Moves did not return")
 	}
-	if len(errs) != 4 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], errItemGone) || errs[3] != nil {
-		t.Fatalf("errors %v, want the copies of a and d and the dead letter of b applied, the copy of the recovered c refused", errs)
+	if len(errs) != 5 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], errItemGone) || errs[3] != nil || errs[4] != nil {
+		t.Fatalf("errors %v, want the copies of a and d, the dead letter of b and the put-back of e applied, the copy of the recovered c refused", errs)
 	}
-	if calls := h.recorded(); len(calls) != 1 || calls[0] != 4 {
-		t.Fatalf("script calls %+v, want one carrying the 4 moves", calls)
+	if calls := h.recorded(); len(calls) != 1 || calls[0] != 5 {
+		t.Fatalf("script calls %+v, want one carrying the 5 moves", calls)
 	}
 	if n := tr.inflightCount(); n != 0 {
 		t.Fatalf("%d items still in flight after their moves were answered", n)
@@ -165,8 +167,8 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 		t.Fatal("a move refused because another consumer took the item asked for a re-read of the processing list")
 	}
 	copyOf := func(v string) string { return string(wire.Envelope([]byte(v), headers)) }
-	if l, err := r.Client.LRange(ctx, key, 0, -1).Result(); err != nil || !slices.Equal(l, []string{copyOf("a"), copyOf("d")}) {
-		t.Fatalf("list %q, %v; want the copies of a and d, in order", l, err)
+	if l, err := r.Client.LRange(ctx, key, 0, -1).Result(); err != nil || !slices.Equal(l, []string{copyOf("a"), copyOf("d"), "e"}) {
+		t.Fatalf("list %q, %v; want the copies of a and d, then e put back as it was, in order", l, err)
 	}
 	if l, err := r.Client.LRange(ctx, dlq, 0, -1).Result(); err != nil || !slices.Equal(l, []string{copyOf("b")}) {
 		t.Fatalf("dead-letter list %q, %v; want b's dead letter", l, err)

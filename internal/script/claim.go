@@ -11,13 +11,15 @@ import (
 )
 
 var (
+	//go:embed pending_at.lua
+	pendingAtSrc string
 	//go:embed claim.lua
 	claimSrc string
 	//go:embed touch.lua
 	touchSrc string
 
-	claim = redis.NewScript(claimSrc)
-	touch = redis.NewScript(touchSrc)
+	claim = redis.NewScript(pendingAtSrc + claimSrc)
+	touch = redis.NewScript(pendingAtSrc + touchSrc)
 )
 
 // ClaimResult is one claim call's answer.
@@ -39,9 +41,27 @@ type ClaimResult struct {
 // in one script (see claim.lua). Entries among inflight (in flight at consumer) are not
 // returned and keep their delivery counts.
 func Claim(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, minIdle time.Duration, start string, count int, inflight ...string) (ClaimResult, error) {
-	args := make([]any, 0, 5+len(inflight))
-	args = append(args, group, consumer, minIdle.Milliseconds(), start, count)
+	return runClaim(ctx, rdb, stream, group, consumer, minIdle, start, count, inflight, nil)
+}
+
+// ClaimIDs takes those of ids idle at least minIdle over to consumer (XCLAIM) and reads
+// each one's delivery count, in one script (see claim.lua); ids no longer pending are
+// skipped. Entries among inflight are not returned and keep their delivery counts.
+// Next is "" and Deleted empty in its result.
+func ClaimIDs(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, minIdle time.Duration, ids []string, inflight ...string) (ClaimResult, error) {
+	if len(ids) == 0 {
+		return ClaimResult{}, nil
+	}
+	return runClaim(ctx, rdb, stream, group, consumer, minIdle, "", len(ids), inflight, ids)
+}
+
+func runClaim(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, minIdle time.Duration, start string, count int, inflight, ids []string) (ClaimResult, error) {
+	args := make([]any, 0, 6+len(inflight)+len(ids))
+	args = append(args, group, consumer, minIdle.Milliseconds(), start, count, len(inflight))
 	for _, id := range inflight {
+		args = append(args, id)
+	}
+	for _, id := range ids {
 		args = append(args, id)
 	}
 	res, err := claim.Run(ctx, rdb, []string{stream}, args...).Slice()

@@ -2,6 +2,7 @@ package script_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -150,7 +151,7 @@ func TestTouch(t *testing.T) {
 	t.Run("ResetsIdleAndKeepsTheDeliveryCount", func(t *testing.T) {
 		t.Parallel()
 		b := setupClaim(t, 1)
-		b.idle(t, 50*time.Millisecond)
+		b.idle(t, 10*time.Minute)
 		for range 3 {
 			lost, err := script.Touch(b.ctx, b.r.Client, b.stream, "g", "dead", b.ids[0])
 			if err != nil || len(lost) != 0 {
@@ -160,7 +161,7 @@ func TestTouch(t *testing.T) {
 		if owner, n := b.pending(t, b.ids[0]); owner != "dead" || n != 1 {
 			t.Fatalf("pending = %s/%d, want dead/1: a touch must not count as a delivery", owner, n)
 		}
-		res, err := script.Claim(b.ctx, b.r.Client, b.stream, "g", "me", 40*time.Millisecond, "0-0", 10)
+		res, err := script.Claim(b.ctx, b.r.Client, b.stream, "g", "me", 5*time.Minute, "0-0", 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,4 +188,113 @@ func TestTouch(t *testing.T) {
 			t.Fatalf("touch of an acked entry: lost %v, err %v; want [%s]", lost, err, b.ids[0])
 		}
 	})
+}
+
+// setCount makes id pending at owner with delivery count n and idle time idle.
+func (b *claimBundle) setCount(t *testing.T, id, owner string, n int, idle time.Duration) {
+	t.Helper()
+	if err := b.r.Client.Do(b.ctx, "XCLAIM", b.stream, "g", owner, 0, id, "IDLE", idle.Milliseconds(), "RETRYCOUNT", n, "JUSTID").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClaimReadsEachEntrysOwnCountPastTheConsumersOtherEntries(t *testing.T) {
+	t.Parallel()
+	b := setupClaim(t, 6)
+	// "me" already holds ids[1] and ids[3] (not idle); the idle ones between them have
+	// counts of their own.
+	for i, id := range b.ids {
+		if i == 1 || i == 3 {
+			b.setCount(t, id, "me", 7, 0)
+		} else {
+			b.setCount(t, id, "dead", i+1, 10*time.Minute)
+		}
+	}
+	res, err := script.Claim(b.ctx, b.r.Client, b.stream, "g", "me", 5*time.Minute, "0-0", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{b.ids[0]: 2, b.ids[2]: 4, b.ids[4]: 6, b.ids[5]: 7}
+	if len(res.Entries) != len(want) {
+		t.Fatalf("claimed %d entries, want %d", len(res.Entries), len(want))
+	}
+	for i, e := range res.Entries {
+		if res.Counts[i] != want[e.ID] {
+			t.Fatalf("count of %s = %d, want %d (its own count plus the claim)", e.ID, res.Counts[i], want[e.ID])
+		}
+	}
+	for _, i := range []int{1, 3} {
+		if owner, n := b.pending(t, b.ids[i]); owner != "me" || n != 7 {
+			t.Fatalf("entry not claimed: pending %s/%d, want me/7", owner, n)
+		}
+	}
+}
+
+func TestTouchResetsManyEntriesInAnyOrderKeepingEachCount(t *testing.T) {
+	t.Parallel()
+	// 40 entries of "dead", each with its own count; a touch of 3 of them (the range
+	// between them holds more of dead's entries than one XPENDING is asked for) in
+	// reverse order, plus one it no longer owns.
+	b := setupClaim(t, 40)
+	for i, id := range b.ids {
+		b.setCount(t, id, "dead", i%3+1, 10*time.Minute)
+	}
+	b.setCount(t, b.ids[20], "other", 9, 10*time.Minute)
+	touched := []string{b.ids[39], b.ids[20], b.ids[7], b.ids[0]}
+	lost, err := script.Touch(b.ctx, b.r.Client, b.stream, "g", "dead", touched...)
+	if err != nil || len(lost) != 1 || lost[0] != b.ids[20] {
+		t.Fatalf("touch: lost %v, err %v; want [%s]", lost, err, b.ids[20])
+	}
+	for _, i := range []int{0, 7, 39} {
+		if owner, n := b.pending(t, b.ids[i]); owner != "dead" || n != int64(i%3+1) {
+			t.Fatalf("touched %s: pending %s/%d, want dead/%d", b.ids[i], owner, n, i%3+1)
+		}
+	}
+	// Only the touched entries are too recent to claim.
+	res, err := script.Claim(b.ctx, b.r.Client, b.stream, "g", "me", 5*time.Minute, "0-0", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Entries) != 37 {
+		t.Fatalf("claimed %d entries after the touch, want 37 (all but the 3 touched)", len(res.Entries))
+	}
+	for _, e := range res.Entries {
+		if e.ID == b.ids[0] || e.ID == b.ids[7] || e.ID == b.ids[39] {
+			t.Fatalf("claimed touched entry %s", e.ID)
+		}
+	}
+}
+
+func TestClaimIDsTakesOnlyTheListedEntriesStillOwnedAndIdleLongEnough(t *testing.T) {
+	t.Parallel()
+	b := setupClaim(t, 7)
+	b.setCount(t, b.ids[0], "me", 2, 10*time.Minute)
+	b.setCount(t, b.ids[1], "me", 1, 0) // not idle long enough
+	b.setCount(t, b.ids[2], "me", 3, 10*time.Minute)
+	b.setCount(t, b.ids[3], "me", 1, 10*time.Minute)    // in flight at "me"
+	b.setCount(t, b.ids[4], "me", 1, 10*time.Minute)    // idle but not listed
+	b.setCount(t, b.ids[6], "other", 1, 10*time.Minute) // taken over by another consumer
+	if err := b.r.Client.XAck(b.ctx, b.stream, "g", b.ids[5]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	listed := []string{b.ids[6], b.ids[5], b.ids[3], b.ids[2], b.ids[1], b.ids[0]}
+	res, err := script.ClaimIDs(b.ctx, b.r.Client, b.stream, "g", "me", 5*time.Minute, listed, b.ids[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for i, e := range res.Entries {
+		got[e.ID] = res.Counts[i]
+		if e.Values["payload"] != "p" {
+			t.Fatalf("entry %s without its fields: %+v", e.ID, e)
+		}
+	}
+	if len(got) != 2 || got[b.ids[0]] != 3 || got[b.ids[2]] != 4 {
+		t.Fatalf("claimed %v, want %s:3 and %s:4 (the listed idle ones, with their counts plus the claim)", got, b.ids[0], b.ids[2])
+	}
+	for i, want := range map[int]string{1: "me/1", 3: "me/1", 4: "me/1", 6: "other/1"} {
+		if owner, n := b.pending(t, b.ids[i]); fmt.Sprintf("%s/%d", owner, n) != want {
+			t.Fatalf("%s: pending %s/%d, want %s (left alone)", b.ids[i], owner, n, want)
+		}
+	}
 }

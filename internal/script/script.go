@@ -79,3 +79,21 @@ func Sweep(ctx context.Context, rdb redis.Scripter, set, stream string, now int6
 	}
 	return SweepResult{Moved: int(vals[0]), Next: vals[1], Now: vals[2]}, nil
 }
+
+// Sources returns the source of every script this package runs, as Redis is sent it
+// (a shared prelude included), by the name of its .lua file: for tests that load the
+// scripts or tell their EVALSHA calls apart by SHA1.
+func Sources() map[string]string {
+	return map[string]string{
+		"channel_sweep": channelSweepSrc,
+		"claim":         pendingAtSrc + claimSrc,
+		"list_move":     listMoveSrc,
+		"list_recover":  listRecoverSrc,
+		"list_sweep":    listSweepSrc,
+		"park":          parkSrc,
+		"stream_move":   streamMoveSrc,
+		"sweep":         sweepSrc,
+		"touch":         pendingAtSrc + touchSrc,
+		"value_park":    valueParkSrc,
+	}
+}

@@ -1,25 +1,34 @@
 -- touch.lua: reset the idle time of entries still pending at one consumer, keeping
 -- their delivery counts, so that no other consumer claims them (a heartbeat for entries
--- whose handlers still run, and the restart of a left-pending retry's min-idle wait).
+-- whose handlers still run, and the restart of left-pending retries' min-idle wait).
 --
 -- KEYS[1] -> the stream
 -- ARGV[1] -> the consumer group
 -- ARGV[2] -> the consumer that owns the entries
--- ARGV[3..] -> the entry ids
+-- ARGV[3..] -> the entry ids, in any order
 --
 -- Returns the ids that are no longer pending at ARGV[2] (acknowledged, or claimed by
 -- another consumer); those are left alone.
 --
--- XCLAIM … JUSTID alone keeps the count on Redis but not on miniredis, so the count read
--- by XPENDING is written back with RETRYCOUNT: the count is kept on both. Atomic: the
--- owner check and the reset cannot be split by another consumer's claim.
-local lost = {}
+-- One XPENDING over the ids' range (pendingAt, in pending_at.lua) finds which are still
+-- pending there and their delivery counts; then one XCLAIM … IDLE 0 JUSTID per distinct
+-- count resets them: JUSTID alone keeps the count on Redis but not on miniredis, so the
+-- count read by XPENDING is written back with RETRYCOUNT, and it is kept on both.
+-- Atomic: the owner check and the reset cannot be split by another consumer's claim.
+local ids = {}
 for i = 3, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if p[1] then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', 0, 'RETRYCOUNT', p[1][4], 'JUSTID')
+  ids[#ids + 1] = ARGV[i]
+end
+local found = pendingAt(ids, #ids + 16)
+local byCount, lost = {}, {}
+for _, id in ipairs(ids) do
+  local p = found[id]
+  if p then
+    byCount[p[2]] = byCount[p[2]] or {}
+    table.insert(byCount[p[2]], id)
   else
-    lost[#lost + 1] = ARGV[i]
+    lost[#lost + 1] = id
   end
 end
+resetCounts(byCount, 0)
 return lost

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/script"
 )
 
 // crashSpec makes a soak worker a crash-point worker (workerConfig.Crash): its handler
@@ -188,51 +188,21 @@ type crashHook struct {
 
 var _ redis.Hook = crashHook{}
 
-// newCrashHook reads internal/script's Lua files (the test runs in internal/soak) to name
-// each script by its SHA1, which is what EVALSHA sends.
-func newCrashHook(c *crasher) (crashHook, error) {
-	srcs, err := luaScripts()
-	if err != nil {
-		return crashHook{}, err
-	}
+// newCrashHook names each of internal/script's scripts by its SHA1, which is what
+// EVALSHA sends.
+func newCrashHook(c *crasher) crashHook {
 	h := crashHook{c: c, scripts: map[string]string{}}
-	for name, src := range srcs {
+	for name, src := range script.Sources() {
 		h.scripts[sha1Hex(src)] = name
 	}
-	return h, nil
+	return h
 }
 
 // hookRedis adds the crash hook to rdb (nothing for a nil crasher).
-func (c *crasher) hookRedis(rdb *redis.Client) error {
-	if c == nil {
-		return nil
+func (c *crasher) hookRedis(rdb *redis.Client) {
+	if c != nil {
+		rdb.AddHook(newCrashHook(c))
 	}
-	h, err := newCrashHook(c)
-	if err != nil {
-		return err
-	}
-	rdb.AddHook(h)
-	return nil
-}
-
-// luaScripts returns internal/script's Lua sources by name.
-func luaScripts() (map[string]string, error) {
-	files, err := filepath.Glob(filepath.Join("..", "script", "*.lua"))
-	if err != nil {
-		return nil, err
-	}
-	if len(files) == 0 {
-		return nil, errors.New("no Lua scripts in ../script (the test must run in internal/soak)")
-	}
-	out := map[string]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		out[strings.TrimSuffix(filepath.Base(f), ".lua")] = string(b)
-	}
-	return out, nil
 }
 
 func sha1Hex(s string) string {
@@ -321,7 +291,7 @@ func (h crashHook) classify(cmd redis.Cmder) (name string, conditional bool) {
 			return script, false
 		case slices.Contains(conditionalScripts, script):
 			return script, true
-		case script == "touch" && calledFrom("settle.(*claimTransport).Leave"):
+		case script == "touch" && calledFrom("settle.(*claimTransport).leave"):
 			// A claiming stream's retry: the entry is left pending, its idle time reset.
 			// Every other touch is a heartbeat of entries in flight.
 			return script, false

@@ -23,6 +23,7 @@ import (
 	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/ledger"
 	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/wire"
 )
 
@@ -225,11 +226,7 @@ func TestCrashPointsLeaveEachMessageInExactlyOnePlace(t *testing.T) {
 // preloadScripts loads internal/script's Lua scripts, so that no settlement call meets
 // NOSCRIPT (whose fallback EVAL would be a second call).
 func preloadScripts(rdb *redis.Client) error {
-	srcs, err := luaScripts()
-	if err != nil {
-		return err
-	}
-	for _, src := range srcs {
+	for _, src := range script.Sources() {
 		if err := rdb.ScriptLoad(context.Background(), src).Err(); err != nil {
 			return err
 		}

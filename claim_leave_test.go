@@ -1,0 +1,152 @@
+package settle
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// openTestClaiming opens a claiming stream transport on key as consumer c1, on the real
+// clock.
+func openTestClaiming(t *testing.T, client *redis.Client, key string, minIdle time.Duration) *claimTransport {
+	t.Helper()
+	env := source.Env{Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mount: "test"}
+	tr := ClaimingStream(client, key, "g", minIdle, Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*claimTransport)
+	ctx := context.Background()
+	if err := tr.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(ctx) })
+	return tr
+}
+
+// claimScripts records the touch and claim script calls a client makes, told apart by
+// their arguments: a claim's fourth (after the key) is min-idle, a number; its fifth the
+// cursor, "" when it claims listed ids.
+type claimScripts struct {
+	mu      sync.Mutex
+	touches [][]string // the ids of each touch
+	cursors []string   // the cursor of each claim
+}
+
+func (h *claimScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *claimScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *claimScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		// An EVALSHA of a script not loaded yet is sent again as an EVAL: count that one.
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) > 7 && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			h.mu.Lock()
+			if _, isClaim := args[6].(int64); isClaim {
+				h.cursors = append(h.cursors, args[7].(string))
+			} else {
+				var ids []string
+				for _, a := range args[6:] {
+					ids = append(ids, a.(string))
+				}
+				h.touches = append(h.touches, ids)
+			}
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func TestClaimingStreamLeavesABatchOfRetriesInOneTouch(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	tr := openTestClaiming(t, r.Client, r.Key("in"), time.Hour)
+	ds := publishAndFetch(t, r.Client, tr.streamTransport, "a", "b", "c")
+	h := &claimScripts{}
+	r.Client.AddHook(h)
+
+	ms := make([]source.Move, len(ds))
+	for i, d := range ds {
+		ms[i] = source.Move{Delivery: d, Leave: true}
+	}
+	for i, err := range tr.Moves(context.Background(), ms) {
+		if err != nil {
+			t.Fatalf("leave of %s: %v", ds[i].ID, err)
+		}
+	}
+	if len(h.touches) != 1 || len(h.touches[0]) != 3 {
+		t.Fatalf("touch script calls %v, want one for the 3 entries", h.touches)
+	}
+	for _, d := range ds {
+		p, err := r.Client.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: tr.src.key, Group: "g", Start: d.ID, End: d.ID, Count: 1}).Result()
+		if err != nil || len(p) != 1 || p[0].Consumer != "c1" || p[0].RetryCount != 1 {
+			t.Fatalf("%s after the leave: pending %+v, %v; want pending at c1, delivered once", d.ID, p, err)
+		}
+	}
+	if ids := tr.inflightIDs(); len(ids) != 0 {
+		t.Fatalf("in flight after the leave: %v, want none", ids)
+	}
+	tr.claim.mu.Lock()
+	defer tr.claim.mu.Unlock()
+	if len(tr.claim.dues) != 1 || len(tr.claim.dues[0].ids) != 3 {
+		t.Fatalf("dues %+v, want one batch of the 3 entries", tr.claim.dues)
+	}
+}
+
+func TestClaimingStreamClaimsItsOwnDueRetriesByTheirIDsWithoutAScan(t *testing.T) {
+	t.Parallel()
+	const minIdle = 20 * time.Millisecond
+	r := redistest.New(t)
+	tr := openTestClaiming(t, r.Client, r.Key("in"), minIdle)
+	ds := publishAndFetch(t, r.Client, tr.streamTransport, "a", "b", "c")
+	ms := make([]source.Move, len(ds))
+	for i, d := range ds {
+		ms[i] = source.Move{Delivery: d, Leave: true}
+	}
+	left := time.Now()
+	for _, err := range tr.Moves(context.Background(), ms) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &claimScripts{}
+	r.Client.AddHook(h)
+
+	var got []*source.Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(got) < len(ds); {
+		tr.claim.mu.Lock()
+		tr.claim.nextScan = time.Now().Add(time.Hour) // no scan of the group is due
+		tr.claim.mu.Unlock()
+		more, err := tr.Fetch(context.Background(), 10, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, more...)
+		if time.Now().After(deadline) {
+			t.Fatalf("claimed back %d of the %d left entries", len(got), len(ds))
+		}
+	}
+	if since := time.Since(left); since < minIdle {
+		t.Fatalf("claimed back %s after the leave, before min-idle %s", since, minIdle)
+	}
+	for i, d := range got {
+		if d.ID != ds[i].ID || d.Attempt != 2 {
+			t.Fatalf("claimed %s at attempt %d, want %s at attempt 2", d.ID, d.Attempt, ds[i].ID)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.cursors) == 0 || slices.ContainsFunc(h.cursors, func(c string) bool { return c != "" }) {
+		t.Fatalf("claim calls with cursors %q, want only claims of listed ids (cursor \"\")", h.cursors)
+	}
+}
