@@ -150,3 +150,38 @@ func TestClaimingStreamClaimsItsOwnDueRetriesByTheirIDsWithoutAScan(t *testing.T
 		t.Fatalf("claim calls with cursors %q, want only claims of listed ids (cursor \"\")", h.cursors)
 	}
 }
+
+// A claim that finds the stream's group deleted makes it again and ends its scan (the
+// new group has no pending entries) instead of scanning on from the old cursor.
+func TestClaimMakesADeletedGroupAgainAndEndsItsScan(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	tr := openTestClaiming(t, r.Client, r.Key("in"), time.Hour)
+	ctx := context.Background()
+	if err := r.Client.Del(ctx, tr.src.key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tr.claim.mu.Lock()
+	tr.claim.cursor = "5-0" // a scan under way
+	tr.claim.mu.Unlock()
+	h := &claimScripts{}
+	r.Client.AddHook(h)
+	ds, err := tr.claim.fetch(ctx, tr.streamTransport, 10)
+	if err != nil || len(ds) != 0 {
+		t.Fatalf("fetch = %d deliveries, %v; want none and no error", len(ds), err)
+	}
+	h.mu.Lock()
+	cursors := slices.Clone(h.cursors)
+	h.mu.Unlock()
+	if len(cursors) != 1 {
+		t.Fatalf("claim calls from cursors %q, want the one that met NOGROUP only", cursors)
+	}
+	if groups, err := r.Client.XInfoGroups(ctx, tr.src.key).Result(); err != nil || len(groups) != 1 || groups[0].Name != "g" {
+		t.Fatalf("groups %+v, %v; want g made again", groups, err)
+	}
+	tr.claim.mu.Lock()
+	defer tr.claim.mu.Unlock()
+	if tr.claim.cursor != "0-0" {
+		t.Fatalf("cursor %q after the group was made again, want 0-0", tr.claim.cursor)
+	}
+}

@@ -202,7 +202,11 @@ func (c *claimer) claim(ctx context.Context, t *streamTransport, cursor string, 
 	c.serial.Unlock()
 	if err != nil {
 		if strings.Contains(err.Error(), "NOGROUP") {
-			// The stream or its group was deleted: make them again, as a read does.
+			// The stream or its group was deleted: make them again, as a read does. The
+			// new group has no pending entries: the scan is over.
+			c.mu.Lock()
+			c.cursor = "0-0"
+			c.mu.Unlock()
 			return nil, t.createGroup(ctx)
 		}
 		return nil, fmt.Errorf("stream %q: claim idle entries: %w", s.key, err)
