@@ -101,8 +101,11 @@ func OutcomeOf(err error) Outcome {
 	if err == nil {
 		return Outcome{Kind: OutcomeAck}
 	}
-	var oe *OutcomeError
-	if errors.As(err, &oe) {
+	oe, ok := err.(*OutcomeError) // Retry(…) as returned: errors.As's target would cost an allocation
+	if !ok {
+		oe, ok = outcomeIn(err)
+	}
+	if ok {
 		if oe.Kind == OutcomeAck {
 			return Outcome{Kind: OutcomeAck}
 		}
@@ -112,6 +115,13 @@ func OutcomeOf(err error) Outcome {
 		return Outcome{Kind: oe.Kind, Delay: oe.Delay, Err: err}
 	}
 	return Outcome{Kind: OutcomeRetry, Err: err}
+}
+
+// outcomeIn finds the *OutcomeError in err's chain.
+func outcomeIn(err error) (*OutcomeError, bool) {
+	var oe *OutcomeError
+	ok := errors.As(err, &oe)
+	return oe, ok
 }
 
 // decide is the settlement engine's whole decision: given what the handler asked, the

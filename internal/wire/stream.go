@@ -38,6 +38,10 @@ func StreamValues(payload []byte, headers map[string]string) []any {
 // becomes the payload (ok reports whether the entry had one; the payload is nil exactly
 // when it had none); every other field becomes a header. Field values that are not strings are formatted as Redis would return them.
 func FromStream(values map[string]any) (payload []byte, ok bool, headers map[string]string) {
+	if v, found := values[FieldPayload]; found && len(values) == 1 {
+		// The common entry, a payload and no header: no walk over the fields.
+		return []byte(toString(v)), true, map[string]string{}
+	}
 	headers = make(map[string]string, len(values))
 	for k, v := range values {
 		s := toString(v)

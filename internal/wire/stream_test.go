@@ -81,6 +81,20 @@ func TestFromStreamEmptyPayloadIsNotMissing(t *testing.T) {
 	}
 }
 
+func TestFromStreamPayloadOnlyEntriesGetHeadersOfTheirOwn(t *testing.T) {
+	t.Parallel()
+
+	entry := map[string]any{FieldPayload: "body"}
+	payload, ok, first := FromStream(entry)
+	if !ok || string(payload) != "body" || first == nil || len(first) != 0 {
+		t.Fatalf("got (%q, %t, %#v), want (%q, true, empty headers)", payload, ok, first, "body")
+	}
+	first["trace"] = "abc" // a handler may write to its message's headers
+	if _, _, second := FromStream(entry); len(second) != 0 {
+		t.Fatalf("a second entry's headers hold %v written to the first's", second)
+	}
+}
+
 func TestFromStreamEmptyEntry(t *testing.T) {
 	t.Parallel()
 
