@@ -31,7 +31,9 @@ var _ Source = (*ClaimingStreamSource)(nil)
 //     of new entries, the subscription takes back its own retries that have waited
 //     minIdle (XCLAIM of their ids), and now and then scans for the group's entries idle
 //     for at least minIdle (XAUTOCLAIM, at most as many as it has free handler slots):
-//     those of consumers that crashed or hung. So a Retry comes back after minIdle.
+//     those of consumers that crashed or hung. One consumer of the group starts such a
+//     scan per poll (the shorter of minIdle/2 and the read's Block), the others leave
+//     it to that one. So a Retry comes back after minIdle.
 //   - The attempt is the retry-count header (0 for a message that was never copied) plus
 //     Redis's delivery counter for the entry, which counts every delivery to any
 //     consumer, crashed ones included: a message that kills its worker still reaches

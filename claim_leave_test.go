@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/source"
 )
@@ -20,8 +21,15 @@ import (
 // clock.
 func openTestClaiming(t *testing.T, client *redis.Client, key string, minIdle time.Duration) *claimTransport {
 	t.Helper()
+	return openTestClaimingAs(t, client, key, "c1", minIdle, 50*time.Millisecond)
+}
+
+// openTestClaimingAs opens a claiming stream transport on key as consumer, reading with
+// block, on the real clock.
+func openTestClaimingAs(t *testing.T, client *redis.Client, key, consumer string, minIdle, block time.Duration) *claimTransport {
+	t.Helper()
 	env := source.Env{Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mount: "test"}
-	tr := ClaimingStream(client, key, "g", minIdle, Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*claimTransport)
+	tr := ClaimingStream(client, key, "g", minIdle, Consumer(consumer), Block(block)).Transport(env).(*claimTransport)
 	ctx := context.Background()
 	if err := tr.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -183,5 +191,43 @@ func TestClaimMakesADeletedGroupAgainAndEndsItsScan(t *testing.T) {
 	defer tr.claim.mu.Unlock()
 	if tr.claim.cursor != "0-0" {
 		t.Fatalf("cursor %q after the group was made again, want 0-0", tr.claim.cursor)
+	}
+}
+
+// One consumer of a group starts a scan of its pending list per poll: another consumer
+// that finds a pass started within poll does not scan the same entries again.
+func TestClaimScanIsStartedByOneConsumerOfTheGroupPerPoll(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	key := r.Key("in")
+	// poll: the shorter of min-idle/2 and the read's block, 10s: the test is over long before.
+	c1 := openTestClaimingAs(t, r.Client, key, "c1", time.Hour, 10*time.Second)
+	c2 := openTestClaimingAs(t, r.Client, key, "c2", time.Hour, 10*time.Second)
+	ctx := context.Background()
+	h := &claimScripts{}
+	r.Client.AddHook(h)
+
+	for _, c := range []*claimTransport{c1, c2} {
+		if ds, err := c.claim.fetch(ctx, c.streamTransport, 10); err != nil || len(ds) != 0 {
+			t.Fatalf("%s: fetch = %d deliveries, %v; want none", c.consumer, len(ds), err)
+		}
+	}
+	h.mu.Lock()
+	cursors := slices.Clone(h.cursors)
+	h.mu.Unlock()
+	if len(cursors) != 1 || cursors[0] != "0-0" {
+		t.Fatalf("claim calls from cursors %q, want one pass (c1's) from 0-0", cursors)
+	}
+	gate := keys.Derived(key, "claim-scan:g")
+	if who, err := r.Client.HGet(ctx, gate, "by").Result(); err != nil || who != "c1" {
+		t.Fatalf("scan key %s names %q, %v; want c1, who started the pass", gate, who, err)
+	}
+	if ttl, err := r.Client.PTTL(ctx, gate).Result(); err != nil || ttl <= 0 || ttl > 20*time.Second {
+		t.Fatalf("scan key expires in %s, %v; want within two polls (20s)", ttl, err)
+	}
+	c2.claim.mu.Lock()
+	defer c2.claim.mu.Unlock()
+	if !c2.claim.nextScan.After(time.Now()) {
+		t.Fatal("c2 will scan at its next read: want it to wait poll")
 	}
 }

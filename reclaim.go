@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 )
@@ -19,7 +20,8 @@ import (
 // group were delivered but left pending for at least idle: the entries of a consumer
 // whose process died. Before each read of new entries the consumer claims idle ones
 // (XAUTOCLAIM, at most as many as it has free handler slots) and delivers them as new
-// deliveries. A reclaimed entry's attempt counts the deliveries that never settled: it
+// deliveries; one consumer of the group starts a scan of its pending entries per poll
+// (the shorter of idle/2 and the read's Block), the others leave it to that one. A reclaimed entry's attempt counts the deliveries that never settled: it
 // is the retry-count header plus Redis's delivery count of the entry (the claim
 // included), so a message that kills its consumer spends an attempt per crash and
 // reaches the cap (and the dead letter) like one that fails; an entry that arrives with
@@ -112,8 +114,9 @@ type leftBatch struct {
 // fetch claims up to max idle entries: first those this consumer left pending that came
 // due (XCLAIM of their ids), else the group's, scanning its pending entries from where
 // the last call stopped until it claims some or has scanned them all. It scans only when
-// the last scan filled the free slots or is poll old, or always under a test's fake
-// clock (whose Advance may make any entry idle enough).
+// the last scan filled the free slots or is poll old, and starts a new pass only when no
+// other consumer of the group started one in the last poll (see startPass); under a
+// test's fake clock (whose Advance may make any entry idle enough) it always scans.
 func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*source.Delivery, error) {
 	now := t.env.Clock.Now()
 	c.mu.Lock()
@@ -128,6 +131,12 @@ func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*so
 			return ds, err
 		}
 	} else if !scan {
+		return nil, nil
+	}
+	if cursor == "0-0" && t.env.TestClock == nil && !c.startPass(ctx, t) {
+		c.mu.Lock()
+		c.nextScan = now.Add(c.poll)
+		c.mu.Unlock()
 		return nil, nil
 	}
 	for {
@@ -149,6 +158,23 @@ func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*so
 		}
 		c.mu.Unlock()
 	}
+}
+
+// startPass reports whether this consumer may start a pass over its group's pending
+// list: one consumer of the group starts one per poll (script.StartScan, on the group's
+// scan key, derived from the stream's), as every consumer's pass finds the same entries
+// and each costs Redis a step per pending entry. A pass another consumer started
+// meanwhile claims what there is to claim. If the key cannot be written (an error, an
+// ACL refusing it), the pass starts: a scan too many, never one too few.
+func (c *claimer) startPass(ctx context.Context, t *streamTransport) bool {
+	s := t.src
+	ok, err := script.StartScan(ctx, s.rdb, keys.Derived(s.key, "claim-scan:"+s.group), t.consumer, c.poll)
+	if err != nil {
+		t.env.Logger.DebugContext(ctx, "settle: could not mark the start of a claim scan; scanning anyway",
+			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+		return true
+	}
+	return ok
 }
 
 // maxOwnClaim bounds the ids one claim of due left-pending entries lists.

@@ -91,6 +91,7 @@ func Sources() map[string]string {
 		"list_recover":  listRecoverSrc,
 		"list_sweep":    listSweepSrc,
 		"park":          parkSrc,
+		"scan_gate":     scanGateSrc,
 		"stream_move":   streamMoveSrc,
 		"sweep":         sweepSrc,
 		"touch":         pendingAtSrc + touchSrc,
