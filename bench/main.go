@@ -219,8 +219,12 @@ func run(ctx context.Context, cfg config) error {
 				}
 				r.samples = append(r.samples, s)
 				if cfg.verbose {
-					fmt.Fprintf(os.Stderr, "  %-20s %-10s run %d: %8.0f msgs/s %6.3f cmds/msg:%s\n", sys.name, sc.name, i+1,
-						float64(s.msgs)/s.elapsed.Seconds(), float64(s.totalCmds())/float64(s.msgs), topCommands(s.cmds, s.msgs))
+					late := ""
+					if len(s.late) > 0 {
+						late = fmt.Sprintf(" late p50 %s p99 %s;", percentile(s.late, 0.50).Round(100*time.Microsecond), percentile(s.late, 0.99).Round(100*time.Microsecond))
+					}
+					fmt.Fprintf(os.Stderr, "  %-20s %-10s run %d: %8.0f msgs/s%s %6.3f cmds/msg:%s\n", sys.name, sc.name, i+1,
+						float64(s.msgs)/s.elapsed.Seconds(), late, float64(s.totalCmds())/float64(s.msgs), topCommands(s.cmds, s.msgs))
 				}
 			}
 			res = append(res, r)
