@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,7 +26,8 @@ type sample struct {
 	cliCPU  time.Duration // this process's user+system CPU
 	mallocs uint64        // heap allocations in this process
 	late    []time.Duration
-	note    string // something the run saw that the figures do not show
+	back    []time.Duration // stream rows: how long after due each retry copy was written (its id's ms)
+	note    string          // something the run saw that the figures do not show
 }
 
 func (s *sample) totalCmds() int64 {
@@ -115,11 +117,16 @@ func (c *counter) add(n int) {
 	}
 }
 
-// lateness records, per message, when its delayed retry was due and how late it came.
+// lateness records, per message, when its delayed retry was due and how late it came:
+// to its handler, and (a stream's retry copy) back into the stream, by the ms of the
+// copy's entry id. The two differ by the wait behind entries not read yet: when the
+// first pass over the N messages takes longer than the delay, due copies queue behind
+// the originals still unread, which is the consumers' throughput, not the delay's.
 type lateness struct {
 	due  []atomic.Int64 // unix ns, by message index
 	mu   sync.Mutex
 	late []time.Duration
+	back []time.Duration
 }
 
 func newLateness(n int) *lateness { return &lateness{due: make([]atomic.Int64, n)} }
@@ -143,10 +150,27 @@ func (l *lateness) seen(idx int, now time.Time) {
 	l.mu.Unlock()
 }
 
-func (l *lateness) values() []time.Duration {
+// written records when message idx's retry copy was written to its stream: id is the
+// copy's entry id ("ms-seq"; anything else is not a stream id and is ignored).
+func (l *lateness) written(idx int, id string) {
+	ms, _, ok := strings.Cut(id, "-")
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || idx < 0 || idx >= len(l.due) {
+		return
+	}
+	d := l.due[idx].Load()
+	if d == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.back = append(l.back, time.Duration(at*int64(time.Millisecond)-d))
+	l.mu.Unlock()
+}
+
+func (l *lateness) values() (late, back []time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.late)
+	return slices.Clone(l.late), slices.Clone(l.back)
 }
 
 // payloadSize is the size of every benchmark message's payload.

@@ -99,7 +99,7 @@ func runAsynq(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
 		srv.Shutdown()
 	}
 	if s != nil {
-		s.late = late.values()
+		s.late, _ = late.values()
 	}
 	return s, errors.Join(err, serr)
 }

@@ -120,7 +120,7 @@ func runSettle(kind settleKind) runFunc {
 			}
 		}
 		if s != nil {
-			s.late = late.values()
+			s.late, s.back = late.values()
 		}
 		if n := failed.Load(); n > 0 && s != nil {
 			// Not a failed run when every message still reached its final state: e.g. a
@@ -148,6 +148,7 @@ func settleHandler(sc scenario, late *lateness, retried []atomic.Bool) settle.Ha
 				return settle.RetryAfter(time.Second, nil)
 			}
 			late.seen(index(m.Payload), time.Now())
+			late.written(index(m.Payload), m.ID)
 		case kindDLQ:
 			if failing(index(m.Payload)) {
 				return errHandler
