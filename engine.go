@@ -39,6 +39,7 @@ type mount struct {
 
 	writes writeContexts // the contexts of settlement writes other than acks
 	copies *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
+	due    *dueCopies    // writes in-process delays as they come due; nil: each on its own goroutine
 
 	// settleFailed and settleOK tell the read loop that a settlement failed (its
 	// delivery will be read again at once: back off first) or succeeded (reset the
@@ -132,6 +133,7 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	var inflight sync.WaitGroup
 	slots := make(chan struct{}, m.cfg.concurrency)
 	m.copies = newCopier(m, a, slots)
+	m.due = newDueCopies(m, a)
 	batch := m.batchSize()
 	readCtx := context.WithoutCancel(ctx)
 	// Deliveries go to workers that live on from one delivery to the next (see
@@ -392,17 +394,25 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 }
 
 // scheduleCopy keeps an in-process delay: the original stays unsettled until the copy
-// is written. The copy is written on its own goroutine when due, so many delays coming
-// due at once are written concurrently; Run waits for every one before returning.
+// is written. Copies coming due go to the mount's writer of due copies, which writes
+// those due meanwhile together; without one (a transport that is no source.Mover), each
+// is written on its own goroutine, so many coming due at once are written concurrently.
+// Run waits for every one before returning.
 func (a *App) scheduleCopy(m *mount, d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
 	// A delivery may share its memory with the rest of its read (see
 	// streamTransport.deliveries): keep a copy of its own while it waits.
 	held := *d
 	d = &held
+	ev.Action = source.ActionCopy
+	if w := m.due; w != nil {
+		delays.Schedule(delay, func() {
+			w.add(copyReq{move: source.Move{Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev: ev})
+		})
+		return
+	}
 	writeCopy := func() {
 		wctx := m.writes.get()
 		ev := ev
-		ev.Action = source.ActionCopy
 		ev.Err = m.transport.Copy(wctx, d, withRetryCount(d.Headers, d.Attempt))
 		a.settled(wctx, m, d, ev)
 	}

@@ -32,6 +32,7 @@ type moverTransport struct {
 	mu          sync.Mutex
 	pending     []*source.Delivery
 	written     []string // ids whose move was written, in order
+	calls       []int    // the number of moves of each Moves call, as it began
 	closedAfter int      // len(written) when Close was called; -1 before
 }
 
@@ -60,6 +61,9 @@ func (t *moverTransport) Fetch(_ context.Context, max int, wait time.Duration) (
 }
 
 func (t *moverTransport) Moves(_ context.Context, ms []source.Move) []error {
+	t.mu.Lock()
+	t.calls = append(t.calls, len(ms))
+	t.mu.Unlock()
 	t.enter.Do(func() { close(t.entered) })
 	<-t.gate
 	if t.hold > 0 {
