@@ -64,11 +64,7 @@ func (b *batcher[T]) flush(max int, send func(context.Context, []T) []error) {
 		}
 		errs := send(calls[0].ctx, reqs)
 		for i, c := range calls {
-			if i < len(errs) {
-				c.err = errs[i]
-			} else {
-				c.err = errShortMoves
-			}
+			c.err = answer(errs, i)
 			c.done.Done()
 		}
 	}

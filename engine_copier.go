@@ -9,6 +9,15 @@ import (
 // errShortMoves is the error of a move a transport gave no answer for.
 var errShortMoves = errors.New("settle: the transport answered fewer moves than it was given")
 
+// answer returns the error of the i-th request of a batch call that returned errs
+// (errShortMoves when it answered fewer).
+func answer(errs []error, i int) error {
+	if i < len(errs) {
+		return errs[i]
+	}
+	return errShortMoves
+}
+
 // maxCopyBatch bounds the moves one source.Mover call carries.
 const maxCopyBatch = 128
 
@@ -73,11 +82,7 @@ func (c *copier) run() {
 		ctx := c.m.writes.get()
 		errs := c.mover.Moves(ctx, moves)
 		for i, r := range reqs {
-			if i < len(errs) {
-				r.ev.Err = errs[i]
-			} else {
-				r.ev.Err = errShortMoves
-			}
+			r.ev.Err = answer(errs, i)
 			c.app.settled(ctx, c.m, r.move.Delivery, r.ev)
 			<-c.slots
 		}

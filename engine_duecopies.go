@@ -73,10 +73,7 @@ func (w *dueCopies) write() {
 		ctx := w.m.writes.get()
 		errs := w.mover.Moves(ctx, moves)
 		for i, r := range reqs {
-			r.ev.Err = errShortMoves
-			if i < len(errs) {
-				r.ev.Err = errs[i]
-			}
+			r.ev.Err = answer(errs, i)
 			w.app.settled(ctx, w.m, r.move.Delivery, r.ev)
 		}
 		clear(moves)
