@@ -72,21 +72,30 @@ func (c *copier) close() {
 func (c *copier) run() {
 	defer close(c.done)
 	reqs := make([]copyReq, 0, 64)
-	moves := make([]source.Move, 0, 64)
+	var moves []source.Move
 	for req := range c.ch {
 		reqs = gather(c.ch, append(reqs[:0], req), maxCopyBatch)
-		moves = moves[:0]
-		for _, r := range reqs {
-			moves = append(moves, r.move)
-		}
-		ctx := c.m.writes.get()
-		errs := c.mover.Moves(ctx, moves)
-		for i, r := range reqs {
-			r.ev.Err = answer(errs, i)
-			c.app.settled(ctx, c.m, r.move.Delivery, r.ev)
+		moves = c.app.writeMoves(c.m, c.mover, reqs, moves)
+		for range reqs {
 			<-c.slots
 		}
 		clear(reqs)
-		clear(moves)
 	}
+}
+
+// writeMoves writes reqs' moves in one mover call and reports each settlement with its
+// own error. moves is scratch space, returned for the next call.
+func (a *App) writeMoves(m *mount, mover source.Mover, reqs []copyReq, moves []source.Move) []source.Move {
+	moves = moves[:0]
+	for _, r := range reqs {
+		moves = append(moves, r.move)
+	}
+	ctx := m.writes.get()
+	errs := mover.Moves(ctx, moves)
+	for i, r := range reqs {
+		r.ev.Err = answer(errs, i)
+		a.settled(ctx, m, r.move.Delivery, r.ev)
+	}
+	clear(moves)
+	return moves
 }

@@ -52,7 +52,7 @@ func (w *dueCopies) add(req copyReq) {
 
 // write writes and reports the queued copies until none is left.
 func (w *dueCopies) write() {
-	moves := make([]source.Move, 0, maxDueBatch)
+	var moves []source.Move
 	for {
 		w.mu.Lock()
 		n := min(len(w.queue), maxDueBatch)
@@ -65,17 +65,6 @@ func (w *dueCopies) write() {
 		clear(w.queue[:n])
 		w.queue = w.queue[n:]
 		w.mu.Unlock()
-
-		moves = moves[:0]
-		for _, r := range reqs {
-			moves = append(moves, r.move)
-		}
-		ctx := w.m.writes.get()
-		errs := w.mover.Moves(ctx, moves)
-		for i, r := range reqs {
-			r.ev.Err = answer(errs, i)
-			w.app.settled(ctx, w.m, r.move.Delivery, r.ev)
-		}
-		clear(moves)
+		moves = w.app.writeMoves(w.m, w.mover, reqs, moves)
 	}
 }
