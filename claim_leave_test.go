@@ -2,8 +2,6 @@ package settle
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/source"
@@ -28,14 +25,7 @@ func openTestClaiming(t *testing.T, client *redis.Client, key string, minIdle ti
 // block, on the real clock.
 func openTestClaimingAs(t *testing.T, client *redis.Client, key, consumer string, minIdle, block time.Duration) *claimTransport {
 	t.Helper()
-	env := source.Env{Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mount: "test"}
-	tr := ClaimingStream(client, key, "g", minIdle, Consumer(consumer), Block(block)).Transport(env).(*claimTransport)
-	ctx := context.Background()
-	if err := tr.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tr.Close(ctx) })
-	return tr
+	return openTestTransport[*claimTransport](t, ClaimingStream(client, key, "g", minIdle, Consumer(consumer), Block(block)), source.Policy{})
 }
 
 // claimScripts records the touch and claim script calls a client makes, told apart by

@@ -16,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/source"
@@ -66,14 +65,7 @@ func (h *listMoveCalls) recorded() []int {
 // openTestReliableList opens a reliable list consumer "c1" of key on client.
 func openTestReliableList(t *testing.T, client *redis.Client, key string, policy source.Policy) *reliableTransport {
 	t.Helper()
-	env := source.Env{Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mount: "test", Policy: policy}
-	tr := ReliableList(client, key, Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*reliableTransport)
-	ctx := context.Background()
-	if err := tr.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tr.Close(ctx) })
-	return tr
+	return openTestTransport[*reliableTransport](t, ReliableList(client, key, Consumer("c1"), Block(50*time.Millisecond)), policy)
 }
 
 // pushAndFetchList pushes the values to tr's list (through rdb) and fetches them all.

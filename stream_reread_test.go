@@ -102,13 +102,15 @@ func TestStreamRereadDoesNotRedeliverAnEntrySettledWhileItWasOut(t *testing.T) {
 // closed when the test ends.
 func openTestStream(t *testing.T, client *redis.Client, key string, policy source.Policy) *streamTransport {
 	t.Helper()
-	env := source.Env{
-		Clock:  clock.Real{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Mount:  "test",
-		Policy: policy,
-	}
-	tr := Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)).Transport(env).(*streamTransport)
+	return openTestTransport[*streamTransport](t, Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)), policy)
+}
+
+// openTestTransport opens src's transport on the real clock, logging nothing, under
+// policy; it is closed when the test ends.
+func openTestTransport[T source.Transport](t *testing.T, src Source, policy source.Policy) T {
+	t.Helper()
+	env := source.Env{Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mount: "test", Policy: policy}
+	tr := src.Transport(env).(T)
 	ctx := context.Background()
 	if err := tr.Open(ctx); err != nil {
 		t.Fatal(err)
