@@ -138,8 +138,7 @@ type reliableTransport struct {
 	consumers  string   // the set of consumer names of the list
 	delays     delaySet // the mount's durable delay set, when parks
 	env        source.Env
-	heartbeat  string                   // this consumer's heartbeat key
-	moves      batcher[script.ListMove] // one-at-a-time moves of concurrent handlers share script calls
+	heartbeat  string // this consumer's heartbeat key
 	parks      bool
 	processing string // this consumer's processing list
 	reader     envelopeReader

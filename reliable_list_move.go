@@ -9,8 +9,11 @@ import (
 	"github.com/settlekit/settle/internal/wire"
 )
 
+// maxListMoveBatch bounds how many moves one list_move script call carries.
+const maxListMoveBatch = 128
+
 // Moves implements source.Mover: it writes a batch of retry copies, put-backs and dead
-// letters the engine queued in one list_move script call per maxMoveBatch moves,
+// letters the engine queued in one list_move script call per maxListMoveBatch moves,
 // whatever their destinations (copies and put-backs go to the tail of the list, dead
 // letters to theirs), each move all or nothing on its own, as Copy, PutBack and
 // DeadLetter write them one at a time: a move whose item another consumer recovered
@@ -18,10 +21,10 @@ import (
 // has answered.
 func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error {
 	errs := make([]error, 0, len(ms))
-	batch := make([]script.ListMove, 0, min(len(ms), maxMoveBatch))
+	batch := make([]script.ListMove, 0, min(len(ms), maxListMoveBatch))
 	for len(errs) < len(ms) {
 		batch = batch[:0]
-		for _, m := range ms[len(errs):min(len(ms), len(errs)+maxMoveBatch)] {
+		for _, m := range ms[len(errs):min(len(ms), len(errs)+maxListMoveBatch)] {
 			item := m.Delivery.Raw.(string)
 			mv := script.ListMove{Dest: t.src.key, Item: item}
 			switch {
@@ -50,32 +53,21 @@ func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error
 	return errs
 }
 
-// PutBack moves the item, as it is, back to the tail of the list.
+// PutBack moves the item, as it is, back to the tail of the list (a one-move Moves call).
 func (t *reliableTransport) PutBack(ctx context.Context, d *source.Delivery) error {
-	return t.move(ctx, d, t.src.key, []byte(d.Raw.(string)), "put back")
+	return t.Moves(ctx, []source.Move{{Delivery: d, PutBack: true}})[0]
 }
 
-// Copy moves a copy of the item with the given headers to the tail of the list.
+// Copy moves a copy of the item with the given headers to the tail of the list (a
+// one-move Moves call).
 func (t *reliableTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
-	return t.move(ctx, d, t.src.key, wire.Envelope(d.Payload, headers), "retry copy")
+	return t.Moves(ctx, []source.Move{{Delivery: d, Headers: headers}})[0]
 }
 
-// DeadLetter moves the item, with the given headers, to the tail of the list dest.
+// DeadLetter moves the item, with the given headers, to the tail of the list dest (a
+// one-move Moves call).
 func (t *reliableTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	return t.move(ctx, d, dest, wire.Envelope(d.Payload, headers), fmt.Sprintf("dead letter to %q", dest))
-}
-
-// move takes d's item out of the processing list and pushes value to dest, in one
-// list_move script call with the moves that concurrent handlers ask for at the same
-// time (see batcher): N put-backs cost one EVALSHA instead of N.
-func (t *reliableTransport) move(ctx context.Context, d *source.Delivery, dest string, value []byte, what string) error {
-	err := t.moves.do(ctx, script.ListMove{Dest: dest, Item: d.Raw.(string), Value: value}, maxMoveBatch, t.sendMoves)
-	return t.moved(err, d, what)
-}
-
-// sendMoves runs one list_move script call.
-func (t *reliableTransport) sendMoves(ctx context.Context, ms []script.ListMove) []error {
-	return script.ListMoves(ctx, t.src.rdb, t.processing, ms)
+	return t.Moves(ctx, []source.Move{{Delivery: d, DeadLetter: dest, Headers: headers}})[0]
 }
 
 // moved forgets d as in flight once its move has answered with err, and returns the

@@ -170,46 +170,6 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	}
 }
 
-// Put-backs (and copies, dead letters) asked one at a time by concurrent handlers while
-// a list_move call is under way share the next call, each answered on its own.
-func TestReliableListPutBacksAskedMeanwhileShareOneScriptCall(t *testing.T) {
-	t.Parallel()
-	r := redistest.New(t)
-	ctx := context.Background()
-	key := r.Key("in")
-	entered, release := make(chan struct{}), make(chan struct{})
-	h := &listMoveCalls{processing: keys.ListProcessing(key, "c1"), hold: func() { close(entered); <-release }}
-	tr := openTestReliableList(t, hookedClient(t, r, h), key, source.Policy{Delay: delayed.InProcess{}})
-	values := []string{"a", "b", "c", "d", "e", "f"}
-	got := pushAndFetchList(t, r.Client, tr, values...)
-	if err := r.Client.LRem(ctx, tr.processing, 1, "e").Err(); err != nil { // recovered elsewhere
-		t.Fatal(err)
-	}
-	errs := make([]error, len(got))
-	var wg sync.WaitGroup
-	wg.Go(func() { errs[0] = tr.PutBack(ctx, got[0]) })
-	<-entered
-	for i := 1; i < len(got); i++ {
-		wg.Go(func() { errs[i] = tr.PutBack(ctx, got[i]) })
-	}
-	waitQueued(t, &tr.moves, len(got)-1)
-	close(release)
-	wg.Wait()
-	for i, err := range errs {
-		if (values[i] == "e") != errors.Is(err, errItemGone) || values[i] != "e" && err != nil {
-			t.Fatalf("put-back of %s: %v", values[i], err)
-		}
-	}
-	if calls := h.recorded(); len(calls) != 2 || calls[0] != 1 || calls[1] != len(got)-1 {
-		t.Fatalf("script calls %+v, want the first put-back alone, then one call for the %d queued meanwhile", calls, len(got)-1)
-	}
-	l, err := r.Client.LRange(ctx, key, 0, -1).Result()
-	slices.Sort(l)
-	if err != nil || !slices.Equal(l, []string{"a", "b", "c", "d", "f"}) {
-		t.Fatalf("list %q, %v; want every item put back as it was but the recovered e", l, err)
-	}
-}
-
 // A ReliableList mount's retry copies and dead letters go to the engine's copier, which
 // writes those queued at the same time in one Moves call (one script call).
 func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing.T) {

@@ -61,7 +61,6 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		cursor:   "0",
 		env:      env,
 		inflight: map[string]struct{}{},
-		moves:    &moveBatcher{consumer: consumer, group: s.group, rdb: s.rdb, stream: s.key},
 		rescan:   true,
 		scripts:  &scriptBatcher{rdb: s.rdb},
 		src:      s,
@@ -85,7 +84,6 @@ type streamTransport struct {
 	consumer    string
 	env         source.Env
 	garbledOnce sync.Once
-	moves       *moveBatcher   // retry copies and dead letters of concurrent handlers share script calls
 	scripts     *scriptBatcher // other settlement scripts of concurrent handlers share round trips
 	src         *StreamSource
 
@@ -375,29 +373,15 @@ func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error 
 }
 
 // Copy appends the retry copy to the stream and acknowledges the original in one
-// script (not a MULTI/EXEC: Redis would run the XACK even if the XADD failed), which
-// carries the copies of concurrent handlers too (see moveBatcher).
+// script, as a one-move Moves call.
 func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
-	s := t.src
-	err := t.moves.move(ctx, s.key, 0, d.ID, wire.StreamValues(d.Payload, headers))
-	if err != nil {
-		err = fmt.Errorf("stream %q: retry copy of %s: %w", s.key, d.ID, err)
-	}
-	t.settledIDs(err, d)
-	return err
+	return t.Moves(ctx, []source.Move{{Delivery: d, Headers: headers}})[0]
 }
 
-// DeadLetter appends the dead letter to dest (bounded by DeadLetterMaxLen) and
-// acknowledges the original in one script: if the write fails, the original stays
-// pending.
+// DeadLetter appends the dead letter to dest and acknowledges the original in one
+// script, as a one-move Moves call.
 func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	s := t.src
-	err := t.moves.move(ctx, dest, t.env.Policy.DeadLetterMaxLen, d.ID, wire.StreamValues(d.Payload, headers))
-	if err != nil {
-		err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", s.key, d.ID, dest, err)
-	}
-	t.settledIDs(err, d)
-	return err
+	return t.Moves(ctx, []source.Move{{Delivery: d, DeadLetter: dest, Headers: headers}})[0]
 }
 
 func (t *streamTransport) Close(context.Context) error {

@@ -3,6 +3,9 @@ package settle
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,33 @@ import (
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 )
+
+// countEvalSha counts EVALSHA calls and holds the first one until release is closed.
+type countEvalSha struct {
+	calls   atomic.Int64
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (h *countEvalSha) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countEvalSha) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "evalsha") {
+			h.calls.Add(1)
+			h.once.Do(func() {
+				close(h.entered)
+				<-h.release
+			})
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countEvalSha) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
 
 // A batch of moves keeps each entry in flight (an own-pending re-read must not deliver
 // it again) until its script call has answered, writes each move on its own (a copy of
