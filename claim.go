@@ -71,8 +71,6 @@ type claimTransport struct {
 	reclaim *claimer // what a Reclaim option asked for: refused
 }
 
-var _ source.Leaver = (*claimTransport)(nil)
-
 func (t *claimTransport) Info() source.Info {
 	info := t.streamTransport.Info()
 	info.Caps.DeliveryCounter = true
@@ -90,42 +88,37 @@ func (t *claimTransport) Validate(p source.Policy) []error {
 	return errs
 }
 
-// Leave implements source.Leaver: the entry stays pending at this consumer; its idle
-// time restarts now (without counting a delivery), so it is claimed back minIdle after
-// the retry, not minIdle after it was delivered.
-func (t *claimTransport) Leave(ctx context.Context, d *source.Delivery) error {
-	return t.leave(ctx, []*source.Delivery{d})
-}
-
-var _ source.Mover = (*claimTransport)(nil)
-
-// Moves implements source.Mover: the batch's left-pending retries restart their idle
-// times in one touch script call, its retry copies and dead letters are written as a
-// Stream writes them.
+// Moves writes a batch as a Stream does, and leaves its left-pending retries
+// (ActionLeave) pending at this consumer: their idle times restart now, in one touch
+// script call (without counting a delivery), so each is claimed back minIdle after its
+// retry, not minIdle after it was delivered.
 func (t *claimTransport) Moves(ctx context.Context, ms []source.Move) []error {
+	errs := make([]error, len(ms))
 	var leaves []*source.Delivery
 	var rest []source.Move
 	var restAt []int
 	for i, m := range ms {
-		if m.Leave {
+		if m.Action == source.ActionLeave {
 			leaves = append(leaves, m.Delivery)
 		} else {
 			rest, restAt = append(rest, m), append(restAt, i)
 		}
 	}
-	errs := make([]error, len(ms))
+	if len(rest) > 0 {
+		restErrs := make([]error, len(rest))
+		t.writeMoves(ctx, rest, restErrs)
+		for k, i := range restAt {
+			errs[i] = restErrs[k]
+			t.settledIDs(errs[i], ms[i].Delivery)
+		}
+	}
 	if len(leaves) > 0 {
 		if err := t.leave(ctx, leaves); err != nil {
 			for i, m := range ms {
-				if m.Leave {
+				if m.Action == source.ActionLeave {
 					errs[i] = err
 				}
 			}
-		}
-	}
-	if len(rest) > 0 {
-		for k, err := range t.streamTransport.Moves(ctx, rest) {
-			errs[restAt[k]] = err
 		}
 	}
 	return errs

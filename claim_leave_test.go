@@ -75,7 +75,7 @@ func TestClaimingStreamLeavesABatchOfRetriesInOneTouch(t *testing.T) {
 
 	ms := make([]source.Move, len(ds))
 	for i, d := range ds {
-		ms[i] = source.Move{Delivery: d, Leave: true}
+		ms[i] = source.Move{Action: source.ActionLeave, Delivery: d}
 	}
 	for i, err := range tr.Moves(context.Background(), ms) {
 		if err != nil {
@@ -109,7 +109,7 @@ func TestClaimingStreamClaimsItsOwnDueRetriesByTheirIDsWithoutAScan(t *testing.T
 	ds := publishAndFetch(t, r.Client, tr.streamTransport, "a", "b", "c")
 	ms := make([]source.Move, len(ds))
 	for i, d := range ds {
-		ms[i] = source.Move{Delivery: d, Leave: true}
+		ms[i] = source.Move{Action: source.ActionLeave, Delivery: d}
 	}
 	left := time.Now()
 	for _, err := range tr.Moves(context.Background(), ms) {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/script"
@@ -66,6 +68,15 @@ func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, 
 		}
 	}
 	return boundedWait(wait, res, s.testClock != nil, inflight), res, nil
+}
+
+// parkValue parks the retry copy of a list item or channel message m (its envelope) in
+// the set, due once m.Delay has passed on the Redis server's clock. The pop or the
+// receive already took the original: there is nothing to complete.
+func (s delaySet) parkValue(ctx context.Context, rdb redis.Scripter, m source.Move) error {
+	member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
+	_, _, err := script.ParkValue(ctx, rdb, s.Key, "", "", member, m.Delay, s.TTL, s.now())
+	return err
 }
 
 // valueMember is the delay set member holding the retry copy value of a list item or

@@ -110,8 +110,31 @@ func (m *mount) validate() []error {
 	for _, err := range m.transport.Validate(m.policy) {
 		add("%v", err)
 	}
+	for _, err := range capsProblems(m.info) {
+		add("%v", err)
+	}
 	for _, err := range delayProblems(m) {
 		add("%v", err)
+	}
+	return errs
+}
+
+// capsProblems returns what is inconsistent in a transport's Info: the engine sends a
+// transport only the moves its Caps allow, so they must agree with each other.
+func capsProblems(info source.Info) []error {
+	var errs []error
+	c := info.Caps
+	switch c.RetryWithoutCap {
+	case source.ActionCopy, source.ActionPutBack, source.ActionLose:
+		if c.DeliveryCounter {
+			errs = append(errs, fmt.Errorf("%s transport: a delivery counter leaves retries pending, but RetryWithoutCap is %s", info.Kind, c.RetryWithoutCap))
+		}
+	case source.ActionLeave:
+		if !c.DeliveryCounter || c.MinIdle <= 0 {
+			errs = append(errs, fmt.Errorf("%s transport: RetryWithoutCap is leave without a delivery counter and a positive MinIdle", info.Kind))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%s transport: RetryWithoutCap is %s; want copy, put_back, leave or lose", info.Kind, c.RetryWithoutCap))
 	}
 	return errs
 }
@@ -134,7 +157,7 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 	slots := make(chan struct{}, m.cfg.concurrency)
 	m.copies = newCopier(m, a, slots)
 	m.due = newDueCopies(m, a)
-	batch := m.batchSize()
+	batch := max(m.info.Batch, 1)
 	readCtx := context.WithoutCancel(ctx)
 	// Deliveries go to workers that live on from one delivery to the next (see
 	// workQueue): a goroutine per delivery grew a new stack for nearly every one (the
@@ -225,18 +248,10 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 
 // blockBound is how long one read may block.
 func (m *mount) blockBound() time.Duration {
-	if b, ok := m.transport.(interface{ BlockBound() time.Duration }); ok {
-		return b.BlockBound()
+	if m.info.Block > 0 {
+		return m.info.Block
 	}
 	return DefaultBlock
-}
-
-// batchSize is the most deliveries one read asks for.
-func (m *mount) batchSize() int {
-	if b, ok := m.transport.(interface{ BatchSize() int }); ok && b.BatchSize() > 0 {
-		return b.BatchSize()
-	}
-	return DefaultBatch
 }
 
 func nextBackoff(d time.Duration) time.Duration {
@@ -294,9 +309,9 @@ func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 	return h.Handle(ctx, msg)
 }
 
-// apply carries out a settlement with the transport's primitives. A retry copy, put-back
-// or left-pending retry, or a dead letter, goes to the mount's copier when it has one
-// (queued: the copier reports it and frees its slot once it is written).
+// apply carries out a settlement: a completion goes to the batched acker, any other to
+// the transport's Moves (see move), an in-process delay to the delay queue. It reports
+// whether the delivery's move was queued to the copier, which then frees its slot.
 func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) (queued bool) {
 	ev := Settled{
 		Action:     s.Action,
@@ -307,22 +322,15 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		Mount:      m.name,
 		Outcome:    o.Kind,
 	}
-	// Completions go to the batched acker, which bounds its own write: only the other
-	// actions need a settlement context.
-	sctx := ctx
-	if !s.Action.Completes() {
-		sctx = m.writes.get()
-	}
-
 	switch s.Action {
 	case source.ActionAck:
 		m.logSettlement(ctx, slog.LevelDebug, "settle: ack", d, o, s)
 		acks.add(d, ev)
-		return
+		return false
 	case source.ActionDrop, source.ActionReject:
 		m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Any(attrError, o.Err))
 		acks.add(d, ev)
-		return
+		return false
 	case source.ActionLose:
 		// Warned once per mount, counted every time (reported again when the mount stops).
 		n := m.lost.Add(1)
@@ -330,7 +338,7 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 			settlementAttrs(d, o, s, slog.Any(attrError, o.Err))...)
 		m.logSettlement(ctx, slog.LevelDebug, "settle: "+s.Reason, d, o, s, slog.Int64("lost", n), slog.Any(attrError, o.Err))
 		acks.add(d, ev)
-		return
+		return false
 	case source.ActionLeave:
 		if o.Kind == OutcomeRetryAfter && o.Delay != s.Delay {
 			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
@@ -338,24 +346,10 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		}
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
-		if l, ok := m.transport.(source.Leaver); ok {
-			if m.copies != nil {
-				m.copies.add(source.Move{Delivery: d, Leave: true}, ev)
-				return true
-			}
-			ev.Err = l.Leave(sctx, d)
-		}
+		return a.move(m, source.Move{Action: source.ActionLeave, Delivery: d}, ev)
 	case source.ActionPutBack:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
-		if pb, ok := m.transport.(source.PutBacker); ok {
-			if m.copies != nil {
-				m.copies.add(source.Move{Delivery: d, PutBack: true}, ev)
-				return true
-			}
-			ev.Err = pb.PutBack(sctx, d)
-		} else {
-			ev.Err = fmt.Errorf("transport %s cannot put back", m.info.Kind)
-		}
+		return a.move(m, source.Move{Action: source.ActionPutBack, Delivery: d}, ev)
 	case source.ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.
@@ -363,60 +357,62 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		} else {
 			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
-		if m.copies != nil {
-			m.copies.add(source.Move{Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
-			return true
-		}
-		ev.Err = m.transport.Copy(sctx, d, withRetryCount(d.Headers, d.Attempt))
+		return a.move(m, source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
 	case source.ActionPark:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
-			if p, ok := m.transport.(source.Parker); ok {
-				ev.Err = p.Park(sctx, d, withRetryCount(d.Headers, d.Attempt), s.Delay)
-			} else {
-				ev.Err = fmt.Errorf("transport %s declares Parks but cannot park", m.info.Kind)
-			}
-			break
+			return a.move(m, source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
 		}
-		a.scheduleCopy(m, d, ev, s.Delay, delays)
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
-	case source.ActionDeadLetter:
+		a.scheduleCopy(m, d, ev, s.Delay, delays)
+		a.settled(m.writes.get(), m, d, ev)
+		return false
+	default: // source.ActionDeadLetter
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
-		if m.copies != nil {
-			m.copies.add(source.Move{Delivery: d, DeadLetter: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
-			return true
-		}
-		ev.Err = m.transport.DeadLetter(sctx, d, m.policy.DeadLetter, deadLetterHeaders(d, s, o.Err))
+		return a.move(m, source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
 	}
-	a.settled(sctx, m, d, ev)
+}
+
+// move applies one move: queued to the mount's copier when its transport writes moves
+// in batches (the copier reports it and frees the delivery's slot once it is written),
+// else written now, from the handler's goroutine, so the writes of concurrent handlers
+// stay concurrent.
+func (a *App) move(m *mount, mv source.Move, ev Settled) (queued bool) {
+	if m.copies != nil {
+		m.copies.add(mv, ev)
+		return true
+	}
+	ctx := m.writes.get()
+	ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
+	a.settled(ctx, m, mv.Delivery, ev)
 	return false
 }
 
 // scheduleCopy keeps an in-process delay: the original stays unsettled until the copy
 // is written. Copies coming due go to the mount's writer of due copies, which writes
-// those due meanwhile together; without one (a transport that is no source.Mover), each
-// is written on its own goroutine, so many coming due at once are written concurrently.
-// Run waits for every one before returning.
+// those due meanwhile together; without one (a transport that writes moves one at a
+// time), each is written on its own goroutine, so many coming due at once are written
+// concurrently. Run waits for every one before returning.
 func (a *App) scheduleCopy(m *mount, d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
 	// A delivery may share its memory with the rest of its read (see
 	// streamTransport.deliveries): keep a copy of its own while it waits.
 	held := *d
 	d = &held
 	ev.Action = source.ActionCopy
+	mv := source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}
 	if w := m.due; w != nil {
-		delays.Schedule(delay, func() {
-			w.add(copyReq{move: source.Move{Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev: ev})
-		})
+		delays.Schedule(delay, func() { w.add(copyReq{move: mv, ev: ev}) })
 		return
 	}
-	writeCopy := func() {
-		wctx := m.writes.get()
-		ev := ev
-		ev.Err = m.transport.Copy(wctx, d, withRetryCount(d.Headers, d.Attempt))
-		a.settled(wctx, m, d, ev)
-	}
-	delays.Schedule(delay, func() { a.delayed.Go(writeCopy) })
+	delays.Schedule(delay, func() {
+		a.delayed.Go(func() {
+			ctx := m.writes.get()
+			ev := ev
+			ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
+			a.settled(ctx, m, d, ev)
+		})
+	})
 }
 
 // writeContexts hands out the contexts of a mount's settlement writes other than acks

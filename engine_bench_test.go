@@ -24,11 +24,8 @@ func (nopTransport) Fetch(context.Context, int, time.Duration) ([]*source.Delive
 	return nil, nil
 }
 func (nopTransport) Ack(context.Context, []*source.Delivery) error { return nil }
-func (nopTransport) Copy(context.Context, *source.Delivery, map[string]string) error {
-	return nil
-}
-func (nopTransport) DeadLetter(context.Context, *source.Delivery, string, map[string]string) error {
-	return nil
+func (nopTransport) Moves(_ context.Context, ms []source.Move) []error {
+	return make([]error, len(ms))
 }
 func (nopTransport) Close(context.Context) error { return nil }
 

@@ -18,11 +18,12 @@ func answer(errs []error, i int) error {
 	return errShortMoves
 }
 
-// maxCopyBatch bounds the moves one source.Mover call carries.
+// maxCopyBatch bounds the moves one Moves call of the copier carries.
 const maxCopyBatch = 128
 
-// copier batches a mount's retries (copies, put-backs, a claiming stream's left-pending
-// ones) and dead letters, as the acker batches its acks, for a transport that can write many in one call (source.Mover): a handler's
+// copier batches a mount's moves (copies, put-backs, a claiming stream's left-pending
+// retries, parks, dead letters), as the acker batches its acks, for a transport that
+// writes many in one call (Info.BatchesMoves): a handler's
 // worker queues the move and goes on to its next delivery instead of waiting for the
 // write's round trip (parked on it, each woken on its own: a tenth of the client CPU of
 // a retry). Each move is reported (OnSettled, the failed-settlement backoff) once the
@@ -37,7 +38,6 @@ type copier struct {
 	ch    chan copyReq
 	done  chan struct{}
 	m     *mount
-	mover source.Mover
 	slots chan struct{} // the mount's; each queued move holds one
 }
 
@@ -47,13 +47,12 @@ type copyReq struct {
 }
 
 // newCopier starts the mount's copier, or returns nil when its transport writes moves
-// one at a time only.
+// one at a time.
 func newCopier(m *mount, a *App, slots chan struct{}) *copier {
-	mover, ok := m.transport.(source.Mover)
-	if !ok {
+	if !m.info.BatchesMoves {
 		return nil
 	}
-	c := &copier{app: a, ch: make(chan copyReq, 2*m.cfg.concurrency), done: make(chan struct{}), m: m, mover: mover, slots: slots}
+	c := &copier{app: a, ch: make(chan copyReq, 2*m.cfg.concurrency), done: make(chan struct{}), m: m, slots: slots}
 	go c.run()
 	return c
 }
@@ -75,7 +74,7 @@ func (c *copier) run() {
 	var moves []source.Move
 	for req := range c.ch {
 		reqs = gather(c.ch, append(reqs[:0], req), maxCopyBatch)
-		moves = c.app.writeMoves(c.m, c.mover, reqs, moves)
+		moves = c.app.writeMoves(c.m, reqs, moves)
 		for range reqs {
 			<-c.slots
 		}
@@ -83,15 +82,15 @@ func (c *copier) run() {
 	}
 }
 
-// writeMoves writes reqs' moves in one mover call and reports each settlement with its
+// writeMoves writes reqs' moves in one Moves call and reports each settlement with its
 // own error. moves is scratch space, returned for the next call.
-func (a *App) writeMoves(m *mount, mover source.Mover, reqs []copyReq, moves []source.Move) []source.Move {
+func (a *App) writeMoves(m *mount, reqs []copyReq, moves []source.Move) []source.Move {
 	moves = moves[:0]
 	for _, r := range reqs {
 		moves = append(moves, r.move)
 	}
 	ctx := m.writes.get()
-	errs := mover.Moves(ctx, moves)
+	errs := m.transport.Moves(ctx, moves)
 	for i, r := range reqs {
 		r.ev.Err = answer(errs, i)
 		a.settled(ctx, m, r.move.Delivery, r.ev)

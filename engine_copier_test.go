@@ -46,7 +46,11 @@ func newMoverTransport(ids ...string) *moverTransport {
 
 func (t *moverTransport) Transport(source.Env) source.Transport { return t }
 
-func (t *moverTransport) BlockBound() time.Duration { return 10 * time.Millisecond }
+func (t *moverTransport) Info() source.Info {
+	info := t.nopTransport.Info()
+	info.BatchesMoves, info.Block = true, 10*time.Millisecond
+	return info
+}
 
 func (t *moverTransport) Fetch(_ context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	t.mu.Lock()

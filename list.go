@@ -38,10 +38,7 @@ type ListSource struct {
 	rdb redis.UniversalClient
 }
 
-var (
-	_ Source        = (*ListSource)(nil)
-	_ source.Parker = (*listTransport)(nil)
-)
+var _ Source = (*ListSource)(nil)
 
 // List returns a source that pops items from the head of the list key: LPOP key count
 // while items are there, and BLPOP (at most Block) when the list is idle. Producers push
@@ -91,17 +88,13 @@ type listTransport struct {
 
 func (t *listTransport) Info() source.Info {
 	return source.Info{
-		Caps: source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
-		Key:  t.src.key,
-		Kind: source.KindList,
+		Batch: t.src.cfg.batch,
+		Block: listBlock(t.src.cfg.block),
+		Caps:  source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
+		Key:   t.src.key,
+		Kind:  source.KindList,
 	}
 }
-
-// BatchSize is the most items one read asks for.
-func (t *listTransport) BatchSize() int { return t.src.cfg.batch }
-
-// BlockBound is the longest one read blocks.
-func (t *listTransport) BlockBound() time.Duration { return listBlock(t.src.cfg.block) }
 
 func (t *listTransport) Validate(p source.Policy) []error {
 	errs := validateList("list", t.src.rdb, t.src.key, t.src.cfg.batch, t.src.cfg.block, p)
@@ -275,37 +268,33 @@ func (t *listTransport) Ack(_ context.Context, ds []*source.Delivery) error {
 	return nil
 }
 
-// Copy pushes the copy to the tail of the list; the pop already took the original.
-func (t *listTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
-	defer t.unsettled.Add(-1)
-	if err := t.src.rdb.RPush(ctx, t.src.key, wire.Envelope(d.Payload, headers)).Err(); err != nil {
-		return fmt.Errorf("list %q: retry copy of %s: rpush: %w", t.src.key, d.ID, err)
-	}
-	return nil
-}
-
-// Park implements source.Parker: the copy (retry count + 1, in its envelope) goes into
-// the mount's delay set, due once delay has passed on the Redis server's clock; the pop
-// already took the original, so there is nothing to complete.
-func (t *listTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
-	defer t.unsettled.Add(-1)
-	if !t.parks {
-		return fmt.Errorf("list %q: park of %s: the mount has no durable delay set", t.src.key, d.ID)
-	}
-	member := valueMember(wire.Envelope(d.Payload, headers))
-	if _, _, err := script.ParkValue(ctx, t.src.rdb, t.delays.Key, "", "", member, delay, t.delays.TTL, t.delays.now()); err != nil {
-		return fmt.Errorf("list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
-	}
-	return nil
-}
-
-// DeadLetter pushes the dead letter to the tail of the list dest.
-func (t *listTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	defer t.unsettled.Add(-1)
-	if err := t.src.rdb.RPush(ctx, dest, wire.Envelope(d.Payload, headers)).Err(); err != nil {
-		return fmt.Errorf("list %q: dead letter of %s to %q: rpush: %w", t.src.key, d.ID, dest, err)
-	}
-	return nil
+// Moves writes each move on its own (the pop already took the original, so there is
+// nothing to complete): a retry copy is pushed to the tail of the list, a dead letter to
+// the tail of its list, and a parked copy (retry count + 1, in its envelope) goes into
+// the mount's delay set, due once its delay has passed on the Redis server's clock.
+func (t *listTransport) Moves(ctx context.Context, ms []source.Move) []error {
+	defer t.unsettled.Add(-int64(len(ms)))
+	return source.EachMove(ms, func(m source.Move) error {
+		d := m.Delivery
+		var err error
+		switch m.Action {
+		case source.ActionCopy:
+			if err = t.src.rdb.RPush(ctx, t.src.key, wire.Envelope(d.Payload, m.Headers)).Err(); err != nil {
+				err = fmt.Errorf("list %q: retry copy of %s: rpush: %w", t.src.key, d.ID, err)
+			}
+		case source.ActionDeadLetter:
+			if err = t.src.rdb.RPush(ctx, m.Dest, wire.Envelope(d.Payload, m.Headers)).Err(); err != nil {
+				err = fmt.Errorf("list %q: dead letter of %s to %q: rpush: %w", t.src.key, d.ID, m.Dest, err)
+			}
+		case source.ActionPark:
+			if err = t.delays.parkValue(ctx, t.src.rdb, m); err != nil {
+				err = fmt.Errorf("list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
+			}
+		default:
+			err = source.UnsupportedMove(source.KindList, m)
+		}
+		return err
+	})
 }
 
 func (t *listTransport) Close(context.Context) error { return nil }

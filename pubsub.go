@@ -65,10 +65,7 @@ type PubSubSource struct {
 	rdb     redis.UniversalClient
 }
 
-var (
-	_ Source        = (*PubSubSource)(nil)
-	_ source.Parker = (*pubsubTransport)(nil)
-)
+var _ Source = (*PubSubSource)(nil)
 
 // PubSub returns a source subscribed to channel (SUBSCRIBE). Messages are settle's
 // envelope (written by Publisher.PublishChannel); a message that is not one is a bare
@@ -132,17 +129,13 @@ type pubsubTransport struct {
 
 func (t *pubsubTransport) Info() source.Info {
 	return source.Info{
-		Caps: source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
-		Key:  t.src.name,
-		Kind: source.KindChannel,
+		Batch: t.src.cfg.batch,
+		Block: t.src.cfg.block,
+		Caps:  source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
+		Key:   t.src.name,
+		Kind:  source.KindChannel,
 	}
 }
-
-// BatchSize is the most messages one read takes.
-func (t *pubsubTransport) BatchSize() int { return t.src.cfg.batch }
-
-// BlockBound is the longest one read waits.
-func (t *pubsubTransport) BlockBound() time.Duration { return t.src.cfg.block }
 
 func (t *pubsubTransport) Validate(p source.Policy) []error {
 	var errs []error
@@ -284,36 +277,32 @@ func (t *pubsubTransport) Ack(_ context.Context, ds []*source.Delivery) error {
 	return nil
 }
 
-// Copy publishes the copy to OutRetry, or to the channel the message came on.
-func (t *pubsubTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
-	defer t.unsettled.Add(-1)
-	dest := t.src.cfg.outRetry
-	if dest == "" {
-		dest = d.Key
-	}
-	return t.publish(ctx, d, dest, headers, "retry copy")
-}
-
-// Park implements source.Parker: the copy (retry count + 1, in its envelope) goes into
-// the mount's delay set, due once delay has passed on the Redis server's clock, to be
-// published to the retry channel; the receive already took the original, so there is
-// nothing to complete.
-func (t *pubsubTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
-	defer t.unsettled.Add(-1)
-	if !t.parks {
-		return fmt.Errorf("channel %q: park of %s: the mount has no durable delay set", d.Key, d.ID)
-	}
-	member := valueMember(wire.Envelope(d.Payload, headers))
-	if _, _, err := script.ParkValue(ctx, t.src.rdb, t.delays.Key, "", "", member, delay, t.delays.TTL, t.delays.now()); err != nil {
-		return fmt.Errorf("channel %q: park of %s in %q: %w", d.Key, d.ID, t.delays.Key, err)
-	}
-	return nil
-}
-
-// DeadLetter publishes the dead letter to the channel dest.
-func (t *pubsubTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	defer t.unsettled.Add(-1)
-	return t.publish(ctx, d, dest, headers, "dead letter")
+// Moves writes each move on its own (the receive already took the original, so there is
+// nothing to complete): a retry copy is published to OutRetry, or to the channel the
+// message came on; a dead letter to its channel; a parked copy (retry count + 1, in its
+// envelope) goes into the mount's delay set, due once its delay has passed on the Redis
+// server's clock, to be published to the retry channel.
+func (t *pubsubTransport) Moves(ctx context.Context, ms []source.Move) []error {
+	defer t.unsettled.Add(-int64(len(ms)))
+	return source.EachMove(ms, func(m source.Move) error {
+		switch m.Action {
+		case source.ActionCopy:
+			dest := t.src.cfg.outRetry
+			if dest == "" {
+				dest = m.Delivery.Key
+			}
+			return t.publish(ctx, m.Delivery, dest, m.Headers, "retry copy")
+		case source.ActionDeadLetter:
+			return t.publish(ctx, m.Delivery, m.Dest, m.Headers, "dead letter")
+		case source.ActionPark:
+			if err := t.delays.parkValue(ctx, t.src.rdb, m); err != nil {
+				return fmt.Errorf("channel %q: park of %s in %q: %w", m.Delivery.Key, m.Delivery.ID, t.delays.Key, err)
+			}
+			return nil
+		default:
+			return source.UnsupportedMove(source.KindChannel, m)
+		}
+	})
 }
 
 func (t *pubsubTransport) publish(ctx context.Context, d *source.Delivery, dest string, headers map[string]string, what string) error {

@@ -15,7 +15,6 @@ import (
 	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
-	"github.com/settlekit/settle/internal/wire"
 )
 
 // ReliableListOption configures a ReliableList source.
@@ -79,14 +78,16 @@ var _ Source = (*ReliableListSource)(nil)
 //
 // Orphan recovery: each consumer keeps a heartbeat key alive (see Heartbeat) and is
 // registered in a set of the list's consumers. When a consumer dies, the items in its
-// processing list are moved back to the tail of the list once its heartbeat expires, by
-// whichever consumer of the list notices first (every consumer looks at start and every
-// heartbeat TTL). A recovered item counts as a delivery: it goes back with its retry
-// count + 1, and at the attempts cap it is dead-lettered (or, with no dead letter
-// declared, dropped with a warning) instead, so a message that kills its worker reaches
-// the dead letter. A consumer restarted with the same Consumer name recovers its own
-// processing list at start, with the same counting. Two live processes must not share
-// a consumer name.
+// processing list are taken into the processing list of whichever live consumer of the
+// list notices first (every consumer looks at start and every heartbeat TTL), once its
+// heartbeat has expired, and handled there. A recovered item counts the delivery that
+// never settled: it is taken with its retry count + 1, and one that arrives past the
+// attempts cap is dead-lettered (or, with no dead letter declared, rejected with a
+// warning) without running its handler again, so a message that kills its worker
+// reaches the dead letter. A consumer restarted with the same Consumer name takes back
+// its own processing list at start, with the same counting. Two live processes must not
+// share a consumer name. A graceful stop moves what is left in the processing list back
+// to the tail of the list, as it is.
 //
 // The processing list, heartbeat and consumer set are named after key (see
 // ProcessingList); they share its cluster slot.
@@ -119,6 +120,7 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 		inflight:   map[string]int{},
 		processing: keys.ListProcessing(s.key, consumer),
 		reader:     envelopeReader{logger: env.Logger, mount: env.Mount},
+		recovered:  map[string]int{},
 		src:        s,
 	}
 	t.delays, t.parks = delaySetOf(env)
@@ -129,9 +131,6 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 // longer in the processing list.
 var errItemGone = script.ErrItemGone
 
-// errConsumerLost is the error recorded on an item recovered from a dead consumer.
-var errConsumerLost = errors.New("settle: the consumer handling this item stopped (heartbeat expired) before settling it")
-
 // reliableTransport is one mount's consumer on a reliable list.
 type reliableTransport struct {
 	consumer   string
@@ -139,6 +138,7 @@ type reliableTransport struct {
 	delays     delaySet // the mount's durable delay set, when parks
 	env        source.Env
 	heartbeat  string // this consumer's heartbeat key
+	keeper     *listKeeper
 	parks      bool
 	processing string // this consumer's processing list
 	reader     envelopeReader
@@ -148,29 +148,28 @@ type reliableTransport struct {
 
 	mu       sync.Mutex
 	inflight map[string]int // items handed out and not settled yet, by value
-	rescan   bool           // re-read the processing list before moving new items
+	// recovered counts the items taken from consumers that stopped (or from this
+	// consumer's earlier life) and not delivered yet, by value: their delivery counts the
+	// one that never settled.
+	recovered map[string]int
+	rescan    bool // re-read the processing list before moving new items
 	// settledDuring counts the items settled while a re-read of the processing list is
 	// in flight (nil otherwise): the re-read may have seen them before they left.
 	settledDuring map[string]int
-
-	stop context.CancelFunc
-	done chan struct{}
 }
 
 func (t *reliableTransport) Info() source.Info {
 	return source.Info{
-		Caps:  source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionPutBack},
+		Batch:        t.src.cfg.batch,
+		BatchesMoves: true,
+		Block:        listBlock(t.src.cfg.block),
+		// A recovered item's attempt counts the delivery that never settled.
+		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parks, RetryWithoutCap: source.ActionPutBack},
 		Group: t.consumer,
 		Key:   t.src.key,
 		Kind:  source.KindList,
 	}
 }
-
-// BatchSize is the most items one read asks for.
-func (t *reliableTransport) BatchSize() int { return t.src.cfg.batch }
-
-// BlockBound is the longest one read blocks.
-func (t *reliableTransport) BlockBound() time.Duration { return listBlock(t.src.cfg.block) }
 
 func (t *reliableTransport) Validate(p source.Policy) []error {
 	s := t.src
@@ -193,167 +192,12 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 	return append(errs, validateListDelay("reliable list", s.rdb, s.key, p, s.key, t.processing)...)
 }
 
-// Open registers the consumer, recovers its own processing list (left by an earlier
-// process with the same Consumer name), starts its heartbeat and recovers the
-// processing lists of dead consumers.
+// Open takes back the consumer's own processing list (left by an earlier process with
+// the same Consumer name), registers the consumer and starts its heartbeat, and
+// recovers the processing lists of dead consumers.
 func (t *reliableTransport) Open(ctx context.Context) error {
-	if _, err := t.recoverConsumer(ctx, t.consumer, false); err != nil {
-		return err
-	}
-	if err := t.beat(ctx); err != nil {
-		return err
-	}
-	t.recoverOthers(ctx)
-	hbCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t.stop, t.done = cancel, make(chan struct{})
-	go t.keepAlive(hbCtx)
-	return nil
-}
-
-// beat refreshes the heartbeat and the consumer's registration.
-func (t *reliableTransport) beat(ctx context.Context) error {
-	_, err := t.src.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, t.heartbeat, "1", t.src.cfg.heartbeat)
-		p.SAdd(ctx, t.consumers, t.consumer)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("reliable list %q: heartbeat: %w", t.src.key, err)
-	}
-	return nil
-}
-
-// keepAlive refreshes the heartbeat every TTL/3 and recovers dead consumers every TTL.
-// Both run on the wall clock: the heartbeat expires on Redis's clock, which a test's
-// fake clock does not move.
-func (t *reliableTransport) keepAlive(ctx context.Context) {
-	defer close(t.done)
-	ttl := t.src.cfg.heartbeat
-	tick := time.NewTicker(ttl / 3)
-	defer tick.Stop()
-	n := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		bctx, cancel := context.WithTimeout(ctx, ttl/3)
-		if err := t.beat(bctx); err != nil && ctx.Err() == nil {
-			t.env.Logger.ErrorContext(ctx, "settle: reliable list heartbeat failed: if it expires, other consumers recover this consumer's items",
-				slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Any(attrError, err))
-		}
-		cancel()
-		if n++; n%3 == 0 {
-			t.recoverOthers(ctx)
-		}
-	}
-}
-
-// recoverOthers recovers the processing lists of the list's consumers whose heartbeat
-// has expired.
-func (t *reliableTransport) recoverOthers(ctx context.Context) {
-	names, err := t.src.rdb.SMembers(ctx, t.consumers).Result()
-	if err != nil {
-		if ctx.Err() == nil {
-			t.env.Logger.ErrorContext(ctx, "settle: reliable list: read consumers", slog.String(attrMount, t.env.Mount), slog.Any(attrError, err))
-		}
-		return
-	}
-	for _, name := range names {
-		if name == t.consumer || ctx.Err() != nil {
-			continue
-		}
-		if _, err := t.recoverConsumer(ctx, name, true); err != nil && ctx.Err() == nil {
-			t.env.Logger.ErrorContext(ctx, "settle: reliable list: recovery failed", slog.String(attrMount, t.env.Mount),
-				slog.String("consumer", name), slog.Any(attrError, err))
-		}
-	}
-}
-
-// recoverBatch bounds the items one recovery script moves.
-const recoverBatch = 100
-
-// recoverConsumer moves the items of name's processing list back to the list (retry
-// count + 1), or to the dead letter at the cap, if name's heartbeat is absent (or
-// regardless, when checkHeartbeat is false). It returns how many items it took.
-func (t *reliableTransport) recoverConsumer(ctx context.Context, name string, checkHeartbeat bool) (int, error) {
-	s := t.src
-	hb, processing := keys.ListHeartbeat(s.key, name), keys.ListProcessing(s.key, name)
-	dlq := t.env.Policy.DeadLetter
-	if dlq == "" {
-		dlq = s.key
-	}
-	check := "0"
-	if checkHeartbeat {
-		check = "1"
-	}
-	total := 0
-	for range 10000 {
-		if checkHeartbeat {
-			alive, err := s.rdb.Exists(ctx, hb).Result()
-			if err != nil {
-				return total, fmt.Errorf("reliable list %q: heartbeat of %s: %w", s.key, name, err)
-			}
-			if alive == 1 {
-				return total, nil
-			}
-		}
-		items, err := s.rdb.LRange(ctx, processing, 0, recoverBatch-1).Result()
-		if err != nil {
-			return total, fmt.Errorf("reliable list %q: read processing list of %s: %w", s.key, name, err)
-		}
-		args := []any{check, name}
-		dead, dropped := 0, 0
-		for _, item := range items {
-			where, value := t.recovered(ctx, name, item)
-			switch where {
-			case "dead":
-				dead++
-			case "drop":
-				dropped++
-			}
-			args = append(args, item, where, value)
-		}
-		n, err := script.ListRecover.Run(ctx, s.rdb, []string{hb, processing, s.key, dlq, t.consumers}, args...).Int()
-		if err != nil {
-			return total, fmt.Errorf("reliable list %q: recover processing list of %s: %w", s.key, name, err)
-		}
-		if n < 0 {
-			return total, nil
-		}
-		if n > 0 {
-			t.env.Logger.WarnContext(ctx, "settle: recovered the items of a reliable list consumer that stopped without settling them",
-				slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.String("consumer", name),
-				slog.Int("count", n), slog.Int("dead_lettered", dead), slog.Int("dropped", dropped))
-		}
-		total += n
-		if len(items) < recoverBatch || n == 0 {
-			return total, nil
-		}
-	}
-	return total, nil
-}
-
-// recovered decides what happens to an item recovered from a dead consumer: the crashed
-// delivery counts as a failed attempt, decided like any other (back to the list with
-// retry count + 1, or dead letter / drop at the cap). It returns the script's "where"
-// and the value to push.
-func (t *reliableTransport) recovered(ctx context.Context, consumer, item string) (where string, value string) {
-	payload, headers, _, rc := t.reader.read(ctx, t.src.key, []byte(item))
-	d := &source.Delivery{Attempt: rc + 1, Headers: headers, ID: "recovered:" + consumer, Key: t.src.key, Payload: payload, RetryCount: rc}
-	o := Outcome{Kind: OutcomeRetry, Err: errConsumerLost}
-	s := decide(o, d.Attempt, t.env.Policy, t.Info().Caps)
-	switch s.Action {
-	case source.ActionDeadLetter:
-		return "dead", string(wire.Envelope(payload, deadLetterHeaders(d, s, o.Err)))
-	case source.ActionReject:
-		t.env.Logger.WarnContext(ctx, "settle: recovered item dropped: "+s.Reason,
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Int(attrAttempt, d.Attempt))
-		return "drop", ""
-	default:
-		return "list", string(wire.Envelope(payload, withRetryCount(headers, d.Attempt)))
-	}
+	t.keeper = newListKeeper(t)
+	return t.keeper.start(ctx)
 }
 
 func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
@@ -467,6 +311,22 @@ func (t *reliableTransport) readOwnProcessing(ctx context.Context, max int) ([]s
 	return out, nil
 }
 
+// took records values taken into the processing list by a recovery, to be delivered by
+// the next reads, their delivery counting the one that never settled. When the recovery
+// took only some of its batch (another consumer raced it), which of them came is not
+// known: they are delivered unmarked (their retry count still counts the lost delivery,
+// so the cap is reached one handler run later).
+func (t *reliableTransport) took(values []string, all bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if all {
+		for _, v := range values {
+			t.recovered[v]++
+		}
+	}
+	t.rescan = true
+}
+
 // markRescan asks for a re-read of the processing list before the next move.
 func (t *reliableTransport) markRescan() {
 	t.mu.Lock()
@@ -494,15 +354,22 @@ func (t *reliableTransport) settled(err error, ds ...*source.Delivery) {
 }
 
 func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*source.Delivery {
+	recovered := make([]bool, len(vals))
 	t.mu.Lock()
-	for _, v := range vals {
+	for i, v := range vals {
 		t.inflight[v]++
+		if t.recovered[v] > 0 {
+			recovered[i] = true
+			if t.recovered[v]--; t.recovered[v] == 0 {
+				delete(t.recovered, v)
+			}
+		}
 	}
 	t.mu.Unlock()
 	ds := make([]*source.Delivery, len(vals))
 	for i, v := range vals {
 		payload, headers, ok, rc := t.reader.read(ctx, t.src.key, []byte(v))
-		ds[i] = &source.Delivery{
+		d := &source.Delivery{
 			Attempt:    rc + 1,
 			HasPayload: ok,
 			Headers:    headers,
@@ -512,6 +379,10 @@ func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*so
 			Raw:        v,
 			RetryCount: rc,
 		}
+		if recovered[i] {
+			d.RetryCount = max(rc-1, 0) // the header before the recovery counted the lost delivery
+		}
+		ds[i] = d
 	}
 	t.unsettled.Add(int64(len(ds)))
 	return ds
@@ -559,51 +430,12 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 	return nil
 }
 
-// Park implements source.Parker: in one script, the item leaves the processing list and
-// its copy (retry count + 1, in its envelope) goes into the mount's delay set, due once
-// delay has passed on the Redis server's clock; nothing is written when the item is no
-// longer in the processing list (another consumer recovered it).
-func (t *reliableTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
-	defer t.unsettled.Add(-1)
-	if !t.parks {
-		t.settled(nil, d) // nothing was written: the item stays until Close recovers it
-		return fmt.Errorf("reliable list %q: park of %s: the mount has no durable delay set", t.src.key, d.ID)
-	}
-	member := valueMember(wire.Envelope(d.Payload, headers))
-	_, parked, err := script.ParkValue(ctx, t.src.rdb, t.delays.Key, t.processing, d.Raw.(string), member, delay, t.delays.TTL, t.delays.now())
-	switch {
-	case err != nil:
-		t.settled(err, d)
-	case !parked:
-		t.settled(errItemGone, d)
-	default:
-		t.settled(nil, d)
-	}
-	if err != nil {
-		return fmt.Errorf("reliable list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
-	}
-	if !parked {
-		return fmt.Errorf("reliable list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, errItemGone)
-	}
-	return nil
-}
-
-// Close stops the heartbeat, deletes it and recovers whatever is left in the
-// processing list (settlements that failed), then leaves the consumer set.
+// Close stops the heartbeat and deletes it, moves whatever is left in the processing
+// list (settlements that failed, items recovered and not handled yet) back to the tail
+// of the list, as it is, and leaves the consumer set.
 func (t *reliableTransport) Close(ctx context.Context) error {
-	if t.stop != nil {
-		t.stop()
-		<-t.done
+	if t.keeper == nil {
+		return nil
 	}
-	if err := t.src.rdb.Del(ctx, t.heartbeat).Err(); err != nil {
-		return fmt.Errorf("reliable list %q: delete heartbeat: %w", t.src.key, err)
-	}
-	_, err := t.recoverConsumer(ctx, t.consumer, false)
-	return err
+	return t.keeper.close(ctx)
 }
-
-var (
-	_ source.Mover     = (*reliableTransport)(nil)
-	_ source.Parker    = (*reliableTransport)(nil)
-	_ source.PutBacker = (*reliableTransport)(nil)
-)

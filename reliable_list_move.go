@@ -12,71 +12,78 @@ import (
 // maxListMoveBatch bounds how many moves one list_move script call carries.
 const maxListMoveBatch = 128
 
-// Moves implements source.Mover: it writes a batch of retry copies, put-backs and dead
-// letters the engine queued in one list_move script call per maxListMoveBatch moves,
-// whatever their destinations (copies and put-backs go to the tail of the list, dead
-// letters to theirs), each move all or nothing on its own, as Copy, PutBack and
-// DeadLetter write them one at a time: a move whose item another consumer recovered
+// Moves writes a batch of moves: retry copies and put-backs (to the tail of the list)
+// and dead letters (to the tail of theirs) in one list_move script call per
+// maxListMoveBatch moves, whatever their destinations; parks in one pipeline of park
+// script calls. Each move takes its item out of the processing list and writes its value
+// in one step, all or nothing on its own: a move whose item another consumer recovered
 // meanwhile writes nothing and fails alone. A delivery stays in flight until its call
 // has answered.
 func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error {
-	errs := make([]error, 0, len(ms))
+	errs := make([]error, len(ms))
 	batch := make([]script.ListMove, 0, min(len(ms), maxListMoveBatch))
-	for len(errs) < len(ms) {
-		batch = batch[:0]
-		for _, m := range ms[len(errs):min(len(ms), len(errs)+maxListMoveBatch)] {
-			item := m.Delivery.Raw.(string)
-			mv := script.ListMove{Dest: t.src.key, Item: item}
-			switch {
-			case m.PutBack:
-				mv.Value = []byte(item)
-			case m.DeadLetter != "":
-				mv.Dest, mv.Value = m.DeadLetter, wire.Envelope(m.Delivery.Payload, m.Headers)
-			default:
-				mv.Value = wire.Envelope(m.Delivery.Payload, m.Headers)
-			}
-			batch = append(batch, mv)
+	idx := make([]int, 0, cap(batch))
+	var parks []script.ValuePark
+	var parkIdx []int
+	flush := func() {
+		for k, err := range script.ListMoves(ctx, t.src.rdb, t.processing, batch) {
+			errs[idx[k]] = err
 		}
-		errs = append(errs, script.ListMoves(ctx, t.src.rdb, t.processing, batch)...)
+		batch, idx = batch[:0], idx[:0]
 	}
 	for i, m := range ms {
-		what := "retry copy"
-		switch {
-		case errs[i] == nil:
-		case m.PutBack:
-			what = "put back"
-		case m.DeadLetter != "":
-			what = fmt.Sprintf("dead letter to %q", m.DeadLetter)
+		item := m.Delivery.Raw.(string)
+		mv := script.ListMove{Dest: t.src.key, Item: item}
+		switch m.Action {
+		case source.ActionPutBack:
+			mv.Value = []byte(item)
+		case source.ActionCopy:
+			mv.Value = wire.Envelope(m.Delivery.Payload, m.Headers)
+		case source.ActionDeadLetter:
+			mv.Dest, mv.Value = m.Dest, wire.Envelope(m.Delivery.Payload, m.Headers)
+		case source.ActionPark:
+			member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
+			parks, parkIdx = append(parks, script.ValuePark{Delay: m.Delay, Item: item, Member: member}), append(parkIdx, i)
+			continue
+		default:
+			errs[i] = source.UnsupportedMove(source.KindList, m)
+			continue
 		}
-		errs[i] = t.moved(errs[i], m.Delivery, what)
+		batch, idx = append(batch, mv), append(idx, i)
+		if len(batch) == maxListMoveBatch {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+	if len(parks) > 0 {
+		for k, err := range script.ValueParks(ctx, t.src.rdb, t.delays.Key, t.processing, t.delays.TTL, t.delays.now(), parks) {
+			errs[parkIdx[k]] = err
+		}
+	}
+	for i, m := range ms {
+		errs[i] = t.moved(errs[i], m)
 	}
 	return errs
 }
 
-// PutBack moves the item, as it is, back to the tail of the list (a one-move Moves call).
-func (t *reliableTransport) PutBack(ctx context.Context, d *source.Delivery) error {
-	return t.Moves(ctx, []source.Move{{Delivery: d, PutBack: true}})[0]
-}
-
-// Copy moves a copy of the item with the given headers to the tail of the list (a
-// one-move Moves call).
-func (t *reliableTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
-	return t.Moves(ctx, []source.Move{{Delivery: d, Headers: headers}})[0]
-}
-
-// DeadLetter moves the item, with the given headers, to the tail of the list dest (a
-// one-move Moves call).
-func (t *reliableTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	return t.Moves(ctx, []source.Move{{Delivery: d, DeadLetter: dest, Headers: headers}})[0]
-}
-
-// moved forgets d as in flight once its move has answered with err, and returns the
-// move's error for the engine.
-func (t *reliableTransport) moved(err error, d *source.Delivery, what string) error {
+// moved forgets m's delivery as in flight once its move has answered with err, and
+// returns the move's error for the engine.
+func (t *reliableTransport) moved(err error, m source.Move) error {
 	t.unsettled.Add(-1)
-	t.settled(err, d)
-	if err != nil {
-		return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, d.ID, err)
+	t.settled(err, m.Delivery)
+	if err == nil {
+		return nil
 	}
-	return nil
+	what := "retry copy"
+	switch m.Action {
+	case source.ActionPutBack:
+		what = "put back"
+	case source.ActionDeadLetter:
+		what = fmt.Sprintf("dead letter to %q", m.Dest)
+	case source.ActionPark:
+		what = fmt.Sprintf("park in %q", t.delays.Key)
+	}
+	return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, m.Delivery.ID, err)
 }

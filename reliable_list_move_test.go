@@ -120,11 +120,11 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	}
 	headers := map[string]string{HeaderRetryCount: "1"}
 	moves := []source.Move{
-		{Delivery: got[0], Headers: headers},
-		{Delivery: got[1], DeadLetter: dlq, Headers: headers},
-		{Delivery: got[2], Headers: headers},
-		{Delivery: got[3], Headers: headers},
-		{Delivery: got[4], PutBack: true},
+		{Action: source.ActionCopy, Delivery: got[0], Headers: headers},
+		{Action: source.ActionDeadLetter, Delivery: got[1], Dest: dlq, Headers: headers},
+		{Action: source.ActionCopy, Delivery: got[2], Headers: headers},
+		{Action: source.ActionCopy, Delivery: got[3], Headers: headers},
+		{Action: source.ActionPutBack, Delivery: got[4]},
 	}
 	answered := make(chan []error, 1)
 	go func() { answered <- tr.Moves(ctx, moves) }()

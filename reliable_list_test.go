@@ -208,8 +208,8 @@ func TestReliableList(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h["kind"] != "poison" || h[settle.HeaderRetryCount] != "2" || !strings.Contains(h[settle.HeaderDeadError], "heartbeat expired") || h[settle.HeaderDeadSource] != key {
-			t.Fatalf("dead letter headers %v; want the message's own, retry count 2, the lost-worker error, source %q", h, key)
+		if h["kind"] != "poison" || h[settle.HeaderRetryCount] != "2" || !strings.Contains(h[settle.HeaderDeadError], "never settled") || h[settle.HeaderDeadSource] != key {
+			t.Fatalf("dead letter headers %v; want the message's own, retry count 2, the attempts-spent-by-crashes error, source %q", h, key)
 		}
 		var s string
 		if err := settle.Msgpack.Unmarshal(payload, &s); err != nil || s != "poison" {

@@ -62,7 +62,6 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		env:      env,
 		inflight: map[string]struct{}{},
 		rescan:   true,
-		scripts:  &scriptBatcher{rdb: s.rdb},
 		src:      s,
 	}
 }
@@ -84,7 +83,6 @@ type streamTransport struct {
 	consumer    string
 	env         source.Env
 	garbledOnce sync.Once
-	scripts     *scriptBatcher // other settlement scripts of concurrent handlers share round trips
 	src         *StreamSource
 
 	mu       sync.Mutex
@@ -96,6 +94,9 @@ type streamTransport struct {
 
 func (t *streamTransport) Info() source.Info {
 	return source.Info{
+		Batch:        t.src.cfg.batch,
+		BatchesMoves: true,
+		Block:        t.src.cfg.block,
 		// A re-read or claimed entry's attempt counts its unsettled deliveries.
 		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parksDurably(), RetryWithoutCap: source.ActionCopy},
 		Group: t.src.group,
@@ -103,12 +104,6 @@ func (t *streamTransport) Info() source.Info {
 		Kind:  source.KindStream,
 	}
 }
-
-// BatchSize is the most entries one read asks for.
-func (t *streamTransport) BatchSize() int { return t.src.cfg.batch }
-
-// BlockBound is the longest one read blocks.
-func (t *streamTransport) BlockBound() time.Duration { return t.src.cfg.block }
 
 func (t *streamTransport) Validate(p source.Policy) []error {
 	var errs []error
@@ -370,18 +365,6 @@ func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error 
 	}
 	t.settledIDs(err, ds...)
 	return err
-}
-
-// Copy appends the retry copy to the stream and acknowledges the original in one
-// script, as a one-move Moves call.
-func (t *streamTransport) Copy(ctx context.Context, d *source.Delivery, headers map[string]string) error {
-	return t.Moves(ctx, []source.Move{{Delivery: d, Headers: headers}})[0]
-}
-
-// DeadLetter appends the dead letter to dest and acknowledges the original in one
-// script, as a one-move Moves call.
-func (t *streamTransport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	return t.Moves(ctx, []source.Move{{Delivery: d, DeadLetter: dest, Headers: headers}})[0]
 }
 
 func (t *streamTransport) Close(context.Context) error {

@@ -20,28 +20,6 @@ import (
 // original in one script, and every Fetch first sweeps the due members back into the
 // stream. This file holds that part of the stream transport.
 
-// Park implements source.Parker: the retry copy (payload and the given headers) goes
-// into the mount's delay set, due once delay has passed on the Redis server's clock, and
-// the original entry is acknowledged, in one Lua script.
-func (t *streamTransport) Park(ctx context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
-	dz, ok := delaySetOf(t.env)
-	var err error
-	if !ok {
-		err = fmt.Errorf("stream %q: park of %s: the mount has no durable delay set", t.src.key, d.ID)
-	} else {
-		payload := d.Payload
-		if !d.HasPayload {
-			payload = nil
-		}
-		member := wire.DelayMember(d.ID, payload, headers)
-		if _, err = script.Park(ctx, t.scripts, dz.Key, t.src.key, t.src.group, t.consumer, d.ID, member, delay, dz.TTL, dz.now()); err != nil {
-			err = fmt.Errorf("stream %q: park of %s in %q: %w", t.src.key, d.ID, dz.Key, err)
-		}
-	}
-	t.settledIDs(err, d)
-	return err
-}
-
 // sweepDelays moves the due members of the mount's delay set into the stream, looping
 // while full batches move, and returns how long the next read may block: no longer than
 // until the earliest member still waiting comes due.

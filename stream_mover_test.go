@@ -61,9 +61,9 @@ func TestStreamMovesKeepEntriesInFlightUntilWrittenAndAnswerEachOnItsOwn(t *test
 	}
 	headers := map[string]string{HeaderRetryCount: "1"}
 	moves := []source.Move{
-		{Delivery: got[0], Headers: headers},
-		{Delivery: got[1], DeadLetter: dlq, Headers: headers},
-		{Delivery: got[2], Headers: headers},
+		{Action: source.ActionCopy, Delivery: got[0], Headers: headers},
+		{Action: source.ActionDeadLetter, Delivery: got[1], Dest: dlq, Headers: headers},
+		{Action: source.ActionCopy, Delivery: got[2], Headers: headers},
 	}
 	answered := make(chan []error, 1)
 	go func() { answered <- tr.Moves(ctx, moves) }()

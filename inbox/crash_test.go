@@ -84,10 +84,10 @@ func TestSettledRetryCountsOnceNotTwice(t *testing.T) {
 		retry func(t *testing.T, x *testBundle, tr *transport, passes <-chan struct{}, d *source.Delivery) error
 	}{
 		{"PutBack", func(_ *testing.T, _ *testBundle, tr *transport, _ <-chan struct{}, d *source.Delivery) error {
-			return tr.PutBack(context.Background(), d)
+			return tr.Moves(context.Background(), []source.Move{{Action: source.ActionPutBack, Delivery: d}})[0]
 		}},
 		{"Park", func(_ *testing.T, x *testBundle, tr *transport, _ <-chan struct{}, d *source.Delivery) error {
-			if err := tr.Park(context.Background(), d, nil, time.Second); err != nil {
+			if err := tr.Moves(context.Background(), []source.Move{{Action: source.ActionPark, Delay: time.Second, Delivery: d}})[0]; err != nil {
 				return err
 			}
 			x.clock.Advance(time.Second)
@@ -105,7 +105,7 @@ func TestSettledRetryCountsOnceNotTwice(t *testing.T) {
 					t.Fatal("the heartbeat did not run")
 				}
 			}
-			return tr.PutBack(context.Background(), d)
+			return tr.Moves(context.Background(), []source.Move{{Action: source.ActionPutBack, Delivery: d}})[0]
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

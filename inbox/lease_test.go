@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/settlekit/settle/internal/source"
 )
 
 func TestSettlementAfterLeaseTakenOverChangesNothing(t *testing.T) {
@@ -32,9 +34,13 @@ func TestSettlementAfterLeaseTakenOverChangesNothing(t *testing.T) {
 			t.Fatalf("B's claim at attempt %d, want 2 (A's delivery never settled and counts)", second[0].Attempt)
 		}
 		for name, settle := range map[string]func() error{
-			"Ack":     func() error { return a.Ack(ctx, first) },
-			"PutBack": func() error { return a.PutBack(ctx, first[0]) },
-			"Park":    func() error { return a.Park(ctx, first[0], nil, time.Hour) },
+			"Ack": func() error { return a.Ack(ctx, first) },
+			"PutBack": func() error {
+				return a.Moves(ctx, []source.Move{{Action: source.ActionPutBack, Delivery: first[0]}})[0]
+			},
+			"Park": func() error {
+				return a.Moves(ctx, []source.Move{{Action: source.ActionPark, Delay: time.Hour, Delivery: first[0]}})[0]
+			},
 		} {
 			if err := settle(); !errors.Is(err, ErrLeaseLost) {
 				t.Fatalf("%s by the worker that lost its lease: got %v, want ErrLeaseLost", name, err)

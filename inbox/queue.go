@@ -169,6 +169,10 @@ type held struct {
 
 func (t *transport) Info() source.Info {
 	info := source.Info{
+		Batch: t.q.cfg.batch,
+		// The longest one Fetch waits for a due row (it also bounds how long a shutdown
+		// waits for a Fetch in progress).
+		Block: min(time.Second, 2*t.q.cfg.poll),
 		Caps:  source.Caps{Parks: true, RetryWithoutCap: source.ActionPutBack},
 		Group: t.q.group,
 		Kind:  source.KindTable,
@@ -180,13 +184,6 @@ func (t *transport) Info() source.Info {
 	}
 	return info
 }
-
-// BatchSize is the most rows one claim leases.
-func (t *transport) BatchSize() int { return t.q.cfg.batch }
-
-// BlockBound is the longest one Fetch waits for a due row (it also bounds how long a
-// shutdown waits for a Fetch in progress).
-func (t *transport) BlockBound() time.Duration { return min(time.Second, 2*t.q.cfg.poll) }
 
 func (t *transport) Validate(p source.Policy) []error {
 	q := t.q
@@ -524,9 +521,29 @@ func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
 	return nil
 }
 
-// PutBack (Retry without a cap) clears the lease and adds one attempt: the row is due
-// again at once, in place.
-func (t *transport) PutBack(ctx context.Context, d *source.Delivery) error {
+// Moves applies each move with its own statement (the engine calls it one move at a
+// time, from the handlers' goroutines, so that the statements stay concurrent).
+func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
+	return source.EachMove(ms, func(m source.Move) error {
+		switch m.Action {
+		case source.ActionPutBack, source.ActionCopy:
+			// A table has no copy: a retry under a cap is the same in-place statement as a
+			// put-back, the attempt column carrying the count a copy's header carries
+			// elsewhere.
+			return t.putBack(ctx, m.Delivery)
+		case source.ActionPark:
+			return t.park(ctx, m.Delivery, m.Delay)
+		case source.ActionDeadLetter:
+			return t.deadLetter(ctx, m.Delivery, m.Dest, m.Headers)
+		default:
+			return source.UnsupportedMove(source.KindTable, m)
+		}
+	})
+}
+
+// putBack (Retry) clears the lease and adds one attempt: the row is due again at once,
+// in place.
+func (t *transport) putBack(ctx context.Context, d *source.Delivery) error {
 	err := t.fenced(ctx, d, "put back", func(h *held) (bool, error) {
 		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.putBack.text, t.s.putBack.bind(map[string]any{"id": h.id, "token": h.token})...))
 	})
@@ -536,23 +553,16 @@ func (t *transport) PutBack(ctx context.Context, d *source.Delivery) error {
 	return err
 }
 
-// Copy is the engine's retry under a cap. A table has no copy: its retry is the same
-// in-place statement as PutBack (clear the lease, attempt + 1), the attempt column
-// carrying the count the copy's header carries elsewhere. headers are ignored.
-func (t *transport) Copy(ctx context.Context, d *source.Delivery, _ map[string]string) error {
-	return t.PutBack(ctx, d)
-}
-
-// Park (RetryAfter) sets retry_after = now + delay, clears the lease and adds one
+// park (RetryAfter) sets retry_after = now + delay, clears the lease and adds one
 // attempt. A table without a retry_after column returns the row at once, with a
 // warning logged once per mount.
-func (t *transport) Park(ctx context.Context, d *source.Delivery, _ map[string]string, delay time.Duration) error {
+func (t *transport) park(ctx context.Context, d *source.Delivery, delay time.Duration) error {
 	if t.s.park.text == "" {
 		t.warnOnce.Do(func() {
 			t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
 				slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", delay))
 		})
-		return t.PutBack(ctx, d)
+		return t.putBack(ctx, d)
 	}
 	return t.fenced(ctx, d, "retry after", func(h *held) (bool, error) {
 		args := t.s.park.bind(map[string]any{"id": h.id, "token": h.token, "skew": t.skew(), "delay": t.d.durArg(delay)})
@@ -560,13 +570,13 @@ func (t *transport) Park(ctx context.Context, d *source.Delivery, _ map[string]s
 	})
 }
 
-// DeadLetter moves the row at the cap: to the dead-letter group (payload kept, lease
+// deadLetter moves the row at the cap: to the dead-letter group (payload kept, lease
 // cleared), or into the dead-letter table in one transaction, or through the user's
 // OnDeadLetter hook. The dead row's attempt is d.Attempt, the attempts the engine
 // counted: the cap, also for a row whose last claim counted one more attempt because
 // the delivery at the cap crashed its worker (the engine dead-letters such a row without
 // running its handler).
-func (t *transport) DeadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
 	db := t.q.ib.db
 	switch {
 	case t.q.cfg.deadLetter != nil:

@@ -3,6 +3,7 @@ package settletest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"sync"
@@ -145,14 +146,13 @@ type memoryTransport struct {
 
 func (t *memoryTransport) Info() source.Info {
 	return source.Info{
-		Caps: source.Caps{Parks: true, RetryWithoutCap: source.ActionCopy},
-		Key:  t.m.name,
-		Kind: KindMemory,
+		Batch: settle.DefaultBatch,
+		Block: memoryBlock,
+		Caps:  source.Caps{Parks: true, RetryWithoutCap: source.ActionCopy},
+		Key:   t.m.name,
+		Kind:  KindMemory,
 	}
 }
-
-// BlockBound is the longest one read blocks.
-func (t *memoryTransport) BlockBound() time.Duration { return memoryBlock }
 
 func (t *memoryTransport) Validate(source.Policy) []error {
 	if t.clock == nil {
@@ -283,28 +283,33 @@ func (t *memoryTransport) Ack(_ context.Context, ds []*source.Delivery) error {
 	return nil
 }
 
-func (t *memoryTransport) Copy(_ context.Context, d *source.Delivery, headers map[string]string) error {
-	t.done(d)
-	m := t.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ready = append(m.ready, t.copyOf(d, headers))
-	m.changed()
-	return nil
-}
-
-// Park implements source.Parker: the copy is redelivered once delay has passed on the
-// App's clock.
-func (t *memoryTransport) Park(_ context.Context, d *source.Delivery, headers map[string]string, delay time.Duration) error {
-	t.done(d)
-	due := t.clock.Now().Add(delay)
-	m := t.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.parked = append(m.parked, &parkedMessage{due: due, msg: t.copyOf(d, headers)})
-	sort.SliceStable(m.parked, func(i, j int) bool { return m.parked[i].due.Before(m.parked[j].due) })
-	m.changed()
-	return nil
+// Moves applies each move at once: a retry copy joins the queue, a parked one waits
+// until its delay has passed on the App's clock, a dead letter is kept.
+func (t *memoryTransport) Moves(_ context.Context, ms []source.Move) []error {
+	return source.EachMove(ms, func(mv source.Move) error {
+		d, m := mv.Delivery, t.m
+		switch mv.Action {
+		case source.ActionCopy, source.ActionPark, source.ActionDeadLetter:
+		default:
+			return source.UnsupportedMove(KindMemory, mv)
+		}
+		t.done(d)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		switch mv.Action {
+		case source.ActionCopy:
+			m.ready = append(m.ready, t.copyOf(d, mv.Headers))
+			m.changed()
+		case source.ActionPark:
+			due := t.clock.Now().Add(mv.Delay)
+			m.parked = append(m.parked, &parkedMessage{due: due, msg: t.copyOf(d, mv.Headers)})
+			sort.SliceStable(m.parked, func(i, j int) bool { return m.parked[i].due.Before(m.parked[j].due) })
+			m.changed()
+		default:
+			m.dead = append(m.dead, DeadLetter{Dest: mv.Dest, Headers: maps.Clone(mv.Headers), ID: d.ID, Payload: d.Payload})
+		}
+		return nil
+	})
 }
 
 // copyOf returns the retry copy of d; called with m.mu held.
@@ -314,19 +319,6 @@ func (t *memoryTransport) copyOf(d *source.Delivery, headers map[string]string) 
 		h[k] = v
 	}
 	return &memoryMessage{headers: h, hasPayload: d.HasPayload, id: t.m.nextID(), payload: d.Payload}
-}
-
-func (t *memoryTransport) DeadLetter(_ context.Context, d *source.Delivery, dest string, headers map[string]string) error {
-	t.done(d)
-	h := make(map[string]string, len(headers))
-	for k, v := range headers {
-		h[k] = v
-	}
-	m := t.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.dead = append(m.dead, DeadLetter{Dest: dest, Headers: h, ID: d.ID, Payload: d.Payload})
-	return nil
 }
 
 // Close returns deliveries that were never settled to the front of the queue, as a

@@ -1,16 +1,76 @@
 // Package source is the seam between settle's engine and its transports (Redis streams,
-// lists, pub/sub, SQL inboxes). It is not for users and may change in any release: users
-// see it only through the sealed settle.Source interface.
+// lists, pub/sub, SQL inboxes, the test kit's in-memory source). It is not for users and
+// may change in any release: users see it only through the sealed settle.Source
+// interface, whose one method hands a transport its Env.
 //
-// A transport fetches deliveries and offers a few primitives on one delivery: ack it,
-// write a retry copy of it (and ack the original in the same atomic step), move it to a
-// dead letter, and, through optional capability interfaces, put it back in place or park
-// a copy until a time. It never decides which: the engine does, from the handler's
-// outcome, the delivery's attempt, the mount's policy and the transport's Caps.
+// # What a transport does
+//
+// A transport reads deliveries and applies settlements; it never decides one. The
+// engine calls, in this order and from these goroutines:
+//
+//   - Info, once, before anything else, and Validate, once, with the mount's Policy:
+//     return every refusal of the transport's own settings (a nil client, an empty key,
+//     keys that must share a cluster slot). The engine checks Info itself: the Caps
+//     must agree with each other, and a durable delay needs Caps.Parks.
+//   - Open, once, from Run (create a consumer group, start a heartbeat).
+//   - Fetch, from one goroutine per mount, one call at a time: up to max deliveries,
+//     blocking at most wait for the first.
+//   - Ack and Moves, from other goroutines, concurrently with Fetch and with each
+//     other: Ack completes deliveries (ack, drop, a rejected or lost one); Moves applies
+//     every other settlement, one Move each, in a batch (Info.BatchesMoves) or one at a
+//     time.
+//   - Close, once, after every settlement has been applied or has failed.
+//
+// # The settlements
+//
+// Each Move is one atomic step, answered on its own: its write and the completion of
+// its delivery happen together (one Lua script with all its keys in one hash slot, one
+// SQL transaction, or one statement), or not at all, and a move that fails fails for
+// its delivery only. A move is fenced: a delivery another consumer has taken over since
+// (a claimed stream entry, a recovered list item, a lease that passed) writes nothing
+// and fails. The actions a move carries:
+//
+//   - ActionCopy: write a copy with Headers (the engine sets the retry count) to where
+//     the delivery came from (or the transport's retry destination) and complete the
+//     original.
+//   - ActionDeadLetter: write the delivery with Headers to Dest, a destination of the
+//     transport's Kind, and complete the original.
+//   - ActionPark: keep a copy with Headers in the transport's durable delay store until
+//     Delay has passed, and complete the original. Sent only when Caps.Parks.
+//   - ActionPutBack: return the delivery, as it is, to where it was read from. Sent
+//     only when Caps.RetryWithoutCap is ActionPutBack.
+//   - ActionLeave: leave the delivery pending where it is, to come back once
+//     Caps.MinIdle has passed. Sent only when Caps.DeliveryCounter.
+//
+// Until Ack or Moves has answered for a delivery, it is in flight: the transport must
+// not hand it out again (a re-read of its own pending entries skips it). A settlement
+// that failed leaves the message where the transport keeps it, and the transport
+// delivers it again (re-reading its pending entries, its processing list, or letting its
+// lease pass).
+//
+// # What a transport may touch
+//
+// Its own keys or tables, named from the source's arguments, and nothing else; "now"
+// comes from its server (Redis TIME, the database clock) or, under a test, from
+// Env.TestClock. It logs through Env.Logger. A transport that takes over deliveries a
+// dead consumer left (a claim, a recovery) hands them to the engine as deliveries like
+// any other, their Attempt counting the deliveries that never settled
+// (Caps.CountsUnsettled): the engine decides what becomes of them, reports and counts
+// them.
+//
+// # How it is proved
+//
+// Every transport runs internal/sourcetest's conformance suite (ack, drop, retry,
+// retry after a delay, the cap and the dead letter, undecodable payloads, panics, the
+// graceful drain) through settle's public API, with Features naming the differences it
+// is allowed; internal/soak kills a worker before and after each settlement call and
+// checks every message ends in exactly one place.
 package source
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -29,9 +89,81 @@ const (
 	KindTable   Kind = "table"
 )
 
+// Transport is one mount's connection to where its messages live.
+type Transport interface {
+	// Info describes the transport.
+	Info() Info
+	// Validate checks the transport against the mount's policy before anything starts;
+	// every refusal is returned.
+	Validate(p Policy) []error
+	// Open prepares the transport (creates a consumer group, …). Called once by Run.
+	Open(ctx context.Context) error
+	// Fetch returns up to max deliveries, waiting at most wait for the first one (a
+	// negative wait: not at all). It returns (nil, nil) when nothing came.
+	Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error)
+	// Ack completes deliveries: their messages go nowhere. An error applies to every
+	// delivery unless it is an *AckErrors, which says which failed.
+	Ack(ctx context.Context, ds []*Delivery) error
+	// Moves applies every other settlement, one Move each, and returns each move's
+	// error in order (nil: applied). It returns once every move is written or has
+	// failed.
+	Moves(ctx context.Context, ms []Move) []error
+	// Close releases what Open took. Called once, after every settlement.
+	Close(ctx context.Context) error
+}
+
+// Info describes a transport for the engine, logs and startup validation.
+type Info struct {
+	// Batch is the most deliveries one Fetch returns; the engine asks for no more.
+	Batch int
+	// BatchesMoves: a Moves call of many moves costs about what one costs (one script
+	// call, one pipeline). The engine then queues the moves of the mount's handlers and
+	// hands them over in batches, so that a handler does not wait for its move's round
+	// trip; without it, the engine calls Moves with one move at a time, from the
+	// handlers' goroutines, so that the writes stay concurrent.
+	BatchesMoves bool
+	// Block is the longest one Fetch blocks; it also bounds how long a graceful
+	// shutdown waits for a read in progress.
+	Block time.Duration
+	// Caps says what the transport can do with a retry.
+	Caps Caps
+	// Group is the consumer group (or the inbox group) read, if any.
+	Group string
+	// Key is what is read: a stream or list key, a channel or pattern, a table.
+	Key string
+	// Kind is what the transport reads.
+	Kind Kind
+}
+
+// Caps says what a transport can do with a retry; the engine's decision reads it.
+type Caps struct {
+	// CountsUnsettled: the transport's attempt counts deliveries that never settled too
+	// (a stream's delivery counter on re-read or claimed entries, a reliable list's
+	// recovery of a dead consumer's items, an inbox's claim of a row whose lease passed),
+	// so a delivery can arrive with its attempts already spent by consumers that
+	// crashed, hung or could not write their settlement. The engine then dead-letters it
+	// at the cap without running the handler.
+	CountsUnsettled bool
+	// DeliveryCounter: the transport counts deliveries itself (a claiming stream's
+	// delivery counter); a retry leaves the message in place (ActionLeave) and never
+	// copies it. RetryWithoutCap must then be ActionLeave and MinIdle positive.
+	DeliveryCounter bool
+	// MinIdle is how long a left-in-place message waits before it comes back.
+	MinIdle time.Duration
+	// Parks: the transport keeps RetryAfter delays itself, durably (it applies
+	// ActionPark): a Redis source with a durable delay set, a SQL inbox's retry_after
+	// column. Without it the engine keeps delays in-process and writes an ActionCopy
+	// once each is due.
+	Parks bool
+	// RetryWithoutCap is what a Retry does when the mount declares no attempts cap:
+	// ActionCopy, ActionPutBack, ActionLeave or ActionLose.
+	RetryWithoutCap Action
+}
+
 // Delivery is one message handed to a handler once.
 type Delivery struct {
-	// Attempt counts deliveries of this message, the first included (1-based).
+	// Attempt counts deliveries of this message, the first included (1-based); where the
+	// transport counts unsettled deliveries (Caps.CountsUnsettled), those too.
 	Attempt int
 	// Headers are the message's headers as they arrived (never nil).
 	Headers map[string]string
@@ -44,79 +176,45 @@ type Delivery struct {
 	Key string
 	// Payload is the message body as it arrived.
 	Payload []byte
-	// RetryCount is the retry-count header's value as it arrived (0 when absent).
+	// RetryCount is the retry-count header's value as the message arrived at the first
+	// of its deliveries that count toward Attempt (0 when absent): Attempt −
+	// RetryCount − 1 deliveries of it never settled.
 	RetryCount int
 	// Raw is whatever the transport needs to settle this delivery later.
 	Raw any
 }
 
-// Info describes a transport for the engine, logs and startup validation.
-type Info struct {
-	Caps  Caps
-	Group string
-	Key   string
-	Kind  Kind
+// Move is one settlement other than a completion, as the engine asks a transport to
+// apply it; see the package doc for what each Action writes.
+type Move struct {
+	// Action is ActionCopy, ActionDeadLetter, ActionPark, ActionPutBack or ActionLeave.
+	Action Action
+	// Delay is how long a parked copy waits (ActionPark).
+	Delay time.Duration
+	// Delivery is the delivery the move settles.
+	Delivery *Delivery
+	// Dest is the dead-letter destination (ActionDeadLetter).
+	Dest string
+	// Headers are the written message's headers (ActionCopy, ActionDeadLetter,
+	// ActionPark).
+	Headers map[string]string
 }
 
-// Caps says what a transport can do with a retry; the engine's decision reads it.
-type Caps struct {
-	// DeliveryCounter: the transport counts deliveries itself (a claiming stream's
-	// delivery counter); a retry leaves the message in place and never copies it.
-	DeliveryCounter bool
-	// CountsUnsettled: the transport's attempt counts deliveries that never settled too
-	// (a stream's delivery counter on re-read or claimed entries; an inbox's claim of a
-	// row whose lease passed adds one attempt), so a delivery can arrive with its
-	// attempts already spent by consumers that crashed, hung or could not write their
-	// settlement. The engine then dead-letters it at the cap without running the
-	// handler (see settle's spentByCrashes).
-	CountsUnsettled bool
-	// MinIdle is how long a left-in-place message waits before it comes back (claiming).
-	MinIdle time.Duration
-	// Parks: the transport keeps RetryAfter delays itself, durably (it implements
-	// Parker): a stream with a durable delay set, a SQL inbox's retry_after column. Without
-	// it the engine keeps delays in-process.
-	Parks bool
-	// RetryWithoutCap is what a Retry does when the mount declares no attempts cap.
-	RetryWithoutCap Action
+// EachMove applies ms one at a time with apply, for a transport whose moves are one
+// write each, and returns their errors in order.
+func EachMove(ms []Move, apply func(m Move) error) []error {
+	errs := make([]error, len(ms))
+	for i, m := range ms {
+		errs[i] = apply(m)
+	}
+	return errs
 }
 
-// Transport is one mount's connection to where its messages live.
-type Transport interface {
-	// Info describes the transport.
-	Info() Info
-	// Validate checks the transport against the mount's policy before anything starts;
-	// every refusal is returned.
-	Validate(p Policy) []error
-	// Open prepares the transport (creates a consumer group, …). Called once by Run.
-	Open(ctx context.Context) error
-	// Fetch returns up to max deliveries, waiting at most wait for the first one. It
-	// returns (nil, nil) when nothing came.
-	Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error)
-	// Ack completes deliveries: their messages go nowhere. An error applies to every
-	// delivery unless it is an *AckErrors, which says which failed.
-	Ack(ctx context.Context, ds []*Delivery) error
-	// Copy writes a copy of d, with the given headers, to the transport's retry
-	// destination and completes d, in one atomic step.
-	Copy(ctx context.Context, d *Delivery, headers map[string]string) error
-	// DeadLetter writes d, with the given headers, to dest (a destination of the
-	// transport's kind) and completes d, in one atomic step.
-	DeadLetter(ctx context.Context, d *Delivery, dest string, headers map[string]string) error
-	// Close releases what Open took. Called once, after every settlement.
-	Close(ctx context.Context) error
-}
-
-// PutBacker is a transport that can return a delivery to where it was read from, as
-// it is (a reliable list moves the item back from its processing list).
-type PutBacker interface {
-	PutBack(ctx context.Context, d *Delivery) error
-}
-
-// Leaver is a transport that leaves a retried delivery pending where it is, to come
-// back once Caps.MinIdle has passed (a claiming stream). The engine calls Leave for
-// ActionLeave: the transport stops tracking the delivery as in flight and restarts its
-// wait. A transport that needs neither does not implement it.
-type Leaver interface {
-	Leave(ctx context.Context, d *Delivery) error
+// UnsupportedMove is the error of a move whose action the transport does not apply. The
+// engine never sends one (its validation checks the Caps); a transport returns it
+// rather than guess.
+func UnsupportedMove(kind Kind, m Move) error {
+	return fmt.Errorf("%s transport cannot apply %s to %s", kind, m.Action, m.Delivery.ID)
 }
 
 // Policy is what a mount declares about retries and dead letters.
@@ -171,7 +269,7 @@ func (a Action) String() string {
 }
 
 // Completes reports whether the action ends the delivery's life in its source with no
-// further copy anywhere (ack, drop, reject, lose).
+// further copy anywhere (ack, drop, reject, lose): the engine applies it with Ack.
 func (a Action) Completes() bool {
 	return a == ActionAck || a == ActionDrop || a == ActionReject || a == ActionLose
 }
@@ -202,8 +300,40 @@ type Env struct {
 	TestClock clock.Clock
 }
 
-// Parker is a transport that can keep a copy of a delivery in a durable delay store
-// until delay has passed, completing the original in the same atomic step.
-type Parker interface {
-	Park(ctx context.Context, d *Delivery, headers map[string]string, delay time.Duration) error
+// AckErrors is the error of a Transport.Ack call that failed for some of its deliveries
+// only: Errs lines up with the deliveries given to Ack, and a nil entry means that
+// delivery's ack applied. A transport returns it when one call settles a batch whose
+// deliveries can fail one by one (a reliable list's ack of an item another consumer
+// already recovered).
+type AckErrors struct {
+	Errs []error
+}
+
+// Error summarises the failed acks.
+func (e *AckErrors) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("%d of %d acks failed; first: %v", n, len(e.Errs), first)
+}
+
+// AckError returns the error of the i-th delivery of an Ack call that returned err:
+// its own entry of an *AckErrors, else err itself (the whole call failed or applied).
+func AckError(err error, i int) error {
+	if err == nil {
+		return nil // the common case, kept free of errors.As's allocation
+	}
+	var each *AckErrors
+	if errors.As(err, &each) {
+		if i < len(each.Errs) {
+			return each.Errs[i]
+		}
+	}
+	return err // the whole call failed (or a transport gave too few entries)
 }
