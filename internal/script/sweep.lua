@@ -14,11 +14,9 @@
 -- member that does not parse is not lost: it is written back whole as the payload.
 --
 -- Returns {moved, next due time in ms or -1 when the set is empty, now in ms}.
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+--
+-- Prelude: now.lua (nowMs), prepended by script.go.
+local now = nowMs(ARGV[1])
 
 local function fields(m)
   local nl = string.find(m, '\n', 1, true)
