@@ -23,6 +23,8 @@ const SweepBatch = 100
 var (
 	//go:embed now.lua
 	nowSrc string // nowMs: ARGV "now" or the server's TIME
+	//go:embed next_due.lua
+	nextDueSrc string // nextDue: a delay set's earliest due time
 )
 
 var (
@@ -32,7 +34,7 @@ var (
 	sweepSrc string
 
 	park  = redis.NewScript(nowSrc + parkSrc)
-	sweep = redis.NewScript(nowSrc + sweepSrc)
+	sweep = redis.NewScript(nowSrc + nextDueSrc + sweepSrc)
 )
 
 // nowArg is the optional "now" argument: empty lets the script use the server's TIME.
@@ -92,15 +94,15 @@ func Sweep(ctx context.Context, rdb redis.Scripter, set, stream string, now int6
 // scripts or tell their EVALSHA calls apart by SHA1.
 func Sources() map[string]string {
 	return map[string]string{
-		"channel_sweep": nowSrc + channelSweepSrc,
+		"channel_sweep": nowSrc + nextDueSrc + channelSweepSrc,
 		"claim":         pendingAtSrc + claimSrc,
 		"list_move":     listMoveSrc,
 		"list_recover":  listRecoverSrc,
-		"list_sweep":    nowSrc + listSweepSrc,
+		"list_sweep":    nowSrc + nextDueSrc + listSweepSrc,
 		"park":          nowSrc + parkSrc,
 		"scan_gate":     nowSrc + scanGateSrc,
 		"stream_move":   streamMoveSrc,
-		"sweep":         nowSrc + sweepSrc,
+		"sweep":         nowSrc + nextDueSrc + sweepSrc,
 		"touch":         pendingAtSrc + touchSrc,
 		"value_park":    nowSrc + valueParkSrc,
 	}

@@ -18,8 +18,8 @@ var (
 	channelSweepSrc string
 
 	valuePark    = redis.NewScript(nowSrc + valueParkSrc)
-	listSweep    = redis.NewScript(nowSrc + listSweepSrc)
-	channelSweep = redis.NewScript(nowSrc + channelSweepSrc)
+	listSweep    = redis.NewScript(nowSrc + nextDueSrc + listSweepSrc)
+	channelSweep = redis.NewScript(nowSrc + nextDueSrc + channelSweepSrc)
 )
 
 // ParkValue adds member (internal/wire.ValueDelayMember) to the delay set scored by now
