@@ -13,11 +13,9 @@
 --
 -- Returns {moved, next due time in ms or -1 when the set is empty, now in ms, how many
 -- of the moved were received by no subscriber (lost: pub/sub keeps nothing)}.
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+--
+-- Preludes: now.lua (nowMs) and next_due.lua (nextDue), prepended by script.go.
+local now = nowMs(ARGV[1])
 
 local unheard = 0
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
@@ -33,9 +31,4 @@ for _, m in ipairs(due) do
   redis.call('ZREM', KEYS[1], m)
 end
 
-local nxt = -1
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 2 then
-  nxt = tonumber(first[2])
-end
-return {#due, nxt, now, unheard}
+return {#due, nextDue(KEYS[1]), now, unheard}

@@ -30,6 +30,8 @@
 -- claimed, before any other client can claim or acknowledge it. Skipping the ids in flight
 -- here inside the script (not after it returns) keeps an entry whose handler settles it
 -- while the claim runs from being delivered again.
+--
+-- Prelude: pending_at.lua (pendingAt, resetCounts), prepended by script.go.
 local n = tonumber(ARGV[6])
 local inflight = {}
 for i = 7, 6 + n do

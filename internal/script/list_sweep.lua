@@ -13,16 +13,14 @@
 --
 -- Returns {moved, next due time in ms or -1 when the set is empty, now in ms}, or an
 -- error reply, before anything moved, when the list key holds another type.
+--
+-- Preludes: now.lua (nowMs) and next_due.lua (nextDue), prepended by script.go.
 local kind = redis.call('TYPE', KEYS[2])['ok']
 if kind ~= 'list' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds a ' .. kind .. ', not a list')
 end
 
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = nowMs(ARGV[1])
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, m in ipairs(due) do
@@ -35,9 +33,4 @@ for _, m in ipairs(due) do
   redis.call('ZREM', KEYS[1], m)
 end
 
-local nxt = -1
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 2 then
-  nxt = tonumber(first[2])
-end
-return {#due, nxt, now}
+return {#due, nextDue(KEYS[1]), now}

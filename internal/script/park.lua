@@ -15,6 +15,8 @@
 -- Returns the due time in ms; an error reply "NOTOWNER …" when the entry is no longer
 -- pending to ARGV[7] (nothing is written); or an error reply naming a key of the wrong
 -- type (checked before anything is written).
+--
+-- Prelude: now.lua (nowMs), prepended by script.go.
 local kinds = {'zset', 'stream'}
 for i = 1, 2 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
@@ -25,11 +27,7 @@ end
 if #redis.call('XPENDING', KEYS[2], ARGV[4], ARGV[5], ARGV[5], 1, ARGV[7]) == 0 then
   return redis.error_reply('NOTOWNER entry ' .. ARGV[5] .. ' is not pending to consumer ' .. ARGV[7])
 end
-local now = tonumber(ARGV[6])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = nowMs(ARGV[6])
 local due = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], due, ARGV[1])
 redis.call('XACK', KEYS[2], ARGV[4], ARGV[5])

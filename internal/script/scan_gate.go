@@ -13,7 +13,7 @@ var (
 	//go:embed scan_gate.lua
 	scanGateSrc string
 
-	scanGate = redis.NewScript(scanGateSrc)
+	scanGate = redis.NewScript(nowSrc + scanGateSrc)
 )
 
 // StartScan reports whether consumer may start a pass over its group's pending list,

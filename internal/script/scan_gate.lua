@@ -12,8 +12,9 @@
 -- The start time is the server's (TIME) and kept in the key's value, not only in its
 -- expiry: miniredis lets keys expire only when its clock is moved on. The expiry, two
 -- periods, only cleans the key up once no consumer scans.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--
+-- Prelude: now.lua (nowMs), prepended by script.go.
+local now = nowMs()
 local last = redis.call('HGET', KEYS[1], 'at')
 if last and now - tonumber(last) < tonumber(ARGV[1]) then
   return 0

@@ -18,14 +18,23 @@ import (
 // moved.
 const SweepBatch = 100
 
+// The preludes: functions that several scripts share, prepended to each script that
+// uses them (its header names them) when it is loaded.
+var (
+	//go:embed now.lua
+	nowSrc string // nowMs: ARGV "now" or the server's TIME
+	//go:embed next_due.lua
+	nextDueSrc string // nextDue: a delay set's earliest due time
+)
+
 var (
 	//go:embed park.lua
 	parkSrc string
 	//go:embed sweep.lua
 	sweepSrc string
 
-	park  = redis.NewScript(parkSrc)
-	sweep = redis.NewScript(sweepSrc)
+	park  = redis.NewScript(nowSrc + parkSrc)
+	sweep = redis.NewScript(nowSrc + nextDueSrc + sweepSrc)
 )
 
 // nowArg is the optional "now" argument: empty lets the script use the server's TIME.
@@ -81,20 +90,20 @@ func Sweep(ctx context.Context, rdb redis.Scripter, set, stream string, now int6
 }
 
 // Sources returns the source of every script this package runs, as Redis is sent it
-// (a shared prelude included), by the name of its .lua file: for tests that load the
+// (its preludes included), by the name of its .lua file: for tests that load the
 // scripts or tell their EVALSHA calls apart by SHA1.
 func Sources() map[string]string {
 	return map[string]string{
-		"channel_sweep": channelSweepSrc,
+		"channel_sweep": nowSrc + nextDueSrc + channelSweepSrc,
 		"claim":         pendingAtSrc + claimSrc,
 		"list_move":     listMoveSrc,
 		"list_recover":  listRecoverSrc,
-		"list_sweep":    listSweepSrc,
-		"park":          parkSrc,
-		"scan_gate":     scanGateSrc,
+		"list_sweep":    nowSrc + nextDueSrc + listSweepSrc,
+		"park":          nowSrc + parkSrc,
+		"scan_gate":     nowSrc + scanGateSrc,
 		"stream_move":   streamMoveSrc,
-		"sweep":         sweepSrc,
+		"sweep":         nowSrc + nextDueSrc + sweepSrc,
 		"touch":         pendingAtSrc + touchSrc,
-		"value_park":    valueParkSrc,
+		"value_park":    nowSrc + valueParkSrc,
 	}
 }

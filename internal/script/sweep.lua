@@ -14,11 +14,9 @@
 -- member that does not parse is not lost: it is written back whole as the payload.
 --
 -- Returns {moved, next due time in ms or -1 when the set is empty, now in ms}.
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+--
+-- Preludes: now.lua (nowMs) and next_due.lua (nextDue), prepended by script.go.
+local now = nowMs(ARGV[1])
 
 local function fields(m)
   local nl = string.find(m, '\n', 1, true)
@@ -56,9 +54,4 @@ for _, m in ipairs(due) do
   redis.call('ZREM', KEYS[1], m)
 end
 
-local nxt = -1
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 2 then
-  nxt = tonumber(first[2])
-end
-return {#due, nxt, now}
+return {#due, nextDue(KEYS[1]), now}

@@ -15,6 +15,8 @@
 -- count resets them: JUSTID alone keeps the count on Redis but not on miniredis, so the
 -- count read by XPENDING is written back with RETRYCOUNT, and it is kept on both.
 -- Atomic: the owner check and the reset cannot be split by another consumer's claim.
+--
+-- Prelude: pending_at.lua (pendingAt, resetCounts), prepended by script.go.
 local ids = {}
 for i = 3, #ARGV do
   ids[#ids + 1] = ARGV[i]

@@ -20,6 +20,8 @@
 --
 -- All or nothing: the key types are checked before anything is written, so the item is
 -- gone from the processing list exactly when the member is in the set.
+--
+-- Prelude: now.lua (nowMs), prepended by script.go.
 local function check(key, want)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= want and kind ~= 'none' then
@@ -38,11 +40,7 @@ if #KEYS > 1 then
   end
 end
 
-local now = tonumber(ARGV[4])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = nowMs(ARGV[4])
 
 if #KEYS > 1 and redis.call('LREM', KEYS[2], 1, ARGV[5]) == 0 then
   return -1

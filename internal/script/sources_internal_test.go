@@ -1,0 +1,38 @@
+package script
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every script is sent to Redis as Sources gives it: its SHA1 is what EVALSHA sends.
+func TestSourcesAreWhatRedisIsSent(t *testing.T) {
+	t.Parallel()
+
+	scripts := map[string]*redis.Script{
+		"channel_sweep": channelSweep,
+		"claim":         claim,
+		"list_move":     listMove,
+		"list_recover":  ListRecover,
+		"list_sweep":    listSweep,
+		"park":          park,
+		"scan_gate":     scanGate,
+		"stream_move":   streamMove,
+		"sweep":         sweep,
+		"touch":         touch,
+		"value_park":    valuePark,
+	}
+	srcs := Sources()
+	if len(srcs) != len(scripts) {
+		t.Fatalf("Sources has %d scripts, want %d", len(srcs), len(scripts))
+	}
+	for name, s := range scripts {
+		sum := sha1.Sum([]byte(srcs[name]))
+		if got, want := hex.EncodeToString(sum[:]), s.Hash(); got != want {
+			t.Fatalf("SHA1 of Sources()[%q] = %s, want the script's %s", name, got, want)
+		}
+	}
+}
