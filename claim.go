@@ -22,36 +22,13 @@ type ClaimingStreamSource struct {
 
 var _ Source = (*ClaimingStreamSource)(nil)
 
-// ClaimingStream returns a source that reads the stream key through the consumer group
-// group like Stream does (same options, same wire format, same dead letters), except for
-// how a delivery comes again:
-//
-//   - Retry leaves the entry pending where it is: nothing is copied and it keeps its id
-//     (the retries of concurrent handlers are left in one round trip). Before each read
-//     of new entries, the subscription takes back its own retries that have waited
-//     minIdle (XCLAIM of their ids), and now and then scans for the group's entries idle
-//     for at least minIdle (XAUTOCLAIM, at most as many as it has free handler slots):
-//     those of consumers that crashed or hung. One consumer of the group starts such a
-//     scan per poll (the shorter of minIdle/2 and the read's Block), the others leave
-//     it to that one. So a Retry comes back after minIdle.
-//   - The attempt is the retry-count header (0 for a message that was never copied) plus
-//     Redis's delivery counter for the entry, which counts every delivery to any
-//     consumer, crashed ones included: a message that kills its worker still reaches
-//     MaxAttempts and is dead-lettered then, with its retry count set to the cap.
-//   - RetryAfter(d) has no wait of its own but minIdle: without a durable delay set a
-//     shorter d is rounded up to minIdle and a longer one cut to it (a warning is logged
-//     once per mount), so choose minIdle as the backoff. With
-//     DelayIn(delayed.DurableZset{…}) each delay is kept as asked: the retry copy
-//     (retry count set to the attempt) is parked and the original acknowledged.
-//   - While a handler runs, its entry is kept from being claimed by other consumers: every
-//     minIdle/3 (on the App's clock) the subscription resets the idle time of the entries
-//     it is handling, which does not count as a delivery. So minIdle may be short without
-//     a long handler's entry being handled twice.
-//
-// A restarted consumer does not re-read its own pending entries at once (they may be
-// retries waiting out minIdle): they come back through the claim like any other.
-// Reclaim is not an option of a claiming stream, which always claims after minIdle.
-// minIdle must be at least a millisecond.
+// ClaimingStream returns a source that reads the stream key through the group group like
+// Stream, but leaves a retried entry pending, to be claimed back (XCLAIM, XAUTOCLAIM)
+// once idle for minIdle, and counts attempts with Redis's delivery counter, crashed
+// deliveries included. It also claims entries other consumers left idle that long, and
+// heartbeats the entries it is handling every minIdle/3 so that none is claimed from
+// under a live handler. Without a durable delay set, RetryAfter waits minIdle whatever
+// it asks (a warning says so once). minIdle must be at least a millisecond.
 func ClaimingStream(rdb redis.UniversalClient, key, group string, minIdle time.Duration, opts ...StreamOption) *ClaimingStreamSource {
 	return &ClaimingStreamSource{minIdle: minIdle, stream: Stream(rdb, key, group, opts...)}
 }
@@ -60,7 +37,7 @@ func ClaimingStream(rdb redis.UniversalClient, key, group string, minIdle time.D
 func (s *ClaimingStreamSource) Transport(env source.Env) source.Transport {
 	st := s.stream.Transport(env).(*streamTransport)
 	t := &claimTransport{reclaim: st.claim, streamTransport: st}
-	st.claim = newClaimer("ClaimingStream minIdle", s.minIdle, s.stream.cfg.block, true, s.onBeat)
+	st.claim = newClaimer(st.claimStream(), "ClaimingStream minIdle", s.minIdle, s.stream.cfg.block, true, s.onBeat)
 	st.rescan = false
 	return t
 }
@@ -146,4 +123,15 @@ func (t *claimTransport) leave(ctx context.Context, ds []*source.Delivery) error
 		return fmt.Errorf("stream %q: leave %d entries pending: %w", s.key, len(ids), err)
 	}
 	return nil
+}
+
+// Seek moves the consumer group's position back (or forward) to id (XGROUP SETID), like
+// StreamSource.Seek: the entries after id are delivered again as new deliveries.
+//
+// Redis counts a replayed entry's deliveries from 1 again, so its attempt restarts: it is
+// the retry-count header (unchanged by Seek) plus 1, and the MaxAttempts cap counts from
+// the replay. An entry left pending by a Retry is delivered at once, without waiting out
+// minIdle.
+func (s *ClaimingStreamSource) Seek(ctx context.Context, id string) error {
+	return s.stream.Seek(ctx, id)
 }

@@ -3,12 +3,16 @@ package settle
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
@@ -18,8 +22,8 @@ import (
 // that sorted set, whatever it reads: a stream, a list or a channel. Each transport
 // parks its own way (the stream acknowledges its entry, the reliable list takes the
 // item out of its processing list) and sweeps its own way (XADD, RPUSH, PUBLISH); what
-// they share is here: the "now" of the scripts, the sweep loop before each read and the
-// bound it puts on that read's wait.
+// they share is here: the checks at startup, the "now" of the scripts, the sweep loop
+// before each read and the bound it puts on that read's wait.
 
 // parkPoll bounds a read while deliveries of this consumer are in flight: their handlers
 // may park a delay shorter than the read's block, which the blocked read could not see.
@@ -41,6 +45,51 @@ func delaySetOf(env source.Env) (delaySet, bool) {
 	return delaySet{DurableZset: dz, testClock: env.TestClock}, ok
 }
 
+// delayProblems returns the refusals of a mount's delay strategy that hold for any
+// source: a DurableZset needs a key, a TTL that is not negative, and a source that parks.
+func delayProblems(strategy delayed.Strategy, info source.Info) []error {
+	dz, ok := strategy.(delayed.DurableZset)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	if dz.Key == "" {
+		errs = append(errs, errors.New("DelayIn(delayed.DurableZset{}): Key is empty; name the sorted set, e.g. \"{orders}:delayed\""))
+	}
+	if dz.TTL < 0 {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{TTL: %s}): TTL must not be negative (0: the set never expires)", dz.TTL))
+	}
+	if !info.Caps.Parks {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): a %s source cannot keep delays in a sorted set; use delayed.InProcess{}", dz.Key, info.Kind))
+	}
+	return errs
+}
+
+// delaySetProblems refuses a durable delay set a Redis source cannot use: one whose key
+// is the source's (kind names it: "stream", "list", "reliable list") or its dead
+// letter's, or, on Redis Cluster, one outside the slot of slotKeys (the keys its park and
+// sweep scripts touch besides the set).
+func delaySetProblems(p source.Policy, rdb redis.UniversalClient, kind, key string, slotKeys ...string) []error {
+	dz, ok := p.Delay.(delayed.DurableZset)
+	if !ok || dz.Key == "" {
+		return nil // delayProblems refuses an empty Key for every source
+	}
+	var errs []error
+	if dz.Key == key {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): the delay set's key is the %s's", dz.Key, kind))
+	}
+	if p.DeadLetter != "" && dz.Key == p.DeadLetter {
+		noun := kind[strings.LastIndex(kind, " ")+1:] // a reliable list's dead letter is a list
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): the delay set's key is the dead-letter %s's", dz.Key, noun))
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		if err := keys.SameSlot(append([]string{dz.Key}, slotKeys...)...); err != nil {
+			errs = append(errs, fmt.Errorf("on Redis Cluster the %s and its delay set must share a slot (parking and sweeping are one Lua script each): %w", kind, err))
+		}
+	}
+	return errs
+}
+
 // now is the "now" argument of the delay scripts: the test's fake clock, or -1 for the
 // Redis server's TIME.
 func (s delaySet) now() int64 {
@@ -48,6 +97,15 @@ func (s delaySet) now() int64 {
 		return s.testClock.Now().UnixMilli()
 	}
 	return -1
+}
+
+// parkValue parks the retry copy of a list item or channel message m (its envelope) in
+// the set, due once m.Delay has passed on the Redis server's clock. The pop or the
+// receive already took the original: there is nothing to complete.
+func (s delaySet) parkValue(ctx context.Context, rdb redis.Scripter, m source.Move) error {
+	member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
+	_, _, err := script.ParkValue(ctx, rdb, s.Key, "", "", member, m.Delay, s.TTL, s.now())
+	return err
 }
 
 // sweep calls move (one sweep script: at most script.SweepBatch members) while full
@@ -68,15 +126,6 @@ func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, 
 		}
 	}
 	return boundedWait(wait, res, s.testClock != nil, inflight), res, nil
-}
-
-// parkValue parks the retry copy of a list item or channel message m (its envelope) in
-// the set, due once m.Delay has passed on the Redis server's clock. The pop or the
-// receive already took the original: there is nothing to complete.
-func (s delaySet) parkValue(ctx context.Context, rdb redis.Scripter, m source.Move) error {
-	member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
-	_, _, err := script.ParkValue(ctx, rdb, s.Key, "", "", member, m.Delay, s.TTL, s.now())
-	return err
 }
 
 // valueMember is the delay set member holding the retry copy value of a list item or

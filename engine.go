@@ -2,17 +2,85 @@ package settle
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
+
+// Log attribute keys, shared by every transport.
+const (
+	attrAction  = "action"
+	attrAttempt = "attempt"
+	attrDelay   = "delay"
+	attrError   = "error"
+	attrGroup   = "group"
+	attrKey     = "key"
+	attrMount   = "mount"
+	attrMsgID   = "msg_id"
+	attrOutcome = "outcome"
+	attrReason  = "reason"
+)
+
+// Source is where a mount's deliveries come from: Stream, and the sources of settle's
+// subpackages. It is sealed: its method takes settle's internal types, so only settle's
+// own packages implement it.
+type Source interface {
+	// Transport is for settle's own use and may change in any release.
+	Transport(env source.Env) source.Transport
+}
+
+// Settled describes one settlement, for Config.OnSettled.
+type Settled struct {
+	// Action is what the engine did.
+	Action Action
+	// Attempt is the delivery's attempt, 1-based.
+	Attempt int
+	// Delay is the wait of a parked copy.
+	Delay time.Duration
+	// Err is nil when the settlement was applied, else the error that kept it from being
+	// applied (the message then stays where the transport keeps it, if it does).
+	Err error
+	// HandlerErr is the handler's error (nil for an ack).
+	HandlerErr error
+	// ID is the delivery's id in its transport.
+	ID string
+	// Key is where the delivery was read from.
+	Key string
+	// Mount names the mount.
+	Mount string
+	// Outcome is what the handler asked.
+	Outcome OutcomeKind
+}
+
+// Final reports whether the message reached a final state with this settlement: acked,
+// dropped, rejected, lost or dead-lettered, and applied without error.
+func (s Settled) Final() bool {
+	return s.Err == nil && (s.Action.Completes() || s.Action == ActionDeadLetter)
+}
+
+// engine is what the mounts of one App share: its clock, logger and OnSettled hook,
+// its drain timeout, and the in-process delayed copies being written.
+type engine struct {
+	clock        clock.Clock
+	delayed      sync.WaitGroup // in-process delayed copies being written; Run waits for them
+	drainTimeout time.Duration
+	logger       *slog.Logger
+	onSettled    func(ctx context.Context, s Settled)
+	testClock    clock.Clock // Config.Test.Clock: nil in production
+}
 
 // errAttemptsSpent is the error a delivery settled without running its handler carries:
 // see spentByCrashes.
@@ -25,6 +93,7 @@ const settleTimeout = 10 * time.Second
 // mount is one recorded App.Mount, prepared by Validate.
 type mount struct {
 	cfg       mountConfig
+	eng       *engine
 	handler   Handler
 	index     int
 	info      source.Info
@@ -49,7 +118,7 @@ type mount struct {
 }
 
 // prepare builds the mount's transport and policy. It runs once per mount.
-func (m *mount) prepare(a *App) {
+func (m *mount) prepare(e *engine) {
 	if m.transport != nil || m.src == nil {
 		return
 	}
@@ -63,7 +132,8 @@ func (m *mount) prepare(a *App) {
 	if m.name == "" {
 		m.name = fmt.Sprintf("#%d", m.index+1)
 	}
-	m.transport = m.src.Transport(source.Env{Clock: a.clock, Logger: a.logger, Mount: m.name, Policy: m.policy, TestClock: a.cfg.Test.Clock})
+	m.eng = e
+	m.transport = m.src.Transport(source.Env{Clock: e.clock, Logger: e.logger, Mount: m.name, Policy: m.policy, TestClock: e.testClock})
 	m.info = m.transport.Info()
 	if m.cfg.name == "" {
 		m.name = string(m.info.Kind) + " " + m.info.Key
@@ -71,7 +141,7 @@ func (m *mount) prepare(a *App) {
 			m.name += "/" + m.info.Group
 		}
 	}
-	m.logger = a.logger.With(slog.String(attrMount, m.name))
+	m.logger = e.logger.With(slog.String(attrMount, m.name))
 	m.wrapped = m.handler
 	for i := len(m.cfg.middleware) - 1; i >= 0; i-- {
 		if m.wrapped != nil {
@@ -113,7 +183,7 @@ func (m *mount) validate() []error {
 	for _, err := range capsProblems(m.info) {
 		add("%v", err)
 	}
-	for _, err := range delayProblems(m) {
+	for _, err := range delayProblems(m.cfg.delay, m.info) {
 		add("%v", err)
 	}
 	return errs
@@ -145,27 +215,25 @@ func (m *mount) warnOnce(ctx context.Context, reason string, msg string, attrs .
 	o.(*sync.Once).Do(func() { m.logger.WarnContext(ctx, msg, attrs...) })
 }
 
-// runMount reads and handles the mount's deliveries until ctx is cancelled, then
+// run reads and handles the mount's deliveries until ctx is cancelled, then
 // drains: in-flight handlers finish (or are cancelled after the drain timeout) and are
 // settled before it returns.
-func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
+func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHandlers(nil)
-	acks := newAcker(context.WithoutCancel(ctx), m, a)
+	acks := newAcker(context.WithoutCancel(ctx), m)
 	m.writes.base = context.WithoutCancel(ctx)
 	var inflight sync.WaitGroup
 	slots := make(chan struct{}, m.cfg.concurrency)
-	m.copies = newCopier(m, a, slots)
-	m.due = newDueCopies(m, a)
+	m.copies = newCopier(m, slots)
+	m.due = newDueCopies(m)
 	batch := max(m.info.Batch, 1)
 	readCtx := context.WithoutCancel(ctx)
 	// Deliveries go to workers that live on from one delivery to the next (see
-	// workQueue): a goroutine per delivery grew a new stack for nearly every one (the
-	// engine's frames and a handler's outgrow the 2 KB a goroutine starts with), a tenth
-	// of the client CPU of a retry.
+	// workQueue): a goroutine per delivery would grow a new stack for nearly every one.
 	work := newWorkQueue(m.cfg.concurrency)
 	handle := func(d *source.Delivery) {
-		if !a.handle(handlerCtx, m, d, acks, delays) {
+		if !m.handle(handlerCtx, d, acks, delays) {
 			<-slots // else the copier frees it once the delivery's move is written
 		}
 	}
@@ -229,11 +297,11 @@ func (a *App) runMount(ctx context.Context, m *mount, delays *timerq.Queue) {
 
 	drained := make(chan struct{})
 	go func() { inflight.Wait(); close(drained) }()
-	t := a.clock.NewTimer(a.cfg.DrainTimeout)
+	t := m.eng.clock.NewTimer(m.eng.drainTimeout)
 	select {
 	case <-drained:
 	case <-t.C():
-		m.logger.WarnContext(ctx, "settle: drain timeout passed; cancelling handlers", slog.Duration("drain_timeout", a.cfg.DrainTimeout))
+		m.logger.WarnContext(ctx, "settle: drain timeout passed; cancelling handlers", slog.Duration("drain_timeout", m.eng.drainTimeout))
 		cancelHandlers(errShutdown)
 		<-drained
 	}
@@ -267,7 +335,7 @@ func nextBackoff(d time.Duration) time.Duration {
 
 // handle runs the handler on one delivery, decides and applies its settlement. It
 // reports whether the delivery's move was queued to the copier, which then frees its slot.
-func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *acker, delays *timerq.Queue) (queued bool) {
+func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, delays *timerq.Queue) (queued bool) {
 	if spentByCrashes(d, m.policy, m.info.Caps) {
 		// The deliveries past the cap never settled: settle this one as the cap's failure,
 		// counting the attempts spent (the cap), without running the handler again.
@@ -276,7 +344,7 @@ func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *ac
 		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
 		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
 		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
-		return a.apply(ctx, m, &spent, o, s, acks, delays)
+		return m.apply(ctx, &spent, o, s, acks, delays)
 	}
 	msg := &Message{
 		Attempt:    d.Attempt,
@@ -292,11 +360,11 @@ func (a *App) handle(ctx context.Context, m *mount, d *source.Delivery, acks *ac
 	s := decide(o, d.Attempt, m.policy, m.info.Caps)
 	if s.Action == source.ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
 		// The common case, kept out of apply: its large frame would grow the stack of
-		// every handler goroutine (measured: a fifth of the CPU of draining a stream).
+		// every handler goroutine.
 		acks.add(d, Settled{Action: s.Action, Attempt: d.Attempt, ID: d.ID, Key: d.Key, Mount: m.name, Outcome: o.Kind})
 		return
 	}
-	return a.apply(ctx, m, d, o, s, acks, delays)
+	return m.apply(ctx, d, o, s, acks, delays)
 }
 
 // callHandler runs h, turning a panic into a *PanicError.
@@ -312,7 +380,7 @@ func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 // apply carries out a settlement: a completion goes to the batched acker, any other to
 // the transport's Moves (see move), an in-process delay to the delay queue. It reports
 // whether the delivery's move was queued to the copier, which then frees its slot.
-func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) (queued bool) {
+func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) (queued bool) {
 	ev := Settled{
 		Action:     s.Action,
 		Attempt:    d.Attempt,
@@ -346,10 +414,10 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		}
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
-		return a.move(m, source.Move{Action: source.ActionLeave, Delivery: d}, ev)
+		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
 	case source.ActionPutBack:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
-		return a.move(m, source.Move{Action: source.ActionPutBack, Delivery: d}, ev)
+		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d}, ev)
 	case source.ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.
@@ -357,20 +425,20 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 		} else {
 			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
-		return a.move(m, source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
 	case source.ActionPark:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
-			return a.move(m, source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
 		}
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
-		a.scheduleCopy(m, d, ev, s.Delay, delays)
-		a.settled(m.writes.get(), m, d, ev)
+		m.scheduleCopy(d, ev, s.Delay, delays)
+		m.settled(m.writes.get(), d, ev)
 		return false
 	default: // source.ActionDeadLetter
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
-		return a.move(m, source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
+		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
 	}
 }
 
@@ -378,14 +446,14 @@ func (a *App) apply(ctx context.Context, m *mount, d *source.Delivery, o Outcome
 // in batches (the copier reports it and frees the delivery's slot once it is written),
 // else written now, from the handler's goroutine, so the writes of concurrent handlers
 // stay concurrent.
-func (a *App) move(m *mount, mv source.Move, ev Settled) (queued bool) {
+func (m *mount) move(mv source.Move, ev Settled) (queued bool) {
 	if m.copies != nil {
 		m.copies.add(mv, ev)
 		return true
 	}
 	ctx := m.writes.get()
 	ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
-	a.settled(ctx, m, mv.Delivery, ev)
+	m.settled(ctx, mv.Delivery, ev)
 	return false
 }
 
@@ -394,7 +462,7 @@ func (a *App) move(m *mount, mv source.Move, ev Settled) (queued bool) {
 // those due meanwhile together; without one (a transport that writes moves one at a
 // time), each is written on its own goroutine, so many coming due at once are written
 // concurrently. Run waits for every one before returning.
-func (a *App) scheduleCopy(m *mount, d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
+func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
 	// A delivery may share its memory with the rest of its read (see
 	// streamTransport.deliveries): keep a copy of its own while it waits.
 	held := *d
@@ -406,39 +474,72 @@ func (a *App) scheduleCopy(m *mount, d *source.Delivery, ev Settled, delay time.
 		return
 	}
 	delays.Schedule(delay, func() {
-		a.delayed.Go(func() {
+		m.eng.delayed.Go(func() {
 			ctx := m.writes.get()
 			ev := ev
 			ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
-			a.settled(ctx, m, d, ev)
+			m.settled(ctx, d, ev)
 		})
 	})
 }
 
-// writeContexts hands out the contexts of a mount's settlement writes other than acks
-// (the acker bounds each batch of its own): the run context's values, no cancellation,
-// a deadline settleTimeout away, give or take a second. The writes that start within a
-// second share one context, which its own timer ends at its deadline: a context and a
-// timer of its own cost every retry copy five allocations.
-type writeContexts struct {
-	base context.Context
-
-	mu     sync.Mutex
-	ctx    context.Context
-	cancel context.CancelFunc // not called: writes may still use ctx until its deadline ends it
-	until  time.Time          // when ctx stops being handed out
+// open opens the mount's source. An error that says the server could not be reached (a refused
+// or dropped connection, a server still loading its data) is logged and the open tried
+// again after a backoff, until it succeeds or ctx is done: a consumer started while its
+// Redis or database restarts comes up on its own, as a running one reconnects. Any other
+// error (a key of the wrong type, a refused permission, a missing table) is returned at
+// once: waiting would not fix it.
+func (m *mount) open(ctx context.Context) error {
+	var backoff time.Duration
+	for {
+		err := m.transport.Open(ctx)
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return err
+		}
+		backoff = nextBackoff(backoff)
+		m.logger.ErrorContext(ctx, "settle: open failed: the server is unreachable; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
-// get returns the context of a write starting now.
-func (w *writeContexts) get() context.Context {
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ctx == nil || !now.Before(w.until) {
-		w.ctx, w.cancel = context.WithDeadline(w.base, now.Add(settleTimeout))
-		w.until = now.Add(time.Second)
+// unreachable reports whether err says the server could not be reached or is not ready
+// yet, rather than refusing what was asked.
+func unreachable(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, driver.ErrBadConn), errors.As(err, &netErr):
+		return true
 	}
-	return w.ctx
+	// Redis's answers while it cannot serve yet.
+	msg := err.Error()
+	for _, prefix := range []string{"LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN "} {
+		if strings.HasPrefix(msg, prefix) || strings.Contains(msg, ": "+prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// settled reports an applied (or failed) settlement.
+func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
+	if ev.Err == nil {
+		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
+			m.settleOK.Store(true)
+		}
+	} else {
+		m.settleFailed.Store(true)
+		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
+			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
+	}
+	if m.eng.onSettled != nil {
+		m.eng.onSettled(ctx, ev)
+	}
 }
 
 // logSettlement logs a settlement's line at level with the delivery's attributes and
@@ -461,88 +562,4 @@ func settlementAttrs(d *source.Delivery, o Outcome, s source.Settlement, extra .
 		attrs = append(attrs, a)
 	}
 	return attrs
-}
-
-// settled reports an applied (or failed) settlement.
-func (a *App) settled(ctx context.Context, m *mount, d *source.Delivery, ev Settled) {
-	if ev.Err == nil {
-		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
-			m.settleOK.Store(true)
-		}
-	} else {
-		m.settleFailed.Store(true)
-		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
-			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
-	}
-	if a.cfg.OnSettled != nil {
-		a.cfg.OnSettled(ctx, ev)
-	}
-}
-
-// acker batches acks: one transport Ack call for all the acks waiting.
-type acker struct {
-	app  *App
-	base context.Context
-	ch   chan ackReq
-	done chan struct{}
-	m    *mount
-}
-
-type ackReq struct {
-	d  *source.Delivery
-	ev Settled
-}
-
-// maxAckBatch bounds one batched ack.
-const maxAckBatch = 512
-
-func newAcker(base context.Context, m *mount, a *App) *acker {
-	k := &acker{app: a, base: base, ch: make(chan ackReq, 2*m.cfg.concurrency), done: make(chan struct{}), m: m}
-	go k.run()
-	return k
-}
-
-func (k *acker) add(d *source.Delivery, ev Settled) { k.ch <- ackReq{d: d, ev: ev} }
-
-// close flushes waiting acks and stops the acker.
-func (k *acker) close() {
-	close(k.ch)
-	<-k.done
-}
-
-func (k *acker) run() {
-	defer close(k.done)
-	reqs := make([]ackReq, 0, 64)
-	ds := make([]*source.Delivery, 0, 64)
-	for req := range k.ch {
-		reqs = gather(k.ch, append(reqs[:0], req), maxAckBatch)
-		ds = ds[:0]
-		for _, r := range reqs {
-			ds = append(ds, r.d)
-		}
-		ctx, cancel := context.WithTimeout(k.base, settleTimeout)
-		err := k.m.transport.Ack(ctx, ds)
-		for i, r := range reqs {
-			r.ev.Err = source.AckError(err, i)
-			k.app.settled(ctx, k.m, r.d, r.ev)
-		}
-		cancel()
-	}
-}
-
-// gather appends to batch what ch holds already, without waiting, until batch holds max:
-// what a batched writer sends in one call.
-func gather[T any](ch <-chan T, batch []T, max int) []T {
-	for len(batch) < max {
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, v)
-		default:
-			return batch
-		}
-	}
-	return batch
 }

@@ -30,7 +30,7 @@ func (nopTransport) Moves(_ context.Context, ms []source.Move) []error {
 func (nopTransport) Close(context.Context) error { return nil }
 
 // benchMount returns a prepared mount on nopTransport with handler h, logging nothing.
-func benchMount(b *testing.B, h Handler) (*App, *mount) {
+func benchMount(b *testing.B, h Handler) *mount {
 	b.Helper()
 	a, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))})
 	if err != nil {
@@ -38,9 +38,9 @@ func benchMount(b *testing.B, h Handler) (*App, *mount) {
 	}
 	m := &mount{cfg: defaultMountConfig(), handler: h, src: benchSource{}}
 	m.cfg.delay = delayed.InProcess{}
-	m.prepare(a)
+	m.prepare(a.eng)
 	m.writes.base = context.Background() // as runMount sets it
-	return a, m
+	return m
 }
 
 type benchSource struct{}
@@ -50,14 +50,14 @@ func (benchSource) Transport(source.Env) source.Transport { return nopTransport{
 // benchHandle runs the engine's per-delivery path (handler, decision, settlement, the
 // batched acker) b.N times.
 func benchHandle(b *testing.B, h Handler) {
-	a, m := benchMount(b, h)
-	acks := newAcker(context.Background(), m, a)
+	m := benchMount(b, h)
+	acks := newAcker(context.Background(), m)
 	defer acks.close()
 	d := &source.Delivery{Attempt: 1, Headers: map[string]string{}, HasPayload: true, ID: "1-0", Key: "bench", Payload: []byte("payload")}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		a.handle(ctx, m, d, acks, nil)
+		m.handle(ctx, d, acks, nil)
 	}
 }
 

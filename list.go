@@ -12,24 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
 )
-
-// ListOption configures a List source.
-type ListOption interface {
-	applyList(*listConfig)
-}
-
-type listConfig struct {
-	batch int
-	block time.Duration
-}
-
-func (o ReadOption) applyList(c *listConfig) { o.set(&c.batch, &c.block) }
 
 // ListSource pops items from a Redis list. Make one with List.
 type ListSource struct {
@@ -40,24 +26,12 @@ type ListSource struct {
 
 var _ Source = (*ListSource)(nil)
 
-// List returns a source that pops items from the head of the list key: LPOP key count
-// while items are there, and BLPOP (at most Block) when the list is idle. Producers push
-// to the tail (RPUSH, or Publisher.PublishList), so the list is a FIFO queue.
-//
-// Items are settle's envelope (headers and payload, written by Publisher.PublishList);
-// an item pushed by another client that is not an envelope is a bare payload with no
-// headers.
-//
-// A plain list is at-most-once: the pop removes the item, so a process that dies while a
-// handler runs loses it (ReliableList does not). Retry without an attempts cap cannot be
-// honoured and loses the message, with a warning (logged once per mount; every loss is a
-// Settled event with ActionLose). With a cap, a retry pushes a copy (retry count + 1) to
-// the tail of the list, and an in-process RetryAfter does the same when its delay has
-// passed (a process that stops first writes its waiting copies back at once; one that
-// dies loses them). With DelayIn(delayed.DurableZset{…}) a RetryAfter parks the copy in
-// that sorted set instead, where it survives restarts, and every read first pushes the
-// due copies to the tail of the list (on Redis Cluster the list and the set must share a
-// slot). A dead letter is pushed (RPUSH) to the list named by DeadLetter.
+// List returns a source that pops items from the head of the list key (LPOP, BLPOP when
+// idle); producers push to the tail (Publisher.PublishList). A plain list is
+// at-most-once: the pop removes the item, so a process that dies while a handler runs
+// loses it, and Retry without MaxAttempts cannot be honoured (the message is lost, with
+// a warning once per mount and a Settled event with ActionLose each time). Use
+// ReliableList when that matters.
 func List(rdb redis.UniversalClient, key string, opts ...ListOption) *ListSource {
 	cfg := listConfig{batch: DefaultBatch, block: DefaultBlock}
 	for _, o := range opts {
@@ -98,7 +72,7 @@ func (t *listTransport) Info() source.Info {
 
 func (t *listTransport) Validate(p source.Policy) []error {
 	errs := validateList("list", t.src.rdb, t.src.key, t.src.cfg.batch, t.src.cfg.block, p)
-	return append(errs, validateListDelay("list", t.src.rdb, t.src.key, p, t.src.key)...)
+	return append(errs, delaySetProblems(p, t.src.rdb, "list", t.src.key, t.src.key)...)
 }
 
 // validateList checks what List and ReliableList share.
@@ -118,29 +92,6 @@ func validateList(kind string, rdb redis.UniversalClient, key string, batch int,
 	}
 	if p.DeadLetter != "" && p.DeadLetter == key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the list the mount reads: dead letters would be read again", p.DeadLetter))
-	}
-	return errs
-}
-
-// validateListDelay refuses a durable delay set a list cannot use. slotKeys are the
-// keys the park and sweep scripts touch besides the set: on Redis Cluster they must all
-// share its slot.
-func validateListDelay(kind string, rdb redis.UniversalClient, key string, p source.Policy, slotKeys ...string) []error {
-	dz, ok := p.Delay.(delayed.DurableZset)
-	if !ok || dz.Key == "" {
-		return nil // the App refuses an empty Key for every source
-	}
-	var errs []error
-	if dz.Key == key {
-		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): the delay set's key is the %s's", dz.Key, kind))
-	}
-	if p.DeadLetter != "" && dz.Key == p.DeadLetter {
-		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): the delay set's key is the dead-letter list's", dz.Key))
-	}
-	if _, cluster := rdb.(*redis.ClusterClient); cluster {
-		if err := keys.SameSlot(append([]string{dz.Key}, slotKeys...)...); err != nil {
-			errs = append(errs, fmt.Errorf("on Redis Cluster the %s and its delay set must share a slot (parking and sweeping are one Lua script each): %w", kind, err))
-		}
 	}
 	return errs
 }
@@ -299,26 +250,34 @@ func (t *listTransport) Moves(ctx context.Context, ms []source.Move) []error {
 
 func (t *listTransport) Close(context.Context) error { return nil }
 
-// PublishList encodes v with the publisher's codec and pushes it, in settle's envelope
-// with the given headers (may be nil), to the tail of the list key (RPUSH), where List
-// and ReliableList read it in order. Header names starting with HeaderPrefix are
-// refused.
-func (p *Publisher) PublishList(ctx context.Context, key string, v any, headers map[string]string) error {
-	payload, err := p.cfg.codec.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("settle: publish to list %q: encode (%s): %w", key, p.cfg.codec.Name(), err)
-	}
-	return p.PublishListBytes(ctx, key, payload, headers)
+// stringOnce is a list move (LMOVE, BLMOVE) that go-redis must not send twice: if Redis
+// moved the item and the reply was lost, a retry would move another one and the first
+// would sit in the processing list unseen. With NoRetry the failure reaches the
+// transport, which then re-reads its processing list.
+type stringOnce struct{ *redis.StringCmd }
+
+// NoRetry keeps go-redis from running the move again after a connection failure.
+func (stringOnce) NoRetry() bool { return true }
+
+// lmoveOnce queues an LMOVE of the head of key to the tail of dest on p, not retried.
+func lmoveOnce(ctx context.Context, p redis.Pipeliner, key, dest string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, "lmove", key, dest, "left", "right")
+	_ = p.Process(ctx, stringOnce{cmd})
+	return cmd
 }
 
-// PublishListBytes pushes payload, as it is, in settle's envelope with the given headers
-// (may be nil), to the tail of the list key.
-func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []byte, headers map[string]string) error {
-	if err := checkHeaders(headers); err != nil {
-		return fmt.Errorf("settle: publish to list %q: %w", key, err)
+// blmoveOnce runs a BLMOVE of the head of key to the tail of dest, blocking up to wait
+// (sub-second waits as a decimal timeout), not retried.
+func blmoveOnce(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
+	var cmd *redis.StringCmd
+	if wait >= time.Second {
+		// Built on a pipeline that is never run, for its blocking read timeout (see
+		// xreadGroupOnce).
+		cmd = rdb.Pipeline().BLMove(ctx, key, dest, "LEFT", "RIGHT", wait.Truncate(time.Second))
+	} else {
+		timeout := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
+		cmd = redis.NewStringCmd(ctx, "blmove", key, dest, "left", "right", timeout)
 	}
-	if err := p.rdb.RPush(ctx, key, wire.Envelope(payload, headers)).Err(); err != nil {
-		return fmt.Errorf("settle: publish to list %q: rpush: %w", key, err)
-	}
-	return nil
+	_ = rdb.Process(ctx, stringOnce{cmd})
+	return cmd.Result()
 }

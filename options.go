@@ -167,3 +167,100 @@ func (o ConsumerOption) applyStream(c *streamConfig) { c.consumer = o.name }
 func StartAt(id string) StreamOption {
 	return streamOptionFunc(func(c *streamConfig) { c.startID = id })
 }
+
+// Reclaim makes a Stream consumer also take over entries that other consumers of its
+// group left pending for at least idle: those of a consumer whose process died. A
+// reclaimed entry's attempt counts its unsettled deliveries, so a message that kills its
+// consumers reaches the cap. While a handler runs, its entry's idle time is reset every
+// idle/3, so that no consumer running Reclaim (or a ClaimingStream) claims it from a
+// live handler. idle must be at least a millisecond. Defaults to no reclaim.
+func Reclaim(idle time.Duration) StreamOption {
+	return streamOptionFunc(func(c *streamConfig) { c.reclaim = idle })
+}
+
+// ListOption configures a List source.
+type ListOption interface {
+	applyList(*listConfig)
+}
+
+type listConfig struct {
+	batch int
+	block time.Duration
+}
+
+func (o ReadOption) applyList(c *listConfig) { o.set(&c.batch, &c.block) }
+
+// ReliableListOption configures a ReliableList source.
+type ReliableListOption interface {
+	applyReliableList(*reliableListConfig)
+}
+
+type reliableListConfig struct {
+	batch     int
+	block     time.Duration
+	consumer  string
+	heartbeat time.Duration
+}
+
+func (o ReadOption) applyReliableList(c *reliableListConfig)     { o.set(&c.batch, &c.block) }
+func (o ConsumerOption) applyReliableList(c *reliableListConfig) { c.consumer = o.name }
+
+// DefaultHeartbeat is how long a reliable list consumer's heartbeat lives unless
+// Heartbeat says otherwise.
+const DefaultHeartbeat = 15 * time.Second
+
+// HeartbeatOption sets a reliable list consumer's heartbeat; see Heartbeat.
+type HeartbeatOption struct{ ttl time.Duration }
+
+func (o HeartbeatOption) applyReliableList(c *reliableListConfig) { c.heartbeat = o.ttl }
+
+// Heartbeat sets how long a reliable list consumer's heartbeat key lives (SET … PX ttl).
+// The consumer refreshes it every ttl/3 and, every ttl, looks for consumers of the same
+// list whose heartbeat has expired and recovers their processing lists. A dead
+// consumer's items come back between ttl and 2×ttl after it died. It must be at least
+// 100ms. Defaults to DefaultHeartbeat.
+func Heartbeat(ttl time.Duration) HeartbeatOption { return HeartbeatOption{ttl: ttl} }
+
+// PubSubOption configures a PubSub or PubSubPattern source.
+type PubSubOption interface {
+	applyPubSub(*pubsubConfig)
+}
+
+type pubsubConfig struct {
+	batch    int
+	block    time.Duration
+	buffer   int
+	outRetry string
+}
+
+func (o ReadOption) applyPubSub(c *pubsubConfig) { o.set(&c.batch, &c.block) }
+
+// OutRetryOption names where a subscription's retry copies go; see OutRetry.
+type OutRetryOption struct{ channel string }
+
+func (o OutRetryOption) applyPubSub(c *pubsubConfig) { c.outRetry = o.channel }
+
+// OutRetry names the channel a subscription publishes its retry copies to. A pattern
+// subscription reads many channels and names none, so PubSubPattern requires it: without
+// it App.Validate (and so App.Run) refuses the mount. Subscribe to that channel (the
+// pattern may match it) to read the copies again. On PubSub it replaces the default, the
+// channel the message came on.
+func OutRetry(channel string) OutRetryOption { return OutRetryOption{channel: channel} }
+
+// BufferOption sets how many received messages wait in memory; see Buffer.
+type BufferOption struct{ n int }
+
+func (o BufferOption) applyPubSub(c *pubsubConfig) { c.buffer = o.n }
+
+// Buffer sets how many received messages may wait in memory for a free handler. When it
+// is full for a minute, go-redis drops messages (at-most-once). Defaults to
+// DefaultBuffer.
+func Buffer(n int) BufferOption { return BufferOption{n: n} }
+
+// DefaultBuffer is how many received channel messages may wait for a handler unless
+// Buffer says otherwise.
+const DefaultBuffer = 1000
+
+type publisherConfig struct {
+	codec Codec
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -124,6 +125,22 @@ func outcomeIn(err error) (*OutcomeError, bool) {
 	return oe, ok
 }
 
+// Action is what the engine did with a delivery; see the Action* constants.
+type Action = source.Action
+
+// The actions a settlement can take, as reported in Settled.
+const (
+	ActionAck        = source.ActionAck
+	ActionDrop       = source.ActionDrop
+	ActionLeave      = source.ActionLeave
+	ActionPutBack    = source.ActionPutBack
+	ActionCopy       = source.ActionCopy
+	ActionPark       = source.ActionPark
+	ActionDeadLetter = source.ActionDeadLetter
+	ActionReject     = source.ActionReject
+	ActionLose       = source.ActionLose
+)
+
 // decide is the settlement engine's whole decision: given what the handler asked, the
 // delivery's attempt (1-based, the first delivery included), the mount's policy and
 // what the transport can do, it returns what to do. It is pure; transports only apply
@@ -167,6 +184,16 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) source.Settl
 	default:
 		return source.Settlement{Action: c.RetryWithoutCap, Reason: "retry"}
 	}
+}
+
+// delayRefusal says why a RetryAfter delay cannot be kept where the mount keeps its
+// delays, or returns "" when it can. A delay longer than a DurableZset's TTL would be
+// lost with the set, so it is refused and the delivery retried at once instead.
+func delayRefusal(delay time.Duration, p source.Policy) string {
+	if dz, ok := p.Delay.(delayed.DurableZset); ok && dz.TTL > 0 && delay > dz.TTL {
+		return fmt.Sprintf("delay %s refused: it exceeds the TTL %s of the delay set %q (raise DurableZset.TTL); retried now instead", delay, dz.TTL, dz.Key)
+	}
+	return ""
 }
 
 // spentByCrashes reports whether a delivery arrives with its attempts already spent by

@@ -3,9 +3,11 @@ package settle
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -257,6 +259,96 @@ func BenchmarkDecide(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_ = decide(c.outcome, c.attempt, c.policy, c.caps)
+			}
+		})
+	}
+}
+
+func TestDecideDelayLongerThanDurableZsetTTL(t *testing.T) {
+	t.Parallel()
+
+	var (
+		zsetTTL1m  = delayed.DurableZset{Key: "d", TTL: time.Minute}
+		zsetNoTTL  = delayed.DurableZset{Key: "d"}
+		streamZset = source.Caps{Parks: true, RetryWithoutCap: source.ActionCopy}
+		claimZset  = source.Caps{DeliveryCounter: true, MinIdle: 30 * time.Second, Parks: true, RetryWithoutCap: source.ActionLeave}
+		after      = func(d time.Duration) Outcome { return Outcome{Kind: OutcomeRetryAfter, Delay: d, Err: errBoomDelay} }
+	)
+
+	tests := []struct {
+		name    string
+		outcome Outcome
+		attempt int
+		policy  source.Policy
+		caps    source.Caps
+		want    source.Action
+		delay   time.Duration
+		refused bool
+	}{
+		{name: "DelayWithinTTLParks", outcome: after(30 * time.Second), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: source.ActionPark, delay: 30 * time.Second},
+		{name: "DelayEqualToTTLParks", outcome: after(time.Minute), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: source.ActionPark, delay: time.Minute},
+		{name: "DelayLongerThanTTLRetriesNowWithCopy", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: source.ActionCopy, refused: true},
+		{name: "DelayLongerThanTTLUnderCapRetriesNowWithCopy", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m, MaxAttempts: 3}, caps: streamZset, want: source.ActionCopy, refused: true},
+		{name: "DelayLongerThanTTLAtCapDeadLetters", outcome: after(time.Hour), attempt: 3, policy: source.Policy{Delay: zsetTTL1m, MaxAttempts: 3, DeadLetter: "dlq"}, caps: streamZset, want: source.ActionDeadLetter},
+		{name: "DelayLongerThanTTLOnClaimingLeavesPending", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: claimZset, want: source.ActionLeave, delay: 30 * time.Second, refused: true},
+		{name: "NoTTLKeepsAnyDelay", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: zsetNoTTL}, caps: streamZset, want: source.ActionPark, delay: 1000 * time.Hour},
+		{name: "InProcessHasNoTTL", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: delayed.InProcess{}}, caps: source.Caps{RetryWithoutCap: source.ActionCopy}, want: source.ActionPark, delay: 1000 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := decide(tt.outcome, tt.attempt, tt.policy, tt.caps)
+			if got.Action != tt.want || got.Delay != tt.delay {
+				t.Fatalf("decide = %s (delay %s), want %s (delay %s); reason %q", got.Action, got.Delay, tt.want, tt.delay, got.Reason)
+			}
+			refused := strings.Contains(got.Reason, "exceeds the TTL")
+			if refused != tt.refused {
+				t.Fatalf("reason %q: refusal mentioned = %v, want %v", got.Reason, refused, tt.refused)
+			}
+		})
+	}
+}
+
+var errBoomDelay = errorString("boom")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// TestSpentByCrashes is the table of the one decision made before a handler runs: a
+// delivery whose attempts were spent by deliveries that never settled.
+func TestSpentByCrashes(t *testing.T) {
+	t.Parallel()
+	counter := source.Caps{CountsUnsettled: true, DeliveryCounter: true}
+	// An inbox: its attempt column counts a claim of a row whose lease passed; a table
+	// has no retry-count header (RetryCount 0).
+	table := source.Caps{CountsUnsettled: true, Parks: true, RetryWithoutCap: source.ActionPutBack}
+	capped := source.Policy{DeadLetter: "dlq", MaxAttempts: 5}
+	tests := []struct {
+		name string
+		d    source.Delivery
+		p    source.Policy
+		c    source.Caps
+		want bool
+	}{
+		{"AtTheCapRuns", source.Delivery{Attempt: 5}, capped, counter, false},
+		{"PastTheCapAfterACrashedDeliveryIsSpent", source.Delivery{Attempt: 6}, capped, counter, true},
+		{"PastTheCapWithRetryCountAfterACrashIsSpent", source.Delivery{Attempt: 6, RetryCount: 4}, capped, counter, true},
+		{"FirstDeliveryWithAHighRetryCountRuns", source.Delivery{Attempt: 6, RetryCount: 5}, capped, counter, false},
+		{"NoCapNeverSpent", source.Delivery{Attempt: 60}, source.Policy{}, counter, false},
+		{"CopyCountingTransportNeverSpent", source.Delivery{Attempt: 6, RetryCount: 5}, capped, source.Caps{RetryWithoutCap: source.ActionCopy}, false},
+		{"DeliveryCounterAloneNeverSpent", source.Delivery{Attempt: 6}, capped, source.Caps{DeliveryCounter: true}, false},
+		{"InboxRowAtTheCapRuns", source.Delivery{Attempt: 5}, capped, table, false},
+		{"InboxRowPastTheCapIsSpent", source.Delivery{Attempt: 6}, capped, table, true},
+		{"InboxRowFarPastTheCapIsSpent", source.Delivery{Attempt: 9}, capped, table, true},
+		{"InboxWithoutCapNeverSpent", source.Delivery{Attempt: 9}, source.Policy{}, table, false},
+		{"FirstDeliveryAtAttemptOneNeverSpent", source.Delivery{Attempt: 1}, source.Policy{DeadLetter: "dlq", MaxAttempts: 1}, table, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := spentByCrashes(&tt.d, tt.p, tt.c); got != tt.want {
+				t.Fatalf("spentByCrashes(%+v) = %v, want %v", tt.d, got, tt.want)
 			}
 		})
 	}

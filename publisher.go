@@ -17,10 +17,6 @@ type Publisher struct {
 	rdb redis.UniversalClient
 }
 
-type publisherConfig struct {
-	codec Codec
-}
-
 // NewPublisher returns a Publisher on the caller's client.
 func NewPublisher(rdb redis.UniversalClient, opts ...PublisherOption) *Publisher {
 	cfg := publisherConfig{codec: Msgpack}
@@ -58,6 +54,55 @@ func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte
 		return "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err)
 	}
 	return id, nil
+}
+
+// PublishList encodes v with the publisher's codec and pushes it, in settle's envelope
+// with the given headers (may be nil), to the tail of the list key (RPUSH), where List
+// and ReliableList read it in order. Header names starting with HeaderPrefix are
+// refused.
+func (p *Publisher) PublishList(ctx context.Context, key string, v any, headers map[string]string) error {
+	payload, err := p.cfg.codec.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("settle: publish to list %q: encode (%s): %w", key, p.cfg.codec.Name(), err)
+	}
+	return p.PublishListBytes(ctx, key, payload, headers)
+}
+
+// PublishListBytes pushes payload, as it is, in settle's envelope with the given headers
+// (may be nil), to the tail of the list key.
+func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []byte, headers map[string]string) error {
+	if err := checkHeaders(headers); err != nil {
+		return fmt.Errorf("settle: publish to list %q: %w", key, err)
+	}
+	if err := p.rdb.RPush(ctx, key, wire.Envelope(payload, headers)).Err(); err != nil {
+		return fmt.Errorf("settle: publish to list %q: rpush: %w", key, err)
+	}
+	return nil
+}
+
+// PublishChannel encodes v with the publisher's codec and publishes it, in settle's
+// envelope with the given headers (may be nil), to channel. It returns how many
+// subscribers received it: a message nobody receives is gone (Pub/Sub keeps nothing).
+// Header names starting with HeaderPrefix are refused.
+func (p *Publisher) PublishChannel(ctx context.Context, channel string, v any, headers map[string]string) (int64, error) {
+	payload, err := p.cfg.codec.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("settle: publish to channel %q: encode (%s): %w", channel, p.cfg.codec.Name(), err)
+	}
+	return p.PublishChannelBytes(ctx, channel, payload, headers)
+}
+
+// PublishChannelBytes publishes payload, as it is, in settle's envelope with the given
+// headers (may be nil), to channel. It returns how many subscribers received it.
+func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, payload []byte, headers map[string]string) (int64, error) {
+	if err := checkHeaders(headers); err != nil {
+		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+	}
+	n, err := p.rdb.Publish(ctx, channel, wire.Envelope(payload, headers)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+	}
+	return n, nil
 }
 
 // checkHeaders refuses header names that would collide with settle's own fields.

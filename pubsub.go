@@ -16,46 +16,6 @@ import (
 	"github.com/settlekit/settle/internal/wire"
 )
 
-// PubSubOption configures a PubSub or PubSubPattern source.
-type PubSubOption interface {
-	applyPubSub(*pubsubConfig)
-}
-
-type pubsubConfig struct {
-	batch    int
-	block    time.Duration
-	buffer   int
-	outRetry string
-}
-
-func (o ReadOption) applyPubSub(c *pubsubConfig) { o.set(&c.batch, &c.block) }
-
-// OutRetryOption names where a subscription's retry copies go; see OutRetry.
-type OutRetryOption struct{ channel string }
-
-func (o OutRetryOption) applyPubSub(c *pubsubConfig) { c.outRetry = o.channel }
-
-// OutRetry names the channel a subscription publishes its retry copies to. A pattern
-// subscription reads many channels and names none, so PubSubPattern requires it: without
-// it App.Validate (and so App.Run) refuses the mount. Subscribe to that channel (the
-// pattern may match it) to read the copies again. On PubSub it replaces the default, the
-// channel the message came on.
-func OutRetry(channel string) OutRetryOption { return OutRetryOption{channel: channel} }
-
-// BufferOption sets how many received messages wait in memory; see Buffer.
-type BufferOption struct{ n int }
-
-func (o BufferOption) applyPubSub(c *pubsubConfig) { c.buffer = o.n }
-
-// Buffer sets how many received messages may wait in memory for a free handler. When it
-// is full for a minute, go-redis drops messages (at-most-once). Defaults to
-// DefaultBuffer.
-func Buffer(n int) BufferOption { return BufferOption{n: n} }
-
-// DefaultBuffer is how many received channel messages may wait for a handler unless
-// Buffer says otherwise.
-const DefaultBuffer = 1000
-
 // PubSubSource subscribes to a Redis Pub/Sub channel or pattern. Make one with PubSub or
 // PubSubPattern.
 type PubSubSource struct {
@@ -67,25 +27,11 @@ type PubSubSource struct {
 
 var _ Source = (*PubSubSource)(nil)
 
-// PubSub returns a source subscribed to channel (SUBSCRIBE). Messages are settle's
-// envelope (written by Publisher.PublishChannel); a message that is not one is a bare
-// payload with no headers.
-//
-// Pub/Sub is at-most-once, plainly: Redis keeps no message for a subscriber, so messages
-// published while no App is subscribed (before Run, during a restart, during a dropped
-// connection) are missed; a message being handled when the process dies is lost; a retry
-// copy or dead letter published while nobody listens on its channel is lost (a warning
-// says so); and in-process delays live in the process (a graceful shutdown publishes the
-// waiting copies at once, a crash loses them). With DelayIn(delayed.DurableZset{…}) a
-// RetryAfter parks its copy in that sorted set instead, where it survives restarts, and
-// every read first publishes the due copies to the retry channel; the copy is durable
-// while it waits, but once published it is a channel message like any other.
-//
-// Retry without an attempts cap cannot be honoured and loses the message, with a warning
-// (logged once per mount; every loss is a Settled event with ActionLose). With a cap, a
-// retry publishes a copy (retry count + 1) to the channel the message came on (or to
-// OutRetry), and a RetryAfter does the same when its delay has passed. A dead letter is
-// published to the channel named by DeadLetter.
+// PubSub returns a source subscribed to channel (SUBSCRIBE). Pub/Sub is at-most-once:
+// Redis keeps nothing for a subscriber, so a message published while no App listens, or
+// being handled when the process dies, is lost, and Retry without MaxAttempts cannot be
+// honoured (lost, with a warning). Retry copies are published to the channel they came
+// on (or OutRetry), dead letters to the DeadLetter channel.
 func PubSub(rdb redis.UniversalClient, channel string, opts ...PubSubOption) *PubSubSource {
 	return newPubSub(rdb, channel, false, opts)
 }
@@ -331,29 +277,4 @@ func (t *pubsubTransport) Close(context.Context) error {
 		return nil
 	}
 	return t.sub.Close()
-}
-
-// PublishChannel encodes v with the publisher's codec and publishes it, in settle's
-// envelope with the given headers (may be nil), to channel. It returns how many
-// subscribers received it: a message nobody receives is gone (Pub/Sub keeps nothing).
-// Header names starting with HeaderPrefix are refused.
-func (p *Publisher) PublishChannel(ctx context.Context, channel string, v any, headers map[string]string) (int64, error) {
-	payload, err := p.cfg.codec.Marshal(v)
-	if err != nil {
-		return 0, fmt.Errorf("settle: publish to channel %q: encode (%s): %w", channel, p.cfg.codec.Name(), err)
-	}
-	return p.PublishChannelBytes(ctx, channel, payload, headers)
-}
-
-// PublishChannelBytes publishes payload, as it is, in settle's envelope with the given
-// headers (may be nil), to channel. It returns how many subscribers received it.
-func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, payload []byte, headers map[string]string) (int64, error) {
-	if err := checkHeaders(headers); err != nil {
-		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
-	}
-	n, err := p.rdb.Publish(ctx, channel, wire.Envelope(payload, headers)).Result()
-	if err != nil {
-		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
-	}
-	return n, nil
 }

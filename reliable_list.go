@@ -15,38 +15,8 @@ import (
 	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
 )
-
-// ReliableListOption configures a ReliableList source.
-type ReliableListOption interface {
-	applyReliableList(*reliableListConfig)
-}
-
-type reliableListConfig struct {
-	batch     int
-	block     time.Duration
-	consumer  string
-	heartbeat time.Duration
-}
-
-func (o ReadOption) applyReliableList(c *reliableListConfig)     { o.set(&c.batch, &c.block) }
-func (o ConsumerOption) applyReliableList(c *reliableListConfig) { c.consumer = o.name }
-
-// DefaultHeartbeat is how long a reliable list consumer's heartbeat lives unless
-// Heartbeat says otherwise.
-const DefaultHeartbeat = 15 * time.Second
-
-// HeartbeatOption sets a reliable list consumer's heartbeat; see Heartbeat.
-type HeartbeatOption struct{ ttl time.Duration }
-
-func (o HeartbeatOption) applyReliableList(c *reliableListConfig) { c.heartbeat = o.ttl }
-
-// Heartbeat sets how long a reliable list consumer's heartbeat key lives (SET … PX ttl).
-// The consumer refreshes it every ttl/3 and, every ttl, looks for consumers of the same
-// list whose heartbeat has expired and recovers their processing lists. A dead
-// consumer's items come back between ttl and 2×ttl after it died. It must be at least
-// 100ms. Defaults to DefaultHeartbeat.
-func Heartbeat(ttl time.Duration) HeartbeatOption { return HeartbeatOption{ttl: ttl} }
 
 // ReliableListSource moves items from a Redis list into a per-consumer processing list
 // while they are handled. Make one with ReliableList.
@@ -58,39 +28,15 @@ type ReliableListSource struct {
 
 var _ Source = (*ReliableListSource)(nil)
 
-// ReliableList returns a source that moves items from the head of the list key to the
-// tail of the consumer's own processing list (LMOVE while items are there, BLMOVE, at
-// most Block, when the list is idle), where each item stays until it is settled.
-// Producers push to the tail of key (RPUSH, or Publisher.PublishList). Items are
-// settle's envelope; a value that is not one is a bare payload with no headers.
-//
-// Settlements (each one atomic step, a Lua script over the processing list and the
-// destination): Ack removes the item from the processing list (LREM). Retry without an
-// attempts cap moves the item, as it is, back to the tail of the list. With a cap, a
-// retry moves a copy (retry count + 1) there instead. A dead letter moves the item, with
-// the dead-letter headers, to the list named by DeadLetter, which must share key's
-// cluster slot (give both one {hash tag}). An in-process RetryAfter leaves the item in
-// the processing list until the copy is written, so a crash loses nothing. With
-// DelayIn(delayed.DurableZset{…}) a RetryAfter takes the item out of the processing
-// list and parks its copy (retry count + 1) in that sorted set in one script, so the
-// delay survives restarts and crashes, and every read first moves the due copies to the
-// tail of the list; the set must share key's cluster slot too.
-//
-// Orphan recovery: each consumer keeps a heartbeat key alive (see Heartbeat) and is
-// registered in a set of the list's consumers. When a consumer dies, the items in its
-// processing list are taken into the processing list of whichever live consumer of the
-// list notices first (every consumer looks at start and every heartbeat TTL), once its
-// heartbeat has expired, and handled there. A recovered item counts the delivery that
-// never settled: it is taken with its retry count + 1, and one that arrives past the
-// attempts cap is dead-lettered (or, with no dead letter declared, rejected with a
-// warning) without running its handler again, so a message that kills its worker
-// reaches the dead letter. A consumer restarted with the same Consumer name takes back
-// its own processing list at start, with the same counting. Two live processes must not
-// share a consumer name. A graceful stop moves what is left in the processing list back
-// to the tail of the list, as it is.
-//
-// The processing list, heartbeat and consumer set are named after key (see
-// ProcessingList); they share its cluster slot.
+// ReliableList returns a source that moves items from the head of the list key into the
+// consumer's own processing list (LMOVE, BLMOVE when idle), where each stays until it is
+// settled, each settlement one script over the processing list and its destination.
+// Producers push to the tail (Publisher.PublishList). Each consumer keeps a heartbeat
+// (see Heartbeat); the items of a consumer whose heartbeat expired are taken over by a
+// live one, counting the lost delivery, so a message that kills its worker reaches the
+// dead letter. The processing list, heartbeat and consumer set are named after key (see
+// ProcessingList) and share its cluster slot; two live processes must not share a
+// Consumer name.
 func ReliableList(rdb redis.UniversalClient, key string, opts ...ReliableListOption) *ReliableListSource {
 	cfg := reliableListConfig{batch: DefaultBatch, block: DefaultBlock, heartbeat: DefaultHeartbeat}
 	for _, o := range opts {
@@ -189,14 +135,25 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 			errs = append(errs, fmt.Errorf("a reliable list, its processing lists and its DeadLetter must share a cluster slot (each settlement is one script): %w", err))
 		}
 	}
-	return append(errs, validateListDelay("reliable list", s.rdb, s.key, p, s.key, t.processing)...)
+	return append(errs, delaySetProblems(p, s.rdb, "reliable list", s.key, s.key, t.processing)...)
 }
 
 // Open takes back the consumer's own processing list (left by an earlier process with
 // the same Consumer name), registers the consumer and starts its heartbeat, and
 // recovers the processing lists of dead consumers.
 func (t *reliableTransport) Open(ctx context.Context) error {
-	t.keeper = newListKeeper(t)
+	t.keeper = &listKeeper{
+		consumer:   t.consumer,
+		consumers:  t.consumers,
+		env:        t.env,
+		heartbeat:  t.heartbeat,
+		key:        t.src.key,
+		processing: t.processing,
+		rdb:        t.src.rdb,
+		reader:     &t.reader,
+		tookFunc:   t.took,
+		ttl:        t.src.cfg.heartbeat,
+	}
 	return t.keeper.start(ctx)
 }
 
@@ -428,6 +385,85 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 		return gone
 	}
 	return nil
+}
+
+// maxListMoveBatch bounds how many moves one list_move script call carries.
+const maxListMoveBatch = 128
+
+// Moves writes a batch of moves: retry copies and put-backs (to the tail of the list)
+// and dead letters (to the tail of theirs) in one list_move script call per
+// maxListMoveBatch moves, whatever their destinations; parks in one pipeline of park
+// script calls. Each move takes its item out of the processing list and writes its value
+// in one step, all or nothing on its own: a move whose item another consumer recovered
+// meanwhile writes nothing and fails alone. A delivery stays in flight until its call
+// has answered.
+func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error {
+	errs := make([]error, len(ms))
+	batch := make([]script.ListMove, 0, min(len(ms), maxListMoveBatch))
+	idx := make([]int, 0, cap(batch))
+	var parks []script.ValuePark
+	var parkIdx []int
+	flush := func() {
+		for k, err := range script.ListMoves(ctx, t.src.rdb, t.processing, batch) {
+			errs[idx[k]] = err
+		}
+		batch, idx = batch[:0], idx[:0]
+	}
+	for i, m := range ms {
+		item := m.Delivery.Raw.(string)
+		mv := script.ListMove{Dest: t.src.key, Item: item}
+		switch m.Action {
+		case source.ActionPutBack:
+			mv.Value = []byte(item)
+		case source.ActionCopy:
+			mv.Value = wire.Envelope(m.Delivery.Payload, m.Headers)
+		case source.ActionDeadLetter:
+			mv.Dest, mv.Value = m.Dest, wire.Envelope(m.Delivery.Payload, m.Headers)
+		case source.ActionPark:
+			member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
+			parks, parkIdx = append(parks, script.ValuePark{Delay: m.Delay, Item: item, Member: member}), append(parkIdx, i)
+			continue
+		default:
+			errs[i] = source.UnsupportedMove(source.KindList, m)
+			continue
+		}
+		batch, idx = append(batch, mv), append(idx, i)
+		if len(batch) == maxListMoveBatch {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+	if len(parks) > 0 {
+		for k, err := range script.ValueParks(ctx, t.src.rdb, t.delays.Key, t.processing, t.delays.TTL, t.delays.now(), parks) {
+			errs[parkIdx[k]] = err
+		}
+	}
+	for i, m := range ms {
+		errs[i] = t.moved(errs[i], m)
+	}
+	return errs
+}
+
+// moved forgets m's delivery as in flight once its move has answered with err, and
+// returns the move's error for the engine.
+func (t *reliableTransport) moved(err error, m source.Move) error {
+	t.unsettled.Add(-1)
+	t.settled(err, m.Delivery)
+	if err == nil {
+		return nil
+	}
+	what := "retry copy"
+	switch m.Action {
+	case source.ActionPutBack:
+		what = "put back"
+	case source.ActionDeadLetter:
+		what = fmt.Sprintf("dead letter to %q", m.Dest)
+	case source.ActionPark:
+		what = fmt.Sprintf("park in %q", t.delays.Key)
+	}
+	return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, m.Delivery.ID, err)
 }
 
 // Close stops the heartbeat and deletes it, moves whatever is left in the processing

@@ -10,6 +10,7 @@ import (
 
 	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
 )
 
@@ -19,12 +20,20 @@ import (
 // consumer's processing list, where the transport delivers them. Both run on the wall
 // clock: the heartbeat expires on Redis's clock, which a test's fake clock does not move.
 type listKeeper struct {
+	consumer   string // this consumer's name
+	consumers  string // the set of consumer names of the list
+	env        source.Env
+	heartbeat  string // this consumer's heartbeat key
+	key        string // the list
+	processing string // this consumer's processing list
+	rdb        redis.UniversalClient
+	reader     *envelopeReader
+	tookFunc   func(values []string, all bool) // told of the items taken into the processing list
+	ttl        time.Duration                   // the heartbeat's
+
 	done chan struct{}
 	stop context.CancelFunc
-	t    *reliableTransport
 }
-
-func newListKeeper(t *reliableTransport) *listKeeper { return &listKeeper{t: t} }
 
 // recoverBatch bounds the items one recovery script moves.
 const recoverBatch = 100
@@ -32,7 +41,7 @@ const recoverBatch = 100
 // start takes back the consumer's own processing list, registers the consumer, recovers
 // the dead consumers' lists and starts the loop.
 func (k *listKeeper) start(ctx context.Context) error {
-	if _, err := k.take(ctx, k.t.consumer, false); err != nil {
+	if _, err := k.take(ctx, k.consumer, false); err != nil {
 		return err
 	}
 	if err := k.beat(ctx); err != nil {
@@ -47,14 +56,13 @@ func (k *listKeeper) start(ctx context.Context) error {
 
 // beat refreshes the heartbeat and the consumer's registration.
 func (k *listKeeper) beat(ctx context.Context) error {
-	t := k.t
-	_, err := t.src.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, t.heartbeat, "1", t.src.cfg.heartbeat)
-		p.SAdd(ctx, t.consumers, t.consumer)
+	_, err := k.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, k.heartbeat, "1", k.ttl)
+		p.SAdd(ctx, k.consumers, k.consumer)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("reliable list %q: heartbeat: %w", t.src.key, err)
+		return fmt.Errorf("reliable list %q: heartbeat: %w", k.key, err)
 	}
 	return nil
 }
@@ -63,8 +71,7 @@ func (k *listKeeper) beat(ctx context.Context) error {
 // ctx ends.
 func (k *listKeeper) run(ctx context.Context) {
 	defer close(k.done)
-	t := k.t
-	ttl := t.src.cfg.heartbeat
+	ttl := k.ttl
 	tick := time.NewTicker(ttl / 3)
 	defer tick.Stop()
 	for n := 1; ; n++ {
@@ -75,8 +82,8 @@ func (k *listKeeper) run(ctx context.Context) {
 		}
 		bctx, cancel := context.WithTimeout(ctx, ttl/3)
 		if err := k.beat(bctx); err != nil && ctx.Err() == nil {
-			t.env.Logger.ErrorContext(ctx, "settle: reliable list heartbeat failed: if it expires, other consumers recover this consumer's items",
-				slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Any(attrError, err))
+			k.env.Logger.ErrorContext(ctx, "settle: reliable list heartbeat failed: if it expires, other consumers recover this consumer's items",
+				slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.Any(attrError, err))
 		}
 		cancel()
 		if n%3 == 0 {
@@ -88,20 +95,19 @@ func (k *listKeeper) run(ctx context.Context) {
 // recoverOthers takes the processing lists of the list's consumers whose heartbeat has
 // expired.
 func (k *listKeeper) recoverOthers(ctx context.Context) {
-	t := k.t
-	names, err := t.src.rdb.SMembers(ctx, t.consumers).Result()
+	names, err := k.rdb.SMembers(ctx, k.consumers).Result()
 	if err != nil {
 		if ctx.Err() == nil {
-			t.env.Logger.ErrorContext(ctx, "settle: reliable list: read consumers", slog.String(attrMount, t.env.Mount), slog.Any(attrError, err))
+			k.env.Logger.ErrorContext(ctx, "settle: reliable list: read consumers", slog.String(attrMount, k.env.Mount), slog.Any(attrError, err))
 		}
 		return
 	}
 	for _, name := range names {
-		if name == t.consumer || ctx.Err() != nil {
+		if name == k.consumer || ctx.Err() != nil {
 			continue
 		}
 		if _, err := k.take(ctx, name, true); err != nil && ctx.Err() == nil {
-			t.env.Logger.ErrorContext(ctx, "settle: reliable list: recovery failed", slog.String(attrMount, t.env.Mount),
+			k.env.Logger.ErrorContext(ctx, "settle: reliable list: recovery failed", slog.String(attrMount, k.env.Mount),
 				slog.String("consumer", name), slog.Any(attrError, err))
 		}
 	}
@@ -114,14 +120,13 @@ func (k *listKeeper) recoverOthers(ctx context.Context) {
 // decides what becomes of each like any delivery (one that arrives past the cap is
 // dead-lettered without running its handler). It returns how many items it took.
 func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool) (int, error) {
-	t := k.t
-	processing := keys.ListProcessing(t.src.key, name)
+	processing := keys.ListProcessing(k.key, name)
 	var snapshot []string // this consumer's own list is read once: its items come back to it
-	own := name == t.consumer
+	own := name == k.consumer
 	if own {
 		var err error
-		if snapshot, err = t.src.rdb.LRange(ctx, processing, 0, -1).Result(); err != nil {
-			return 0, fmt.Errorf("reliable list %q: read own processing list: %w", t.src.key, err)
+		if snapshot, err = k.rdb.LRange(ctx, processing, 0, -1).Result(); err != nil {
+			return 0, fmt.Errorf("reliable list %q: read own processing list: %w", k.key, err)
 		}
 	}
 	total := 0
@@ -132,23 +137,23 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool)
 			items, snapshot = snapshot[:n], snapshot[n:]
 		} else {
 			var err error
-			if items, err = t.src.rdb.LRange(ctx, processing, 0, recoverBatch-1).Result(); err != nil {
-				return total, fmt.Errorf("reliable list %q: read processing list of %s: %w", t.src.key, name, err)
+			if items, err = k.rdb.LRange(ctx, processing, 0, recoverBatch-1).Result(); err != nil {
+				return total, fmt.Errorf("reliable list %q: read processing list of %s: %w", k.key, name, err)
 			}
 		}
 		values := make([]string, len(items))
 		for i, item := range items {
-			payload, headers, _, rc := t.reader.read(ctx, t.src.key, []byte(item))
+			payload, headers, _, rc := k.reader.read(ctx, k.key, []byte(item))
 			values[i] = string(wire.Envelope(payload, withRetryCount(headers, rc+1)))
 		}
-		n, err := k.move(ctx, name, processing, t.processing, checkHeartbeat, items, values)
+		n, err := k.move(ctx, name, processing, k.processing, checkHeartbeat, items, values)
 		if err != nil || n < 0 {
 			return total, err
 		}
 		if n > 0 {
-			t.took(values, n == len(items))
-			t.env.Logger.WarnContext(ctx, "settle: took over the items of a reliable list consumer that stopped without settling them",
-				slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.String("consumer", name), slog.Int("count", n))
+			k.tookFunc(values, n == len(items))
+			k.env.Logger.WarnContext(ctx, "settle: took over the items of a reliable list consumer that stopped without settling them",
+				slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.String("consumer", name), slog.Int("count", n))
 		}
 		total += n
 		if len(items) < recoverBatch || n == 0 || own && len(snapshot) == 0 {
@@ -162,7 +167,6 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool)
 // and name leaves the consumer set once its list is empty. It returns how many items
 // moved, or -1 when name is alive.
 func (k *listKeeper) move(ctx context.Context, name, processing, dest string, checkHeartbeat bool, items, values []string) (int, error) {
-	t := k.t
 	check := "0"
 	if checkHeartbeat {
 		check = "1"
@@ -172,10 +176,10 @@ func (k *listKeeper) move(ctx context.Context, name, processing, dest string, ch
 	for i, item := range items {
 		args = append(args, item, "list", values[i])
 	}
-	hb := keys.ListHeartbeat(t.src.key, name)
-	n, err := script.ListRecover.Run(ctx, t.src.rdb, []string{hb, processing, dest, dest, t.consumers}, args...).Int()
+	hb := keys.ListHeartbeat(k.key, name)
+	n, err := script.ListRecover.Run(ctx, k.rdb, []string{hb, processing, dest, dest, k.consumers}, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("reliable list %q: recover processing list of %s: %w", t.src.key, name, err)
+		return 0, fmt.Errorf("reliable list %q: recover processing list of %s: %w", k.key, name, err)
 	}
 	return n, nil
 }
@@ -183,21 +187,20 @@ func (k *listKeeper) move(ctx context.Context, name, processing, dest string, ch
 // close stops the loop, deletes the heartbeat, moves what is left in the processing
 // list back to the tail of the list as it is, and leaves the consumer set.
 func (k *listKeeper) close(ctx context.Context) error {
-	t := k.t
 	if k.stop != nil {
 		k.stop()
 		<-k.done
 	}
-	if err := t.src.rdb.Del(ctx, t.heartbeat).Err(); err != nil {
-		return fmt.Errorf("reliable list %q: delete heartbeat: %w", t.src.key, err)
+	if err := k.rdb.Del(ctx, k.heartbeat).Err(); err != nil {
+		return fmt.Errorf("reliable list %q: delete heartbeat: %w", k.key, err)
 	}
-	left, err := t.src.rdb.LRange(ctx, t.processing, 0, -1).Result()
+	left, err := k.rdb.LRange(ctx, k.processing, 0, -1).Result()
 	if err != nil {
-		return fmt.Errorf("reliable list %q: read processing list: %w", t.src.key, err)
+		return fmt.Errorf("reliable list %q: read processing list: %w", k.key, err)
 	}
 	for {
 		n := min(len(left), recoverBatch)
-		if _, err := k.move(ctx, t.consumer, t.processing, t.src.key, false, left[:n], left[:n]); err != nil {
+		if _, err := k.move(ctx, k.consumer, k.processing, k.key, false, left[:n], left[:n]); err != nil {
 			return err
 		}
 		if left = left[n:]; len(left) == 0 {

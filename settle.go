@@ -1,28 +1,3 @@
-// Package settle consumes work from Redis streams (and, in its subpackages, from SQL
-// table inboxes) so that every delivery ends in one explicit settlement: ack, drop,
-// retry now, retry after a delay, or, once its attempts are spent, a dead letter.
-//
-// # Handlers and outcomes
-//
-// A [Handler] returns an error, and the error is the outcome: nil acks; [Drop],
-// [Retry] and [RetryAfter] ask for those outcomes and survive %w wrapping; any other
-// error retries and is kept for the dead letter; a panic is recovered and retried.
-// [Typed] decodes msgpack (or JSON, or raw bytes: [WithCodec]) before calling a typed
-// function.
-//
-// # Mounts and the App
-//
-// An [App] mounts handlers on sources such as [Stream], each with its own policy:
-// [MaxAttempts], [DeadLetter], [Concurrency], [DelayIn]. [App.Run] validates every
-// mount, reporting every refusal at once, then consumes until its context is cancelled
-// and shuts down gracefully.
-//
-// # One settlement engine
-//
-// Every transport offers the same few primitives on one delivery (ack, put back, write
-// a copy with the retry count + 1, park a copy until a time, dead-letter), and one pure
-// decision picks them from the outcome, the attempt, the cap and what the transport can
-// do. Every multi-key move is one atomic step (MULTI/EXEC or a Lua script).
 package settle
 
 import (
@@ -35,7 +10,6 @@ import (
 	"time"
 
 	"github.com/settlekit/settle/internal/clock"
-	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
 
@@ -73,68 +47,12 @@ type TestConfig struct {
 // unless Config.DrainTimeout says otherwise.
 const DefaultDrainTimeout = 10 * time.Second
 
-// Source is where a mount's deliveries come from: Stream, and the sources of settle's
-// subpackages. It is sealed: its method takes settle's internal types, so only settle's
-// own packages implement it.
-type Source interface {
-	// Transport is for settle's own use and may change in any release.
-	Transport(env source.Env) source.Transport
-}
-
-// Action is what the engine did with a delivery; see the Action* constants.
-type Action = source.Action
-
-// The actions a settlement can take, as reported in Settled.
-const (
-	ActionAck        = source.ActionAck
-	ActionDrop       = source.ActionDrop
-	ActionLeave      = source.ActionLeave
-	ActionPutBack    = source.ActionPutBack
-	ActionCopy       = source.ActionCopy
-	ActionPark       = source.ActionPark
-	ActionDeadLetter = source.ActionDeadLetter
-	ActionReject     = source.ActionReject
-	ActionLose       = source.ActionLose
-)
-
-// Settled describes one settlement, for Config.OnSettled.
-type Settled struct {
-	// Action is what the engine did.
-	Action Action
-	// Attempt is the delivery's attempt, 1-based.
-	Attempt int
-	// Delay is the wait of a parked copy.
-	Delay time.Duration
-	// Err is nil when the settlement was applied, else the error that kept it from being
-	// applied (the message then stays where the transport keeps it, if it does).
-	Err error
-	// HandlerErr is the handler's error (nil for an ack).
-	HandlerErr error
-	// ID is the delivery's id in its transport.
-	ID string
-	// Key is where the delivery was read from.
-	Key string
-	// Mount names the mount.
-	Mount string
-	// Outcome is what the handler asked.
-	Outcome OutcomeKind
-}
-
-// Final reports whether the message reached a final state with this settlement: acked,
-// dropped, rejected, lost or dead-lettered, and applied without error.
-func (s Settled) Final() bool {
-	return s.Err == nil && (s.Action.Completes() || s.Action == ActionDeadLetter)
-}
-
 // App runs mounts: each a source, a handler and a policy.
 type App struct {
-	clock   clock.Clock
-	cfg     Config
-	delayed sync.WaitGroup // in-process delayed copies being written
-	logger  *slog.Logger
-	mounts  []*mount
-	mu      sync.Mutex
-	ran     atomic.Bool
+	eng    *engine
+	mounts []*mount
+	mu     sync.Mutex
+	ran    atomic.Bool
 }
 
 // New returns an App. Nothing starts until Run.
@@ -145,14 +63,14 @@ func New(cfg Config) (*App, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	a := &App{cfg: cfg, logger: cfg.Logger, clock: cfg.Test.Clock}
-	if a.logger == nil {
-		a.logger = slog.Default()
+	e := &engine{clock: cfg.Test.Clock, drainTimeout: cfg.DrainTimeout, logger: cfg.Logger, onSettled: cfg.OnSettled, testClock: cfg.Test.Clock}
+	if e.logger == nil {
+		e.logger = slog.Default()
 	}
-	if a.clock == nil {
-		a.clock = clock.Real{}
+	if e.clock == nil {
+		e.clock = clock.Real{}
 	}
-	return a, nil
+	return &App{eng: e}, nil
 }
 
 // Mount records a mount: deliveries from src go to h under the options' policy. It
@@ -180,7 +98,7 @@ func (a *App) Validate() error {
 	}
 	names := map[string]bool{}
 	for _, m := range a.mounts {
-		m.prepare(a)
+		m.prepare(a.eng)
 		errs = append(errs, m.validate()...)
 		if names[m.name] {
 			errs = append(errs, &ConfigError{Mount: m.name, Problem: "two mounts have this name; give one another with settle.Name"})
@@ -214,7 +132,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	var opened []*mount
 	for _, m := range a.mounts {
-		if err := a.open(ctx, m); err != nil {
+		if err := m.open(ctx); err != nil {
 			for _, o := range opened {
 				_ = o.transport.Close(context.WithoutCancel(ctx))
 			}
@@ -223,29 +141,29 @@ func (a *App) Run(ctx context.Context) error {
 		opened = append(opened, m)
 	}
 
-	delays := timerq.New(a.clock)
+	delays := timerq.New(a.eng.clock)
 	stopDelays := make(chan struct{})
 	leftDelays := make(chan []func(), 1)
 	go func() { leftDelays <- delays.Run(stopDelays) }()
 
 	var wg sync.WaitGroup
 	for _, m := range a.mounts {
-		wg.Go(func() { a.runMount(ctx, m, delays) })
+		wg.Go(func() { m.run(ctx, delays) })
 	}
 	wg.Wait()
 
 	close(stopDelays)
 	left := <-leftDelays
 	if len(left) > 0 {
-		a.logger.InfoContext(ctx, "settle: shutdown: writing back delayed retries early", slog.Int("count", len(left)))
+		a.eng.logger.InfoContext(ctx, "settle: shutdown: writing back delayed retries early", slog.Int("count", len(left)))
 	}
 	for _, fn := range left {
 		fn()
 	}
-	a.delayed.Wait()
+	a.eng.delayed.Wait()
 	for _, m := range a.mounts {
 		if err := m.transport.Close(context.WithoutCancel(ctx)); err != nil {
-			a.logger.WarnContext(ctx, "settle: close source", slog.String(attrMount, m.name), slog.Any(attrError, err))
+			a.eng.logger.WarnContext(ctx, "settle: close source", slog.String(attrMount, m.name), slog.Any(attrError, err))
 		}
 	}
 	return nil

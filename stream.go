@@ -30,15 +30,11 @@ type StreamSource struct {
 
 var _ Source = (*StreamSource)(nil)
 
-// Stream returns a source that reads the stream key through the consumer group group,
-// creating both if missing (XGROUP CREATE … MKSTREAM; an existing group is used as it
-// is). Reads are XREADGROUP batches; on start a consumer first re-reads its own pending
-// entries (those delivered to its consumer name but never settled) before new ones.
-//
-// Retry without an attempts cap appends a copy of the entry (retry count + 1) and
-// acknowledges the original in one Lua script; so does every retry under a cap. A dead
-// letter goes to a stream, written and acknowledged in one Lua script (if the write
-// fails, nothing is written and the original stays pending).
+// Stream returns a source that reads the stream key through the consumer group group
+// (XREADGROUP batches), creating both if missing; an existing group is used as it is. A
+// consumer first re-reads its own pending entries (delivered to its name, never
+// settled), then new ones. Retries are copies appended to the stream; dead letters go to
+// a stream; see the package doc for the whole table.
 func Stream(rdb redis.UniversalClient, key, group string, opts ...StreamOption) *StreamSource {
 	cfg := streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0"}
 	for _, o := range opts {
@@ -55,8 +51,7 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 	if consumer == "" {
 		consumer = defaultConsumerName()
 	}
-	return &streamTransport{
-		claim:    s.cfg.reclaimer(),
+	t := &streamTransport{
 		consumer: consumer,
 		cursor:   "0",
 		env:      env,
@@ -64,6 +59,16 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		rescan:   true,
 		src:      s,
 	}
+	t.delays, t.parks = delaySetOf(env)
+	if s.cfg.reclaim != 0 {
+		t.claim = newClaimer(t.claimStream(), "Reclaim", s.cfg.reclaim, s.cfg.block, false, nil) // retries are copies
+	}
+	return t
+}
+
+// claimStream is what a claimer of this consumer's group needs of it.
+func (t *streamTransport) claimStream() claimStream {
+	return claimStream{consumer: t.consumer, env: t.env, group: t.src.group, key: t.src.key, owner: t, rdb: t.src.rdb}
 }
 
 // defaultConsumerName is unique per process: host, pid and a random suffix.
@@ -77,12 +82,40 @@ func defaultConsumerName() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
+// Seek moves the consumer group's position back (or forward) to id (XGROUP SETID): the
+// entries after id are delivered again, to whichever consumers of the group read next,
+// as new deliveries. "0" replays the whole stream; "$" skips to its end. A group that
+// does not exist yet is created at id.
+//
+// A replayed entry's attempt comes from its retry-count header, which Seek does not
+// change: an entry that was a retry copy is delivered with the attempt it had. Entries
+// still pending when Seek is called are handed to the consumer that reads them next;
+// one still in flight at a consumer of this process is not handled twice.
+//
+// Seek may be called at any time, while an App runs the source or not.
+func (s *StreamSource) Seek(ctx context.Context, id string) error {
+	err := s.rdb.XGroupSetID(ctx, s.key, s.group, id).Err()
+	if err != nil && strings.HasPrefix(err.Error(), "NOGROUP") {
+		err = s.rdb.XGroupCreateMkStream(ctx, s.key, s.group, id).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			// Created meanwhile by a consumer starting: move it.
+			err = s.rdb.XGroupSetID(ctx, s.key, s.group, id).Err()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("settle: stream %q: seek group %q to %q: %w", s.key, s.group, id, err)
+	}
+	return nil
+}
+
 // streamTransport is one mount's consumer on a stream.
 type streamTransport struct {
 	claim       *claimer // takes idle pending entries over (Reclaim, ClaimingStream); nil: none
 	consumer    string
+	delays      delaySet // the mount's durable delay set, when parks
 	env         source.Env
 	garbledOnce sync.Once
+	parks       bool
 	src         *StreamSource
 
 	mu       sync.Mutex
@@ -98,7 +131,7 @@ func (t *streamTransport) Info() source.Info {
 		BatchesMoves: true,
 		Block:        t.src.cfg.block,
 		// A re-read or claimed entry's attempt counts its unsettled deliveries.
-		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parksDurably(), RetryWithoutCap: source.ActionCopy},
+		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parks, RetryWithoutCap: source.ActionCopy},
 		Group: t.src.group,
 		Key:   t.src.key,
 		Kind:  source.KindStream,
@@ -127,7 +160,11 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	if p.DeadLetter != "" && p.DeadLetter == s.key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the stream the mount reads: dead letters would be read again", p.DeadLetter))
 	}
-	errs = append(errs, t.validateDelay(p)...)
+	slotKeys := []string{s.key}
+	if p.DeadLetter != "" {
+		slotKeys = append(slotKeys, p.DeadLetter)
+	}
+	errs = append(errs, delaySetProblems(p, s.rdb, "stream", s.key, slotKeys...)...)
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
 		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
 			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one script): %w", err))
@@ -140,7 +177,7 @@ func (t *streamTransport) Open(ctx context.Context) error {
 	if err := t.createGroup(ctx); err != nil {
 		return err
 	}
-	t.claim.start(ctx, t)
+	t.claim.start(ctx)
 	return nil
 }
 
@@ -168,11 +205,11 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 		}
 	}
 	if t.claim != nil {
-		ds, err := t.claim.fetch(ctx, t, max)
+		ds, err := t.claim.fetch(ctx, max)
 		if err != nil || len(ds) > 0 {
 			return ds, err
 		}
-		wait = t.claim.bound(t, wait)
+		wait = t.claim.bound(wait)
 	}
 	return t.read(ctx, ">", max, wait)
 }
@@ -348,6 +385,30 @@ func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
 	t.mu.Unlock()
 }
 
+// inflightIDs returns the ids of the entries in flight here.
+func (t *streamTransport) inflightIDs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]string, 0, len(t.inflight))
+	for id := range t.inflight {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// stillInflight returns those of ids still in flight here.
+func (t *streamTransport) stillInflight(ids []string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if _, ok := t.inflight[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 func (t *streamTransport) markRescan() {
 	t.mu.Lock()
 	t.rescan, t.cursor = true, "0"
@@ -370,4 +431,160 @@ func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error 
 func (t *streamTransport) Close(context.Context) error {
 	t.claim.close()
 	return nil
+}
+
+// sweepDelays moves the due members of the mount's delay set into the stream, looping
+// while full batches move, and returns how long the next read may block: no longer than
+// until the earliest member still waiting comes due.
+func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
+	if !t.parks {
+		return wait, nil
+	}
+	dz := t.delays
+	t.mu.Lock()
+	inflight := len(t.inflight) > 0
+	t.mu.Unlock()
+	wait, _, err := dz.sweep(ctx, wait, inflight, func(ctx context.Context, now int64) (script.SweepResult, error) {
+		return script.Sweep(ctx, t.src.rdb, dz.Key, t.src.key, now, script.SweepBatch, wire.FieldPayload)
+	})
+	if err != nil {
+		return wait, fmt.Errorf("stream %q: sweep delays from %q: %w", t.src.key, dz.Key, err)
+	}
+	return wait, nil
+}
+
+// Moves writes a batch of moves: retry copies (back to the stream) and dead letters (to
+// their stream, bounded by DeadLetterMaxLen) in one stream_move script call per
+// destination, parks in one pipeline of park script calls; each move all or nothing
+// and fenced on its own (its entry must still be pending to this consumer). A delivery
+// stays in flight until its call has answered.
+func (t *streamTransport) Moves(ctx context.Context, ms []source.Move) []error {
+	errs := make([]error, len(ms))
+	t.writeMoves(ctx, ms, errs)
+	// Forgotten as in flight only now that every write has answered.
+	for i, m := range ms {
+		t.settledIDs(errs[i], m.Delivery)
+	}
+	return errs
+}
+
+// writeMoves writes ms, setting each one's error in errs.
+func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs []error) {
+	done := make([]bool, len(ms))
+	batch := make([]script.Move, 0, len(ms))
+	idx := make([]int, 0, len(ms))
+	var parks []script.StreamPark
+	var parkIdx []int
+	for i, m := range ms {
+		switch m.Action {
+		case source.ActionCopy, source.ActionDeadLetter:
+		case source.ActionPark:
+			parks, parkIdx = append(parks, t.park(m)), append(parkIdx, i)
+			done[i] = true
+		default:
+			errs[i] = source.UnsupportedMove(source.KindStream, m)
+			done[i] = true
+		}
+	}
+	for i := range ms {
+		if done[i] {
+			continue
+		}
+		dest := streamDest(ms[i])
+		batch, idx = batch[:0], idx[:0]
+		for j := i; j < len(ms); j++ {
+			if !done[j] && streamDest(ms[j]) == dest {
+				d := ms[j].Delivery
+				batch = append(batch, script.Move{ID: d.ID, Values: wire.StreamValues(d.Payload, ms[j].Headers)})
+				idx = append(idx, j)
+				done[j] = true
+			}
+		}
+		key, maxLen := t.src.key, int64(0)
+		if dest != "" {
+			key, maxLen = dest, t.env.Policy.DeadLetterMaxLen
+		}
+		for k, err := range script.StreamMoves(ctx, t.src.rdb, key, t.src.key, t.src.group, t.consumer, maxLen, batch) {
+			if err != nil {
+				j := idx[k]
+				if dest == "" {
+					err = fmt.Errorf("stream %q: retry copy of %s: %w", t.src.key, ms[j].Delivery.ID, err)
+				} else {
+					err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", t.src.key, ms[j].Delivery.ID, dest, err)
+				}
+				errs[j] = err
+			}
+		}
+	}
+	if len(parks) > 0 {
+		dz := t.delays
+		for k, err := range script.Parks(ctx, t.src.rdb, dz.Key, t.src.key, t.src.group, t.consumer, dz.TTL, dz.now(), parks) {
+			if err != nil {
+				errs[parkIdx[k]] = fmt.Errorf("stream %q: park of %s in %q: %w", t.src.key, ms[parkIdx[k]].Delivery.ID, dz.Key, err)
+			}
+		}
+	}
+}
+
+// streamDest is where a copy or dead letter goes: "" for the stream itself (a retry
+// copy), else the dead-letter stream.
+func streamDest(m source.Move) string {
+	if m.Action == source.ActionDeadLetter {
+		return m.Dest
+	}
+	return ""
+}
+
+// park is the script's park of m: its retry copy (payload and the given headers) goes
+// into the mount's delay set, due once m.Delay has passed on the Redis server's clock,
+// and the original entry is acknowledged.
+func (t *streamTransport) park(m source.Move) script.StreamPark {
+	d := m.Delivery
+	payload := d.Payload
+	if !d.HasPayload {
+		payload = nil
+	}
+	return script.StreamPark{Delay: m.Delay, ID: d.ID, Member: wire.DelayMember(d.ID, payload, m.Headers)}
+}
+
+// xreadOnce is an XREADGROUP that go-redis must not send twice. go-redis retries a
+// command whose connection failed (EOF, reset) on a new connection; for a read of new
+// entries (id ">") that is not safe: if Redis ran the first read and its reply was lost,
+// the entries it delivered are pending at the consumer, and the retried read returns
+// only newer ones, so those are never handled while the consumer runs. With NoRetry the
+// failure reaches the transport, which then re-reads its own pending entries.
+type xreadOnce struct{ *redis.XStreamSliceCmd }
+
+// NoRetry keeps go-redis from running the read again after a connection failure.
+func (xreadOnce) NoRetry() bool { return true }
+
+// xreadGroupOnce runs XREADGROUP a once, without go-redis's retries (see xreadOnce).
+func xreadGroupOnce(ctx context.Context, rdb redis.UniversalClient, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+	// The command is built on a pipeline that is never run: the only exported way to get
+	// it with its blocking read timeout set (BLOCK plus go-redis's margin).
+	cmd := rdb.Pipeline().XReadGroup(ctx, a)
+	_ = rdb.Process(ctx, xreadOnce{cmd})
+	return cmd
+}
+
+// minServerBlock is the shortest block a Redis server times out with any precision: it
+// checks blocked clients' timeouts on its cron (hz 10 by default, every 100 ms), so a
+// short BLOCK returns up to a tick late. A read bounded by a delay coming due sooner
+// than this does not block in Redis: it reads without blocking and then waits on the
+// client.
+const minServerBlock = 100 * time.Millisecond
+
+// pollWait waits d on the wall clock, or until ctx ends. It stands in for a short Redis
+// block (a poll bound, never a settlement delay), so it runs on real time like the
+// Redis-side block it replaces.
+func pollWait(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -248,5 +250,149 @@ func TestRunWritesAndReportsQueuedCopiesBeforeReturning(t *testing.T) {
 	defer tr.mu.Unlock()
 	if tr.closedAfter != len(ids) {
 		t.Fatalf("transport closed after %d of %d copies were written", tr.closedAfter, len(ids))
+	}
+}
+
+// In-process delays that come due together are written together: the copies due while
+// one Moves call is under way go in the next, each reported on its own once written.
+func TestDueInProcessCopiesAreWrittenInBatches(t *testing.T) {
+	t.Parallel()
+	ids := []string{"1-0", "2-0", "3-0", "4-0", "5-0"}
+	tr := newMoverTransport(ids...)
+	evs := make(chan Settled, 2*len(ids))
+	a, err := New(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled: func(_ context.Context, s Settled) { evs <- s },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Mount(tr, HandlerFunc(func(context.Context, *Message) error {
+		return RetryAfter(time.Millisecond, nil)
+	}), Concurrency(len(ids)), DelayIn(delayed.InProcess{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-tr.gate:
+		default:
+			close(tr.gate)
+		}
+		<-done
+	})
+
+	select {
+	case <-tr.entered:
+	case <-time.After(copierWaitBound):
+		t.Fatal("no Moves call for the due copies")
+	}
+	// The first call is held: the other copies queue meanwhile.
+	w := a.mounts[0].due
+	for deadline := time.Now().Add(copierWaitBound); time.Now().Before(deadline); runtime.Gosched() {
+		tr.mu.Lock()
+		first := tr.calls[0]
+		tr.mu.Unlock()
+		w.mu.Lock()
+		queued := len(w.queue)
+		w.mu.Unlock()
+		if first+queued == len(ids) {
+			break
+		}
+	}
+	close(tr.gate)
+	parks, copies := 0, 0
+	for range 2 * len(ids) {
+		switch e := nextEvent(t, evs); {
+		case e.Action == ActionPark:
+			parks++
+		case e.Action == ActionCopy && e.Err == nil:
+			copies++
+		default:
+			t.Fatalf("settlement %+v, want a park, then its due copy written", e)
+		}
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if parks != len(ids) || copies != len(ids) || len(tr.written) != len(ids) || len(tr.calls) > 2 {
+		t.Fatalf("%d parks, %d copies reported; moves written %v in calls %v: want all %d copies in at most two calls (those due first, then those due meanwhile)", parks, copies, tr.written, tr.calls, len(ids))
+	}
+}
+
+func nextEvent(tb testing.TB, evs chan Settled) Settled {
+	tb.Helper()
+	select {
+	case e := <-evs:
+		return e
+	case <-time.After(copierWaitBound):
+		tb.Fatal("no settlement reported")
+		return Settled{}
+	}
+}
+
+// An ack takes a shorter path when debug logging is off; the settlement it reports must
+// be the one the full path reports.
+func TestAckReportsTheSameSettlementWithDebugOnAndOff(t *testing.T) {
+	t.Parallel()
+	settledAt := func(level slog.Level) []Settled {
+		var mu sync.Mutex
+		var got []Settled
+		a, err := New(Config{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level})),
+			OnSettled: func(_ context.Context, s Settled) {
+				mu.Lock()
+				got = append(got, s)
+				mu.Unlock()
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &mount{cfg: defaultMountConfig(), handler: HandlerFunc(func(context.Context, *Message) error { return nil }), src: benchSource{}}
+		m.cfg.delay = delayed.InProcess{}
+		m.prepare(a.eng)
+		acks := newAcker(context.Background(), m)
+		d := &source.Delivery{Attempt: 2, Headers: map[string]string{}, HasPayload: true, ID: "7-0", Key: "orders", Payload: []byte("p")}
+		m.handle(context.Background(), d, acks, nil)
+		acks.close()
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	fast, full := settledAt(slog.LevelError), settledAt(slog.LevelDebug)
+	if len(fast) != 1 || len(full) != 1 {
+		t.Fatalf("settlements: %d without debug, %d with; want one each", len(fast), len(full))
+	}
+	if fast[0] != full[0] {
+		t.Fatalf("without debug %+v, with debug %+v; want the same", fast[0], full[0])
+	}
+	if want := (Settled{Action: ActionAck, Attempt: 2, ID: "7-0", Key: "orders", Mount: "stream bench", Outcome: OutcomeAck}); fast[0] != want {
+		t.Fatalf("ack reported %+v, want %+v", fast[0], want)
+	}
+}
+
+// A settlement write's context carries the run context's values, no cancellation, and
+// a deadline settleTimeout away, give or take the second its context is shared for.
+func TestWriteContextsBoundEachWriteBySettleTimeoutWithoutCancellation(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	run, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "run"))
+	w := &writeContexts{base: context.WithoutCancel(run)}
+	for range 3 {
+		before := time.Now()
+		ctx := w.get()
+		after := time.Now()
+		deadline, ok := ctx.Deadline()
+		if !ok || deadline.Before(before.Add(settleTimeout-time.Second)) || deadline.After(after.Add(settleTimeout)) {
+			t.Fatalf("deadline %v (set: %v), want within a second before %v", deadline, ok, after.Add(settleTimeout))
+		}
+		if ctx.Value(key{}) != "run" {
+			t.Fatal("the run context's values are lost")
+		}
+	}
+	cancel()
+	if err := w.get().Err(); err != nil {
+		t.Fatalf("a write's context ended with the run's: %v", err)
 	}
 }

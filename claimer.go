@@ -16,33 +16,27 @@ import (
 	"github.com/settlekit/settle/internal/source"
 )
 
-// Reclaim makes a Stream consumer also take over entries that other consumers of its
-// group were delivered but left pending for at least idle: the entries of a consumer
-// whose process died. Before each read of new entries the consumer claims idle ones
-// (XAUTOCLAIM, at most as many as it has free handler slots) and delivers them as new
-// deliveries; one consumer of the group starts a scan of its pending entries per poll
-// (the shorter of idle/2 and the read's Block), the others leave it to that one. A reclaimed entry's attempt counts the deliveries that never settled: it
-// is the retry-count header plus Redis's delivery count of the entry (the claim
-// included), so a message that kills its consumer spends an attempt per crash and
-// reaches the cap (and the dead letter) like one that fails; an entry that arrives with
-// its attempts already spent that way is dead-lettered without running its handler
-// again. Their retries are copies like any other, carrying the attempt on.
-//
-// While a handler runs, its entry is kept from being reclaimed by other consumers: every
-// idle/3 the consumer resets the idle time of the entries it is handling (a heartbeat
-// that does not count as a delivery). So idle may be short without a long handler's entry
-// being handled twice, as long as every consumer of the group runs with Reclaim or on a
-// ClaimingStream. idle must be at least a millisecond. Defaults to no reclaim.
-func Reclaim(idle time.Duration) StreamOption {
-	return streamOptionFunc(func(c *streamConfig) { c.reclaim = idle })
+// claimStream is the stream consumer a claimer claims for and heartbeats: the group's
+// keys, the consumer's name, and the deliveries it has in flight.
+type claimStream struct {
+	consumer string
+	env      source.Env
+	group    string
+	key      string
+	owner    claimOwner
+	rdb      redis.UniversalClient
 }
 
-// reclaimer returns the claimer Reclaim asks for, or nil.
-func (c streamConfig) reclaimer() *claimer {
-	if c.reclaim == 0 {
-		return nil
-	}
-	return newClaimer("Reclaim", c.reclaim, c.block, false, nil) // retries are copies
+// claimOwner is the stream transport a claimer serves.
+type claimOwner interface {
+	// createGroup makes the stream and its group again (after NOGROUP).
+	createGroup(ctx context.Context) error
+	// deliveries turns claimed entries into deliveries, marking them in flight.
+	deliveries(ctx context.Context, msgs []redis.XMessage) []*source.Delivery
+	// inflightIDs returns the ids of the entries in flight.
+	inflightIDs() []string
+	// stillInflight returns those of ids still in flight.
+	stillInflight(ids []string) []string
 }
 
 // claimTestPoll bounds a read under a test's fake clock: the test may advance the clock
@@ -58,6 +52,8 @@ const claimPollMin = 10 * time.Millisecond
 // Reclaim, the entries of dead consumers. While handlers run, it heartbeats their
 // entries so that no other consumer claims them.
 type claimer struct {
+	// s is the stream consumer the claimer claims for (set by attach).
+	s claimStream
 	// leaves: retries stay pending to be claimed back (a claiming stream); else they are
 	// copies (Reclaim). Either way a claimed delivery's attempt adds Redis's delivery
 	// count to the retry-count header.
@@ -85,11 +81,11 @@ type claimer struct {
 	stop      context.CancelFunc
 }
 
-// newClaimer returns a claimer of entries idle for idle. After a scan that found nothing,
+// newClaimer returns a claimer of entries idle for idle, for the consumer s. After a scan that found nothing,
 // the next one comes a read's block (or idle/2, if shorter) later: an entry a crashed
 // consumer left is claimed at most that long after it became idle enough.
-func newClaimer(name string, idle, block time.Duration, leaves bool, onBeat func()) *claimer {
-	return &claimer{leaves: leaves, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(min(idle/2, block), claimPollMin)}
+func newClaimer(s claimStream, name string, idle, block time.Duration, leaves bool, onBeat func()) *claimer {
+	return &claimer{s: s, leaves: leaves, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(min(idle/2, block), claimPollMin)}
 }
 
 // leavesRetries reports whether retries stay pending here to be claimed back (a
@@ -117,30 +113,30 @@ type leftBatch struct {
 // the last scan filled the free slots or is poll old, and starts a new pass only when no
 // other consumer of the group started one in the last poll (see startPass); under a
 // test's fake clock (whose Advance may make any entry idle enough) it always scans.
-func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*source.Delivery, error) {
-	now := t.env.Clock.Now()
+func (c *claimer) fetch(ctx context.Context, max int) ([]*source.Delivery, error) {
+	now := c.s.env.Clock.Now()
 	c.mu.Lock()
 	own := c.takeDue(now, min(max, maxOwnClaim))
-	scan := !now.Before(c.nextScan) || t.env.TestClock != nil
+	scan := !now.Before(c.nextScan) || c.s.env.TestClock != nil
 	cursor := c.cursor
 	c.mu.Unlock()
 
 	if len(own) > 0 {
-		ds, err := c.claim(ctx, t, "", len(own), own)
+		ds, err := c.claim(ctx, "", len(own), own)
 		if err != nil || len(ds) > 0 || !scan {
 			return ds, err
 		}
 	} else if !scan {
 		return nil, nil
 	}
-	if cursor == "0-0" && t.env.TestClock == nil && !c.startPass(ctx, t) {
+	if cursor == "0-0" && c.s.env.TestClock == nil && !c.startPass(ctx) {
 		c.mu.Lock()
 		c.nextScan = now.Add(c.poll)
 		c.mu.Unlock()
 		return nil, nil
 	}
 	for {
-		ds, err := c.claim(ctx, t, cursor, max, nil)
+		ds, err := c.claim(ctx, cursor, max, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -166,12 +162,12 @@ func (c *claimer) fetch(ctx context.Context, t *streamTransport, max int) ([]*so
 // and each costs Redis a step per pending entry. A pass another consumer started
 // meanwhile claims what there is to claim. If the key cannot be written (an error, an
 // ACL refusing it), the pass starts: a scan too many, never one too few.
-func (c *claimer) startPass(ctx context.Context, t *streamTransport) bool {
-	s := t.src
-	ok, err := script.StartScan(ctx, s.rdb, keys.Derived(s.key, "claim-scan:"+s.group), t.consumer, c.poll)
+func (c *claimer) startPass(ctx context.Context) bool {
+	s := &c.s
+	ok, err := script.StartScan(ctx, s.rdb, keys.Derived(s.key, "claim-scan:"+s.group), s.consumer, c.poll)
 	if err != nil {
-		t.env.Logger.DebugContext(ctx, "settle: could not mark the start of a claim scan; scanning anyway",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+		s.env.Logger.DebugContext(ctx, "settle: could not mark the start of a claim scan; scanning anyway",
+			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
 		return true
 	}
 	return ok
@@ -185,11 +181,11 @@ const maxOwnClaim = 1000
 // been idle that long, and the claim need not be sent them: on a claiming stream with
 // many handlers, most of its Redis CPU). Under a test's fake clock, all of them. c.serial
 // is held.
-func (c *claimer) atRisk(t *streamTransport) []string {
-	if t.env.TestClock == nil && t.env.Clock.Now().Sub(c.touchedAt) < c.idle/2 {
+func (c *claimer) atRisk() []string {
+	if c.s.env.TestClock == nil && c.s.env.Clock.Now().Sub(c.touchedAt) < c.idle/2 {
 		return nil
 	}
-	return t.inflightIDs()
+	return c.s.owner.inflightIDs()
 }
 
 // takeDue takes up to max ids of the entries left pending that are due at now. c.mu is
@@ -210,20 +206,20 @@ func (c *claimer) takeDue(now time.Time, max int) []string {
 // claim runs one claim script call: the ids listed, or (ids nil) up to max entries of
 // the group from cursor on, whose next cursor it records. It returns the claimed
 // deliveries, their attempts counting Redis's deliveries.
-func (c *claimer) claim(ctx context.Context, t *streamTransport, cursor string, max int, ids []string) ([]*source.Delivery, error) {
-	s := t.src
+func (c *claimer) claim(ctx context.Context, cursor string, max int, ids []string) ([]*source.Delivery, error) {
+	s := &c.s
 	// Entries in flight here are skipped inside the script: one whose handler acks it
 	// meanwhile must not be delivered again. A Leave waits for the claim (and a claim
 	// for a Leave): an entry left just after the snapshot would be skipped, and the
 	// skip restarts its idle time.
 	c.serial.Lock()
-	inflight := c.atRisk(t)
+	inflight := c.atRisk()
 	var res script.ClaimResult
 	var err error
 	if ids != nil {
-		res, err = script.ClaimIDs(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, ids, inflight...)
+		res, err = script.ClaimIDs(ctx, s.rdb, s.key, s.group, s.consumer, c.idle, ids, inflight...)
 	} else {
-		res, err = script.Claim(ctx, s.rdb, s.key, s.group, t.consumer, c.idle, cursor, max, inflight...)
+		res, err = script.Claim(ctx, s.rdb, s.key, s.group, s.consumer, c.idle, cursor, max, inflight...)
 	}
 	c.serial.Unlock()
 	if err != nil {
@@ -233,20 +229,20 @@ func (c *claimer) claim(ctx context.Context, t *streamTransport, cursor string, 
 			c.mu.Lock()
 			c.cursor = "0-0"
 			c.mu.Unlock()
-			return nil, t.createGroup(ctx)
+			return nil, s.owner.createGroup(ctx)
 		}
 		return nil, fmt.Errorf("stream %q: claim idle entries: %w", s.key, err)
 	}
 	if len(res.Deleted) > 0 {
-		t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; Redis dropped them from the pending list",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", res.Deleted))
+		s.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; Redis dropped them from the pending list",
+			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", res.Deleted))
 	}
 	if ids == nil {
 		c.mu.Lock()
 		c.cursor = res.Next
 		c.mu.Unlock()
 	}
-	ds := t.deliveries(ctx, res.Entries)
+	ds := s.owner.deliveries(ctx, res.Entries)
 	if len(ds) > 0 {
 		counts := make(map[string]int, len(res.Entries))
 		for i, e := range res.Entries {
@@ -261,14 +257,14 @@ func (c *claimer) claim(ctx context.Context, t *streamTransport, cursor string, 
 
 // bound shortens wait, a read's block, so that the read ends by the next scan (and, under
 // a test's fake clock, soon after any advance).
-func (c *claimer) bound(t *streamTransport, wait time.Duration) time.Duration {
+func (c *claimer) bound(wait time.Duration) time.Duration {
 	if wait < 0 {
 		return wait
 	}
-	if t.env.TestClock != nil {
+	if c.s.env.TestClock != nil {
 		wait = min(wait, claimTestPoll)
 	}
-	now := t.env.Clock.Now()
+	now := c.s.env.Clock.Now()
 	c.mu.Lock()
 	next := c.nextScan
 	if len(c.dues) > 0 && c.dues[0].due.Before(next) {
@@ -299,18 +295,18 @@ func (c *claimer) left(at time.Time, ids []string) {
 }
 
 // start starts the heartbeat (nothing for a nil claimer); close stops it.
-func (c *claimer) start(ctx context.Context, t *streamTransport) {
+func (c *claimer) start(ctx context.Context) {
 	if c == nil {
 		return
 	}
 	ctx, c.stop = context.WithCancel(context.WithoutCancel(ctx))
 	c.done = make(chan struct{})
 	c.serial.Lock()
-	c.touchedAt = t.env.Clock.Now()
+	c.touchedAt = c.s.env.Clock.Now()
 	c.serial.Unlock()
 	go func() {
 		defer close(c.done)
-		c.beat(ctx, t)
+		c.beat(ctx)
 	}()
 }
 
@@ -324,9 +320,9 @@ func (c *claimer) close() {
 
 // beat resets the idle time of the entries in flight here every idle/3 on the App's
 // clock, until ctx ends.
-func (c *claimer) beat(ctx context.Context, t *streamTransport) {
+func (c *claimer) beat(ctx context.Context) {
 	every := max(c.idle/3, time.Millisecond)
-	tm := t.env.Clock.NewTimer(every)
+	tm := c.s.env.Clock.NewTimer(every)
 	for {
 		select {
 		case <-ctx.Done():
@@ -334,77 +330,53 @@ func (c *claimer) beat(ctx context.Context, t *streamTransport) {
 			return
 		case <-tm.C():
 		}
-		c.touchInflight(ctx, t, every)
-		tm = t.env.Clock.NewTimer(every)
+		c.touchInflight(ctx, every)
+		tm = c.s.env.Clock.NewTimer(every)
 		if c.onBeat != nil {
 			c.onBeat() // after the next timer exists, so a test may advance past it
 		}
 	}
 }
 
-func (c *claimer) touchInflight(ctx context.Context, t *streamTransport, every time.Duration) {
+func (c *claimer) touchInflight(ctx context.Context, every time.Duration) {
 	c.serial.Lock()
 	defer c.serial.Unlock()
-	at := t.env.Clock.Now()
-	ids := t.inflightIDs()
+	s := &c.s
+	at := s.env.Clock.Now()
+	ids := s.owner.inflightIDs()
 	if len(ids) == 0 {
 		c.touchedAt = at
 		return
 	}
 	tctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
 	defer cancel()
-	s := t.src
-	lost, err := script.Touch(tctx, s.rdb, s.key, s.group, t.consumer, ids...)
+	lost, err := script.Touch(tctx, s.rdb, s.key, s.group, s.consumer, ids...)
 	if err == nil {
 		c.touchedAt = at
 	}
 	if err != nil {
-		t.env.Logger.WarnContext(ctx, "settle: heartbeat of entries in flight failed; another consumer may claim them",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+		s.env.Logger.WarnContext(ctx, "settle: heartbeat of entries in flight failed; another consumer may claim them",
+			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
 		return
 	}
 	// Entries settled since the snapshot are not pending any more: only those still in
 	// flight here and now pending at another consumer were taken over (one still in
 	// flight but pending nowhere was acknowledged by us a moment before the touch, its
 	// settlement not yet recorded).
-	if taken := t.takenOver(tctx, t.stillInflight(lost)); len(taken) > 0 {
-		t.env.Logger.WarnContext(ctx, "settle: entries in flight here were claimed by another consumer (their idle time passed before a heartbeat); they may be handled twice",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", taken))
+	if taken := c.takenOver(tctx, s.owner.stillInflight(lost)); len(taken) > 0 {
+		s.env.Logger.WarnContext(ctx, "settle: entries in flight here were claimed by another consumer (their idle time passed before a heartbeat); they may be handled twice",
+			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", taken))
 	}
 }
 
 // takenOver returns those of ids that are pending at another consumer of the group. An
 // id it cannot look up counts as taken over (the warning errs on the side of saying).
-func (t *streamTransport) takenOver(ctx context.Context, ids []string) []string {
+func (c *claimer) takenOver(ctx context.Context, ids []string) []string {
 	var out []string
-	s := t.src
+	s := &c.s
 	for _, id := range ids {
 		p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.key, Group: s.group, Start: id, End: id, Count: 1}).Result()
-		if err != nil || (len(p) == 1 && p[0].Consumer != t.consumer) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// inflightIDs returns the ids of the entries in flight here.
-func (t *streamTransport) inflightIDs() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ids := make([]string, 0, len(t.inflight))
-	for id := range t.inflight {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-// stillInflight returns those of ids still in flight here.
-func (t *streamTransport) stillInflight(ids []string) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []string
-	for _, id := range ids {
-		if _, ok := t.inflight[id]; ok {
+		if err != nil || (len(p) == 1 && p[0].Consumer != s.consumer) {
 			out = append(out, id)
 		}
 	}

@@ -164,7 +164,7 @@ func TestClaimMakesADeletedGroupAgainAndEndsItsScan(t *testing.T) {
 	tr.claim.mu.Unlock()
 	h := &claimScripts{}
 	r.Client.AddHook(h)
-	ds, err := tr.claim.fetch(ctx, tr.streamTransport, 10)
+	ds, err := tr.claim.fetch(ctx, 10)
 	if err != nil || len(ds) != 0 {
 		t.Fatalf("fetch = %d deliveries, %v; want none and no error", len(ds), err)
 	}
@@ -198,7 +198,7 @@ func TestClaimScanIsStartedByOneConsumerOfTheGroupPerPoll(t *testing.T) {
 	r.Client.AddHook(h)
 
 	for _, c := range []*claimTransport{c1, c2} {
-		if ds, err := c.claim.fetch(ctx, c.streamTransport, 10); err != nil || len(ds) != 0 {
+		if ds, err := c.claim.fetch(ctx, 10); err != nil || len(ds) != 0 {
 			t.Fatalf("%s: fetch = %d deliveries, %v; want none", c.consumer, len(ds), err)
 		}
 	}
