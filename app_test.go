@@ -46,6 +46,8 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 	app.Mount(b.stream(), nil, settle.Name("nil-handler"))
 	app.Mount(b.stream(), ack, settle.Name("no-concurrency"), settle.Concurrency(0))
 	app.Mount(b.stream(), ack, settle.Name("negative-cap"), settle.MaxAttempts(-1))
+	app.Mount(b.stream(), ack, settle.Name("zero-cap"), settle.MaxAttempts(0))
+	app.Mount(settle.List(b.client, b.in+":list"), ack, settle.Name("trimmed-list-dlq"), settle.DeadLetter(b.dlq), settle.DeadLetterMaxLen(10))
 	app.Mount(b.stream(), ack, settle.Name("dlq-is-source"), settle.DeadLetter(b.in))
 	app.Mount(b.stream(), ack, settle.Name("twice"))
 	app.Mount(b.stream(), ack, settle.Name("twice"))
@@ -55,11 +57,13 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 		t.Fatal("Validate = nil, want every refusal")
 	}
 	want := map[string]string{
-		"nil-handler":    "handler is nil",
-		"no-concurrency": "Concurrency(0)",
-		"negative-cap":   "MaxAttempts(-1)",
-		"dlq-is-source":  b.in,
-		"twice":          "name",
+		"nil-handler":      "handler is nil",
+		"no-concurrency":   "Concurrency(0)",
+		"negative-cap":     "MaxAttempts(-1)",
+		"zero-cap":         "MaxAttempts(0): the cap must be at least 1",
+		"trimmed-list-dlq": "DeadLetterMaxLen(10): only a stream's dead letters can be trimmed",
+		"dlq-is-source":    b.in,
+		"twice":            "name",
 	}
 	refusals := configErrors(t, err)
 	if len(refusals) != len(want) {
@@ -77,6 +81,31 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Fatalf("no refusal for %v", want)
+	}
+}
+
+// A mount without settle.Name is named "<kind> <key>[/<group>]" in every line and event,
+// its transport's own lines included (a subscription's log line once said mount=#1).
+func TestDefaultMountNameIsUsedByTheTransportsLogLines(t *testing.T) {
+	t.Parallel()
+	b := setupStream(t)
+	channel := b.in + ":events"
+	app := b.app(t, settle.PubSub(b.client, channel), ack)
+	app.Mount(b.stream(), ack)
+	start(t, app)
+	b.cmds.waitFor(t, "the stream's first read, after every mount opened", func(c recordedCmd) bool { return c.name() == "xreadgroup" })
+	subscribed := b.logs.containing("settle: subscribed")
+	if len(subscribed) != 1 || subscribed[0].attrs["mount"] != "channel "+channel {
+		t.Fatalf("subscription log lines %+v, want one with mount=%q", subscribed, "channel "+channel)
+	}
+}
+
+func TestNewPublisherSkipsANilOption(t *testing.T) {
+	t.Parallel()
+	b := setupStream(t)
+	pub := settle.NewPublisher(b.client, nil, settle.WithCodec(settle.JSON), nil)
+	if _, err := pub.Publish(context.Background(), b.in, map[string]int{"a": 1}, nil); err != nil {
+		t.Fatalf("Publish = %v", err)
 	}
 }
 
@@ -326,7 +355,7 @@ func TestAppDrainTimeoutCancelsHandlersWithShutdownCause(t *testing.T) {
 	h := settle.HandlerFunc(func(ctx context.Context, _ *settle.Message) error {
 		close(started)
 		<-ctx.Done()
-		if !settle.ErrShutdown(context.Cause(ctx)) {
+		if !errors.Is(context.Cause(ctx), settle.ErrDrainTimeout) {
 			return settle.Drop(errors.New("context cancelled without the shutdown cause"))
 		}
 		return context.Cause(ctx)
@@ -345,7 +374,7 @@ func TestAppDrainTimeoutCancelsHandlersWithShutdownCause(t *testing.T) {
 	}
 	evs := b.rec.Events()
 	// The handler returned the shutdown cause: a plain error, so a retry copy.
-	if len(evs) != 1 || evs[0].Action != settle.ActionCopy || evs[0].Err != nil || !settle.ErrShutdown(evs[0].HandlerErr) {
+	if len(evs) != 1 || evs[0].Action != settle.ActionCopy || evs[0].Err != nil || !errors.Is(evs[0].HandlerErr, settle.ErrDrainTimeout) {
 		t.Fatalf("events %+v, want the cancelled handler's delivery retried with the shutdown cause", evs)
 	}
 	if n := b.pending(t); n != 0 {

@@ -2,7 +2,6 @@ package settle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,14 +28,20 @@ var _ Source = (*ClaimingStreamSource)(nil)
 // heartbeats the entries it is handling every minIdle/3 so that none is claimed from
 // under a live handler. Without a durable delay set, RetryAfter waits minIdle whatever
 // it asks (a warning says so once). minIdle must be at least a millisecond.
-func ClaimingStream(rdb redis.UniversalClient, key, group string, minIdle time.Duration, opts ...StreamOption) *ClaimingStreamSource {
-	return &ClaimingStreamSource{minIdle: minIdle, stream: Stream(rdb, key, group, opts...)}
+func ClaimingStream(rdb redis.UniversalClient, key, group string, minIdle time.Duration, opts ...ClaimingStreamOption) *ClaimingStreamSource {
+	cfg := defaultStreamConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyClaimingStream(&cfg)
+		}
+	}
+	return &ClaimingStreamSource{minIdle: minIdle, stream: &StreamSource{cfg: cfg, group: group, key: key, rdb: rdb}}
 }
 
 // Transport is for settle's own use and may change in any release.
 func (s *ClaimingStreamSource) Transport(env source.Env) source.Transport {
 	st := s.stream.Transport(env).(*streamTransport)
-	t := &claimTransport{reclaim: st.claim, streamTransport: st}
+	t := &claimTransport{streamTransport: st}
 	st.claim = newClaimer(st.claimStream(), "ClaimingStream minIdle", s.minIdle, s.stream.cfg.block, true, s.onBeat)
 	st.rescan = false
 	return t
@@ -45,7 +50,6 @@ func (s *ClaimingStreamSource) Transport(env source.Env) source.Transport {
 // claimTransport is a streamTransport whose retries stay pending and are claimed back.
 type claimTransport struct {
 	*streamTransport
-	reclaim *claimer // what a Reclaim option asked for: refused
 }
 
 func (t *claimTransport) Info() source.Info {
@@ -55,14 +59,6 @@ func (t *claimTransport) Info() source.Info {
 	info.Caps.MinIdle = t.claim.idle
 	info.Caps.RetryWithoutCap = source.ActionLeave
 	return info
-}
-
-func (t *claimTransport) Validate(p source.Policy) []error {
-	errs := t.streamTransport.Validate(p)
-	if t.reclaim != nil {
-		errs = append(errs, errors.New("Reclaim is not an option of a ClaimingStream: it always claims entries idle for minIdle"))
-	}
-	return errs
 }
 
 // Moves writes a batch as a Stream does, and leaves its left-pending retries

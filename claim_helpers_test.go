@@ -89,8 +89,8 @@ func (w *claimWorld) app(t *testing.T, src settle.Source, h settle.Handler, opts
 }
 
 // claiming returns a claiming stream on the world's stream with its min-idle.
-func (w *claimWorld) claiming(opts ...settle.StreamOption) *settle.ClaimingStreamSource {
-	return settle.ClaimingStream(w.r.Client, w.in, w.group, w.idle, append([]settle.StreamOption{settle.Block(50 * time.Millisecond)}, opts...)...)
+func (w *claimWorld) claiming(opts ...settle.ClaimingStreamOption) *settle.ClaimingStreamSource {
+	return settle.ClaimingStream(w.r.Client, w.in, w.group, w.idle, append([]settle.ClaimingStreamOption{settle.Block(50 * time.Millisecond)}, opts...)...)
 }
 
 // publish publishes v to the world's stream and returns the entry id.

@@ -256,18 +256,34 @@ func TestClaimingStream(t *testing.T) {
 		w := setupClaimWorld(t)
 		app, _ := settle.New(settle.Config{})
 		app.Mount(settle.ClaimingStream(w.r.Client, w.in, w.group, 0), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
-		app.Mount(settle.ClaimingStream(w.r.Client, w.in, w.group, time.Second, settle.Reclaim(time.Second)), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }), settle.Name("both"))
 		err := app.Validate()
 		var ce *settle.ConfigError
 		if !errors.As(err, &ce) {
 			t.Fatalf("Validate = %v, want config errors", err)
 		}
-		for _, want := range []string{"ClaimingStream minIdle(0s): must be at least 1ms", "Reclaim is not an option of a ClaimingStream"} {
+		for _, want := range []string{"ClaimingStream minIdle(0s): must be at least 1ms"} {
 			if !containsErr(err, want) {
 				t.Fatalf("Validate = %v, want it to say %q", err, want)
 			}
 		}
 	})
+}
+
+// Reclaim is a Stream option only: a claiming stream always claims what has been idle
+// for its minIdle, so the compiler refuses Reclaim there.
+func TestReclaimIsNotAClaimingStreamOption(t *testing.T) {
+	t.Parallel()
+	if _, ok := any(settle.Reclaim(time.Second)).(settle.ClaimingStreamOption); ok {
+		t.Fatal("Reclaim is a ClaimingStreamOption")
+	}
+	for name, o := range map[string]any{"Batch": settle.Batch(1), "Block": settle.Block(time.Second), "Consumer": settle.Consumer("c"), "StartAt": settle.StartAt("$")} {
+		if _, ok := o.(settle.ClaimingStreamOption); !ok {
+			t.Errorf("%s is not a ClaimingStreamOption", name)
+		}
+		if _, ok := o.(settle.StreamOption); !ok {
+			t.Errorf("%s is not a StreamOption", name)
+		}
+	}
 }
 
 func containsErr(err error, s string) bool {

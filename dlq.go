@@ -17,7 +17,7 @@ const (
 
 // deadLetterHeaders returns the headers of d's dead letter: d's own headers as they
 // arrived, retry count set to the attempts spent, and the dead-letter headers.
-func deadLetterHeaders(d *source.Delivery, s source.Settlement, lastErr error) map[string]string {
+func deadLetterHeaders(d *source.Delivery, s settlement, lastErr error) map[string]string {
 	h := withRetryCount(d.Headers, d.Attempt)
 	h[HeaderDeadSource] = d.Key
 	h[HeaderDeadID] = d.ID

@@ -68,7 +68,7 @@ type Settled struct {
 // Final reports whether the message reached a final state with this settlement: acked,
 // dropped, rejected, lost or dead-lettered, and applied without error.
 func (s Settled) Final() bool {
-	return s.Err == nil && (s.Action.Completes() || s.Action == ActionDeadLetter)
+	return s.Err == nil && (s.Action.completes() || s.Action == ActionDeadLetter)
 }
 
 // engine is what the mounts of one App share: its clock, logger and OnSettled hook,
@@ -128,19 +128,21 @@ func (m *mount) prepare(e *engine) {
 		Delay:            m.cfg.delay,
 		MaxAttempts:      m.cfg.maxAttempts,
 	}
+	m.eng = e
+	env := source.Env{Clock: e.clock, Logger: e.logger, Policy: m.policy, TestClock: e.testClock}
 	m.name = m.cfg.name
 	if m.name == "" {
-		m.name = fmt.Sprintf("#%d", m.index+1)
-	}
-	m.eng = e
-	m.transport = m.src.Transport(source.Env{Clock: e.clock, Logger: e.logger, Mount: m.name, Policy: m.policy, TestClock: e.testClock})
-	m.info = m.transport.Info()
-	if m.cfg.name == "" {
-		m.name = string(m.info.Kind) + " " + m.info.Key
-		if m.info.Group != "" {
-			m.name += "/" + m.info.Group
+		// A transport starts nothing until Open: a first one only names the mount, so
+		// that the transport that runs logs under the name every other line uses.
+		info := m.src.Transport(env).Info()
+		m.name = string(info.Kind) + " " + info.Key
+		if info.Group != "" {
+			m.name += "/" + info.Group
 		}
 	}
+	env.Mount = m.name
+	m.transport = m.src.Transport(env)
+	m.info = m.transport.Info()
 	m.logger = e.logger.With(slog.String(attrMount, m.name))
 	m.wrapped = m.handler
 	for i := len(m.cfg.middleware) - 1; i >= 0; i-- {
@@ -162,14 +164,17 @@ func (m *mount) validate() []error {
 	if m.handler == nil {
 		add("handler is nil")
 	}
-	if m.cfg.maxAttempts < 0 {
-		add("MaxAttempts(%d): the cap must be at least 1", m.cfg.maxAttempts)
+	if m.cfg.maxAttemptsSet && m.cfg.maxAttempts < 1 {
+		add("MaxAttempts(%d): the cap must be at least 1 (leave the option out for no cap)", m.cfg.maxAttempts)
 	}
 	if m.cfg.concurrency < 1 {
 		add("Concurrency(%d): must be at least 1", m.cfg.concurrency)
 	}
 	if m.cfg.deadLetterMaxLen < 0 {
 		add("DeadLetterMaxLen(%d): must not be negative", m.cfg.deadLetterMaxLen)
+	}
+	if m.cfg.deadLetterMaxLen > 0 && m.info.Kind != source.KindStream {
+		add("DeadLetterMaxLen(%d): only a stream's dead letters can be trimmed, not a %s source's", m.cfg.deadLetterMaxLen, m.info.Kind)
 	}
 	if m.cfg.codec == nil {
 		add("WithCodec(nil): give a codec")
@@ -302,7 +307,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	case <-drained:
 	case <-t.C():
 		m.logger.WarnContext(ctx, "settle: drain timeout passed; cancelling handlers", slog.Duration("drain_timeout", m.eng.drainTimeout))
-		cancelHandlers(errShutdown)
+		cancelHandlers(ErrDrainTimeout)
 		<-drained
 	}
 	t.Stop()
@@ -347,18 +352,18 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		return m.apply(ctx, &spent, o, s, acks, delays)
 	}
 	msg := &Message{
-		Attempt:    d.Attempt,
-		Headers:    d.Headers,
-		ID:         d.ID,
-		Key:        d.Key,
-		Payload:    d.Payload,
-		codec:      m.cfg.codec,
-		hasPayload: d.HasPayload,
+		Attempt:   d.Attempt,
+		Headers:   d.Headers,
+		ID:        d.ID,
+		Key:       d.Key,
+		Payload:   d.Payload,
+		codec:     m.cfg.codec,
+		noPayload: !d.HasPayload,
 	}
 	err := callHandler(ctx, m.wrapped, msg)
 	o := OutcomeOf(err)
 	s := decide(o, d.Attempt, m.policy, m.info.Caps)
-	if s.Action == source.ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
+	if s.Action == ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
 		// The common case, kept out of apply: its large frame would grow the stack of
 		// every handler goroutine.
 		acks.add(d, Settled{Action: s.Action, Attempt: d.Attempt, ID: d.ID, Key: d.Key, Mount: m.name, Outcome: o.Kind})
@@ -380,7 +385,7 @@ func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 // apply carries out a settlement: a completion goes to the batched acker, any other to
 // the transport's Moves (see move), an in-process delay to the delay queue. It reports
 // whether the delivery's move was queued to the copier, which then frees its slot.
-func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s source.Settlement, acks *acker, delays *timerq.Queue) (queued bool) {
+func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s settlement, acks *acker, delays *timerq.Queue) (queued bool) {
 	ev := Settled{
 		Action:     s.Action,
 		Attempt:    d.Attempt,
@@ -391,15 +396,15 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sour
 		Outcome:    o.Kind,
 	}
 	switch s.Action {
-	case source.ActionAck:
+	case ActionAck:
 		m.logSettlement(ctx, slog.LevelDebug, "settle: ack", d, o, s)
 		acks.add(d, ev)
 		return false
-	case source.ActionDrop, source.ActionReject:
+	case ActionDrop, ActionReject:
 		m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Any(attrError, o.Err))
 		acks.add(d, ev)
 		return false
-	case source.ActionLose:
+	case ActionLose:
 		// Warned once per mount, counted every time (reported again when the mount stops).
 		n := m.lost.Add(1)
 		m.warnOnce(ctx, "lose", "settle: "+s.Reason+"; declare MaxAttempts to retry with a copy (warned once per mount; every loss is counted)",
@@ -407,7 +412,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sour
 		m.logSettlement(ctx, slog.LevelDebug, "settle: "+s.Reason, d, o, s, slog.Int64("lost", n), slog.Any(attrError, o.Err))
 		acks.add(d, ev)
 		return false
-	case source.ActionLeave:
+	case ActionLeave:
 		if o.Kind == OutcomeRetryAfter && o.Delay != s.Delay {
 			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
 				slog.Duration(attrDelay, o.Delay), slog.Duration("min_idle", s.Delay))
@@ -415,10 +420,10 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sour
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
-	case source.ActionPutBack:
+	case ActionPutBack:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
 		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d}, ev)
-	case source.ActionCopy:
+	case ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.
 			m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Duration(attrDelay, o.Delay), slog.Any(attrError, o.Err))
@@ -426,7 +431,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sour
 			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
 		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
-	case source.ActionPark:
+	case ActionPark:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
@@ -436,7 +441,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sour
 		m.scheduleCopy(d, ev, s.Delay, delays)
 		m.settled(m.writes.get(), d, ev)
 		return false
-	default: // source.ActionDeadLetter
+	default: // ActionDeadLetter
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
 		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
 	}
@@ -467,7 +472,7 @@ func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration
 	// streamTransport.deliveries): keep a copy of its own while it waits.
 	held := *d
 	d = &held
-	ev.Action = source.ActionCopy
+	ev.Action = ActionCopy
 	mv := source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}
 	if w := m.due; w != nil {
 		delays.Schedule(delay, func() { w.add(copyReq{move: mv, ev: ev}) })
@@ -545,7 +550,7 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 // logSettlement logs a settlement's line at level with the delivery's attributes and
 // extra, building nothing when the level is off: the retry path runs it for every
 // delivery.
-func (m *mount) logSettlement(ctx context.Context, level slog.Level, msg string, d *source.Delivery, o Outcome, s source.Settlement, extra ...slog.Attr) {
+func (m *mount) logSettlement(ctx context.Context, level slog.Level, msg string, d *source.Delivery, o Outcome, s settlement, extra ...slog.Attr) {
 	if !m.logger.Enabled(ctx, level) {
 		return
 	}
@@ -553,7 +558,7 @@ func (m *mount) logSettlement(ctx context.Context, level slog.Level, msg string,
 }
 
 // settlementAttrs are a settlement's log attributes: the delivery's, then extra.
-func settlementAttrs(d *source.Delivery, o Outcome, s source.Settlement, extra ...slog.Attr) []any {
+func settlementAttrs(d *source.Delivery, o Outcome, s settlement, extra ...slog.Attr) []any {
 	attrs := make([]any, 0, 5+len(extra))
 	attrs = append(attrs,
 		slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),

@@ -8,14 +8,10 @@ import (
 // ErrAppClosed is returned by Run when the App has already run.
 var ErrAppClosed = errors.New("settle: app closed")
 
-// errShutdown is the cause given to handler contexts cancelled when the drain timeout
-// of a graceful shutdown has passed.
-var errShutdown = errors.New("settle: shutdown: drain timeout passed")
-
-// ErrShutdown reports whether err is, or wraps, the cause settle gives handler
-// contexts that it cancels once a graceful shutdown's drain timeout has passed.
-// Handlers can test context.Cause(ctx) with it.
-func ErrShutdown(err error) bool { return errors.Is(err, errShutdown) }
+// ErrDrainTimeout is the cause of a handler's context cancelled because a graceful
+// shutdown's drain timeout passed before the handler returned: a handler can tell it
+// from other cancellations with errors.Is(context.Cause(ctx), settle.ErrDrainTimeout).
+var ErrDrainTimeout = errors.New("settle: shutdown: drain timeout passed")
 
 // PanicError is the error a handler's panic becomes: the delivery is retried, and the
 // panic value and stack are kept for logs and the dead letter.

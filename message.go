@@ -21,8 +21,8 @@ type Message struct {
 	// Payload is the message body as it arrived.
 	Payload []byte
 
-	codec      Codec
-	hasPayload bool
+	codec     Codec
+	noPayload bool // the message arrived without a payload field (or as an invalid envelope)
 }
 
 // Decode decodes the payload into v (a pointer) with the mount's codec. A message that
@@ -33,7 +33,7 @@ func (m *Message) Decode(v any) error {
 	if c == nil {
 		c = Msgpack
 	}
-	if !m.hasPayload {
+	if m.noPayload {
 		if why, ok := m.Headers[HeaderInvalidEnvelope]; ok {
 			return &DecodeError{Codec: c.Name(), Err: errors.New("list item or channel message is not a valid settle envelope: " + why)}
 		}
@@ -49,7 +49,7 @@ func (m *Message) Decode(v any) error {
 // Retry and RetryAfter (through any %w wrapping) ask for those outcomes; any other
 // error retries and is kept for the dead letter. A panic is recovered and retried.
 //
-// ctx is cancelled with a cause that ErrShutdown recognizes when a graceful shutdown's
+// ctx is cancelled with the cause ErrDrainTimeout when a graceful shutdown's
 // drain timeout passes before the handler returns.
 type Handler interface {
 	Handle(ctx context.Context, m *Message) error

@@ -10,7 +10,7 @@ import (
 func TestDecodeWithoutPayloadField(t *testing.T) {
 	t.Parallel()
 
-	m := &Message{Headers: map[string]string{"kind": "foreign"}, codec: Msgpack}
+	m := &Message{Headers: map[string]string{"kind": "foreign"}, codec: Msgpack, noPayload: true}
 	var v map[string]any
 	err := m.Decode(&v)
 	var de *DecodeError
@@ -31,7 +31,7 @@ func TestDecodeWithoutPayloadField(t *testing.T) {
 func TestDecodeUsesMountCodec(t *testing.T) {
 	t.Parallel()
 
-	m := &Message{Payload: []byte(`{"amount":7}`), codec: JSON, hasPayload: true}
+	m := &Message{Payload: []byte(`{"amount":7}`), codec: JSON}
 	var v codecRefund
 	if err := m.Decode(&v); err != nil {
 		t.Fatalf("decode: %v", err)
@@ -48,7 +48,7 @@ func TestDecodeDefaultsToMsgpack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Message{Payload: b, hasPayload: true}
+	m := &Message{Payload: b}
 	var v codecRefund
 	if err := m.Decode(&v); err != nil {
 		t.Fatalf("decode with no codec set: %v", err)
@@ -61,7 +61,7 @@ func TestDecodeDefaultsToMsgpack(t *testing.T) {
 func TestDecodeGarbageIsDecodeError(t *testing.T) {
 	t.Parallel()
 
-	m := &Message{Payload: []byte{0xc1, 0x00}, codec: Msgpack, hasPayload: true}
+	m := &Message{Payload: []byte{0xc1, 0x00}, codec: Msgpack}
 	var v codecRefund
 	var de *DecodeError
 	if err := m.Decode(&v); !errors.As(err, &de) || de.Err == nil {
@@ -78,7 +78,7 @@ func TestTypedDoesNotCallFnOnDecodeFailure(t *testing.T) {
 		return nil
 	})
 	for _, m := range []*Message{
-		{Payload: []byte("not msgpack at all \xc1"), codec: Msgpack, hasPayload: true},
+		{Payload: []byte("not msgpack at all \xc1"), codec: Msgpack},
 		{codec: Msgpack}, // no payload field
 	} {
 		err := h.Handle(context.Background(), m)
@@ -105,7 +105,7 @@ func TestTypedPassesDecodedValueAndReturnsFnError(t *testing.T) {
 		got = v
 		return wantErr
 	})
-	if err := h.Handle(context.Background(), &Message{Payload: b, codec: Msgpack, hasPayload: true}); err != wantErr {
+	if err := h.Handle(context.Background(), &Message{Payload: b, codec: Msgpack}); err != wantErr {
 		t.Fatalf("got %v, want fn's error returned as it is", err)
 	}
 	if got.Amount != 9 || got.ID != "r-9" {

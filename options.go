@@ -17,6 +17,12 @@ type StreamOption interface {
 	applyStream(*streamConfig)
 }
 
+// ClaimingStreamOption configures a ClaimingStream source: a Stream's options but
+// Reclaim, since a claiming stream always claims what has been idle for its minIdle.
+type ClaimingStreamOption interface {
+	applyClaimingStream(*streamConfig)
+}
+
 // PublisherOption configures a Publisher.
 type PublisherOption interface {
 	applyPublisher(*publisherConfig)
@@ -29,6 +35,7 @@ type mountConfig struct {
 	deadLetterMaxLen int64
 	delay            delayed.Strategy
 	maxAttempts      int
+	maxAttemptsSet   bool // MaxAttempts was given: 0 is refused, not "no cap"
 	middleware       []Middleware
 	name             string
 }
@@ -51,7 +58,7 @@ func (f mountOptionFunc) applyMount(c *mountConfig) { f(c) }
 // transport but the claiming stream retries by writing a copy, so the count travels with
 // the message. n must be at least 1. Defaults to no cap.
 func MaxAttempts(n int) MountOption {
-	return mountOptionFunc(func(c *mountConfig) { c.maxAttempts = n })
+	return mountOptionFunc(func(c *mountConfig) { c.maxAttempts, c.maxAttemptsSet = n, true })
 }
 
 // DeadLetter names where a message goes once its attempts are spent: a destination of
@@ -65,7 +72,8 @@ func DeadLetter(dest string) MountOption {
 }
 
 // DeadLetterMaxLen bounds a dead-letter stream to about n entries (XADD MAXLEN ~ n):
-// the oldest dead letters are trimmed. Defaults to unbounded.
+// the oldest dead letters are trimmed. Only a stream's dead letters can be trimmed: a
+// mount of any other source with this option is refused. Defaults to unbounded.
 func DeadLetterMaxLen(n int64) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.deadLetterMaxLen = n })
 }
@@ -119,20 +127,27 @@ const (
 	DefaultBlock = time.Second
 )
 
+func defaultStreamConfig() streamConfig {
+	return streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0"}
+}
+
 type streamOptionFunc func(*streamConfig)
 
 func (f streamOptionFunc) applyStream(c *streamConfig) { f(c) }
 
-// ReadOption configures how a source reads (Batch, Block). It is a StreamOption, a
-// ListOption, a ReliableListOption and a PubSubOption.
+// ReadOption configures how a source reads (Batch, Block). It is an option of every
+// Redis source: a StreamOption, a ClaimingStreamOption, a ListOption, a
+// ReliableListOption and a PubSubOption.
 type ReadOption struct {
 	set func(batch *int, block *time.Duration)
 }
 
-func (o ReadOption) applyStream(c *streamConfig) { o.set(&c.batch, &c.block) }
+func (o ReadOption) applyStream(c *streamConfig)         { o.set(&c.batch, &c.block) }
+func (o ReadOption) applyClaimingStream(c *streamConfig) { o.set(&c.batch, &c.block) }
 
-// Batch sets the most entries (list items, channel messages) one read asks for; a read
-// never asks for more than the mount has free handler slots. Defaults to DefaultBatch.
+// Batch sets the most entries (list items, channel messages, rows) one read asks for; a
+// read never asks for more than the mount has free handler slots. Defaults to
+// DefaultBatch.
 func Batch(n int) ReadOption {
 	return ReadOption{set: func(batch *int, _ *time.Duration) { *batch = n }}
 }
@@ -155,18 +170,24 @@ func Consumer(name string) ConsumerOption {
 	return ConsumerOption{name: name}
 }
 
-// ConsumerOption names a consumer (see Consumer). It is a StreamOption and a
-// ReliableListOption.
+// ConsumerOption names a consumer (see Consumer). It is a StreamOption, a
+// ClaimingStreamOption and a ReliableListOption.
 type ConsumerOption struct{ name string }
 
-func (o ConsumerOption) applyStream(c *streamConfig) { c.consumer = o.name }
+func (o ConsumerOption) applyStream(c *streamConfig)         { c.consumer = o.name }
+func (o ConsumerOption) applyClaimingStream(c *streamConfig) { c.consumer = o.name }
 
 // StartAt sets where a consumer group created by the mount starts: "0" reads the whole
 // stream, "$" only entries added after the group is created. A group that already exists
 // keeps its position. Defaults to "0".
-func StartAt(id string) StreamOption {
-	return streamOptionFunc(func(c *streamConfig) { c.startID = id })
-}
+func StartAt(id string) StartOption { return StartOption{id: id} }
+
+// StartOption sets where a new consumer group starts (see StartAt). It is a
+// StreamOption and a ClaimingStreamOption.
+type StartOption struct{ id string }
+
+func (o StartOption) applyStream(c *streamConfig)         { c.startID = o.id }
+func (o StartOption) applyClaimingStream(c *streamConfig) { c.startID = o.id }
 
 // Reclaim makes a Stream consumer also take over entries that other consumers of its
 // group left pending for at least idle: those of a consumer whose process died. A
@@ -209,17 +230,18 @@ func (o ConsumerOption) applyReliableList(c *reliableListConfig) { c.consumer = 
 // Heartbeat says otherwise.
 const DefaultHeartbeat = 15 * time.Second
 
-// HeartbeatOption sets a reliable list consumer's heartbeat; see Heartbeat.
-type HeartbeatOption struct{ ttl time.Duration }
+type reliableListOptionFunc func(*reliableListConfig)
 
-func (o HeartbeatOption) applyReliableList(c *reliableListConfig) { c.heartbeat = o.ttl }
+func (f reliableListOptionFunc) applyReliableList(c *reliableListConfig) { f(c) }
 
 // Heartbeat sets how long a reliable list consumer's heartbeat key lives (SET … PX ttl).
 // The consumer refreshes it every ttl/3 and, every ttl, looks for consumers of the same
 // list whose heartbeat has expired and recovers their processing lists. A dead
 // consumer's items come back between ttl and 2×ttl after it died. It must be at least
 // 100ms. Defaults to DefaultHeartbeat.
-func Heartbeat(ttl time.Duration) HeartbeatOption { return HeartbeatOption{ttl: ttl} }
+func Heartbeat(ttl time.Duration) ReliableListOption {
+	return reliableListOptionFunc(func(c *reliableListConfig) { c.heartbeat = ttl })
+}
 
 // PubSubOption configures a PubSub or PubSubPattern source.
 type PubSubOption interface {
@@ -235,27 +257,25 @@ type pubsubConfig struct {
 
 func (o ReadOption) applyPubSub(c *pubsubConfig) { o.set(&c.batch, &c.block) }
 
-// OutRetryOption names where a subscription's retry copies go; see OutRetry.
-type OutRetryOption struct{ channel string }
+type pubsubOptionFunc func(*pubsubConfig)
 
-func (o OutRetryOption) applyPubSub(c *pubsubConfig) { c.outRetry = o.channel }
+func (f pubsubOptionFunc) applyPubSub(c *pubsubConfig) { f(c) }
 
 // OutRetry names the channel a subscription publishes its retry copies to. A pattern
 // subscription reads many channels and names none, so PubSubPattern requires it: without
 // it App.Validate (and so App.Run) refuses the mount. Subscribe to that channel (the
 // pattern may match it) to read the copies again. On PubSub it replaces the default, the
 // channel the message came on.
-func OutRetry(channel string) OutRetryOption { return OutRetryOption{channel: channel} }
-
-// BufferOption sets how many received messages wait in memory; see Buffer.
-type BufferOption struct{ n int }
-
-func (o BufferOption) applyPubSub(c *pubsubConfig) { c.buffer = o.n }
+func OutRetry(channel string) PubSubOption {
+	return pubsubOptionFunc(func(c *pubsubConfig) { c.outRetry = channel })
+}
 
 // Buffer sets how many received messages may wait in memory for a free handler. When it
 // is full for a minute, go-redis drops messages (at-most-once). Defaults to
 // DefaultBuffer.
-func Buffer(n int) BufferOption { return BufferOption{n: n} }
+func Buffer(n int) PubSubOption {
+	return pubsubOptionFunc(func(c *pubsubConfig) { c.buffer = n })
+}
 
 // DefaultBuffer is how many received channel messages may wait for a handler unless
 // Buffer says otherwise.

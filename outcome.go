@@ -125,43 +125,76 @@ func outcomeIn(err error) (*OutcomeError, bool) {
 	return oe, ok
 }
 
-// Action is what the engine did with a delivery; see the Action* constants.
-type Action = source.Action
+// Action is what the engine did with a delivery, as Settled reports it.
+type Action uint8
 
-// The actions a settlement can take, as reported in Settled.
+// The actions a settlement can take.
 const (
-	ActionAck        = source.ActionAck
-	ActionDrop       = source.ActionDrop
-	ActionLeave      = source.ActionLeave
-	ActionPutBack    = source.ActionPutBack
-	ActionCopy       = source.ActionCopy
-	ActionPark       = source.ActionPark
-	ActionDeadLetter = source.ActionDeadLetter
-	ActionReject     = source.ActionReject
-	ActionLose       = source.ActionLose
+	// ActionAck completed the delivery (nil from the handler).
+	ActionAck Action = iota + 1
+	// ActionDrop completed the delivery with a warning (Drop); it never dead-letters.
+	ActionDrop
+	// ActionLeave left the delivery pending where it is, to come back once the claiming
+	// stream's minIdle has passed.
+	ActionLeave
+	// ActionPutBack returned the delivery, as it is, to where it was read from (a
+	// reliable list's item back to the list, an inbox row's lease cleared).
+	ActionPutBack
+	// ActionCopy wrote a copy with the retry count + 1 and completed the original.
+	ActionCopy
+	// ActionPark kept a copy with the retry count + 1 until Settled.Delay has passed: in
+	// the process, or in a durable delay set.
+	ActionPark
+	// ActionDeadLetter moved the delivery to the mount's dead-letter destination.
+	ActionDeadLetter
+	// ActionReject completed a delivery at the attempts cap, with no dead letter
+	// declared, with a warning.
+	ActionReject
+	// ActionLose completed a delivery whose retry the transport cannot honour (a List or
+	// PubSub without MaxAttempts), with a warning: the message is lost.
+	ActionLose
 )
+
+// String returns the action's name as logs show it: "ack", "put_back", "dead_letter", ….
+func (a Action) String() string { return source.Action(a).String() }
+
+// completes reports whether the action ends the delivery's life in its source with no
+// further copy anywhere (ack, drop, reject, lose): the engine applies it with Ack.
+func (a Action) completes() bool {
+	return a == ActionAck || a == ActionDrop || a == ActionReject || a == ActionLose
+}
+
+// settlement is the engine's decision for one delivery.
+type settlement struct {
+	Action Action
+	// Delay is how long a parked copy waits (ActionPark), or the wait a left-in-place
+	// delivery gets instead of the asked delay (ActionLeave after RetryAfter).
+	Delay time.Duration
+	// Reason says why, for logs and the dead-letter reason header.
+	Reason string
+}
 
 // decide is the settlement engine's whole decision: given what the handler asked, the
 // delivery's attempt (1-based, the first delivery included), the mount's policy and
 // what the transport can do, it returns what to do. It is pure; transports only apply
 // its answer.
-func decide(o Outcome, attempt int, p source.Policy, c source.Caps) source.Settlement {
+func decide(o Outcome, attempt int, p source.Policy, c source.Caps) settlement {
 	switch o.Kind {
 	case OutcomeAck:
-		return source.Settlement{Action: source.ActionAck}
+		return settlement{Action: ActionAck}
 	case OutcomeDrop:
-		return source.Settlement{Action: source.ActionDrop, Reason: "dropped by handler"}
+		return settlement{Action: ActionDrop, Reason: "dropped by handler"}
 	}
 	// Retry or RetryAfter: first the cap.
 	if p.MaxAttempts > 0 && attempt >= p.MaxAttempts {
 		reason := fmt.Sprintf("max attempts reached (%d of %d)", attempt, p.MaxAttempts)
 		if p.DeadLetter != "" {
-			return source.Settlement{Action: source.ActionDeadLetter, Reason: reason}
+			return settlement{Action: ActionDeadLetter, Reason: reason}
 		}
-		return source.Settlement{Action: source.ActionReject, Reason: reason + ", no dead letter declared"}
+		return settlement{Action: ActionReject, Reason: reason + ", no dead letter declared"}
 	}
 	if p.MaxAttempts == 0 && p.DeadLetter != "" {
-		return source.Settlement{Action: source.ActionDeadLetter, Reason: "failed with no attempts cap declared"}
+		return settlement{Action: ActionDeadLetter, Reason: "failed with no attempts cap declared"}
 	}
 	if o.Kind == OutcomeRetryAfter && o.Delay > 0 {
 		if refused := delayRefusal(o.Delay, p); refused != "" {
@@ -170,19 +203,19 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) source.Settl
 			return s
 		}
 		if c.DeliveryCounter && !c.Parks {
-			return source.Settlement{Action: source.ActionLeave, Delay: c.MinIdle, Reason: "delay kept as min-idle"}
+			return settlement{Action: ActionLeave, Delay: c.MinIdle, Reason: "delay kept as min-idle"}
 		}
-		return source.Settlement{Action: source.ActionPark, Delay: o.Delay, Reason: "retry after delay"}
+		return settlement{Action: ActionPark, Delay: o.Delay, Reason: "retry after delay"}
 	}
 	switch {
 	case c.DeliveryCounter:
-		return source.Settlement{Action: source.ActionLeave, Delay: c.MinIdle, Reason: "retry after min-idle"}
+		return settlement{Action: ActionLeave, Delay: c.MinIdle, Reason: "retry after min-idle"}
 	case p.MaxAttempts > 0:
-		return source.Settlement{Action: source.ActionCopy, Reason: "retry"}
+		return settlement{Action: ActionCopy, Reason: "retry"}
 	case c.RetryWithoutCap == source.ActionLose:
-		return source.Settlement{Action: source.ActionLose, Reason: "retry cannot be honoured without an attempts cap: message lost"}
+		return settlement{Action: ActionLose, Reason: "retry cannot be honoured without an attempts cap: message lost"}
 	default:
-		return source.Settlement{Action: c.RetryWithoutCap, Reason: "retry"}
+		return settlement{Action: Action(c.RetryWithoutCap), Reason: "retry"}
 	}
 }
 

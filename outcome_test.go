@@ -41,87 +41,87 @@ func TestDecide(t *testing.T) {
 		attempt int
 		policy  source.Policy
 		caps    source.Caps
-		want    source.Action
+		want    Action
 		delay   time.Duration
 	}{
 		// Ack completes on every transport, whatever the policy.
-		{name: "StreamAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionAck},
-		{name: "ClaimingAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsClaiming, want: source.ActionAck},
-		{name: "ReliableListAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsReliableList, want: source.ActionAck},
-		{name: "ListAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsList, want: source.ActionAck},
-		{name: "PubSubAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsPubSub, want: source.ActionAck},
-		{name: "AckAtCapAcks", outcome: outcomeAck, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionAck},
+		{name: "StreamAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsStream, want: ActionAck},
+		{name: "ClaimingAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsClaiming, want: ActionAck},
+		{name: "ReliableListAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsReliableList, want: ActionAck},
+		{name: "ListAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsList, want: ActionAck},
+		{name: "PubSubAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsPubSub, want: ActionAck},
+		{name: "AckAtCapAcks", outcome: outcomeAck, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: ActionAck},
 
 		// Drop completes and never dead-letters, not even at the cap with a destination.
-		{name: "DropWithoutPolicyDrops", outcome: outcomeDrop, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionDrop},
-		{name: "DropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDrop},
-		{name: "DropUnderCapNeverDeadLetters", outcome: outcomeDrop, attempt: 1, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDrop},
-		{name: "DropWithDeadLetterWithoutCapNeverDeadLetters", outcome: outcomeDrop, attempt: 1, policy: policyDLQ, caps: capsStream, want: source.ActionDrop},
-		{name: "ClaimingDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionDrop},
-		{name: "ReliableListDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsReliableList, want: source.ActionDrop},
-		{name: "ListDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: source.ActionDrop},
-		{name: "PubSubDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsPubSub, want: source.ActionDrop},
+		{name: "DropWithoutPolicyDrops", outcome: outcomeDrop, attempt: 1, policy: policyNone, caps: capsStream, want: ActionDrop},
+		{name: "DropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: ActionDrop},
+		{name: "DropUnderCapNeverDeadLetters", outcome: outcomeDrop, attempt: 1, policy: policyCap3DLQ, caps: capsStream, want: ActionDrop},
+		{name: "DropWithDeadLetterWithoutCapNeverDeadLetters", outcome: outcomeDrop, attempt: 1, policy: policyDLQ, caps: capsStream, want: ActionDrop},
+		{name: "ClaimingDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: ActionDrop},
+		{name: "ReliableListDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsReliableList, want: ActionDrop},
+		{name: "ListDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: ActionDrop},
+		{name: "PubSubDropNeverDeadLetters", outcome: outcomeDrop, attempt: 3, policy: policyCap3DLQ, caps: capsPubSub, want: ActionDrop},
 
 		// Retry with no cap, per transport (DESIGN's first Redis table).
-		{name: "StreamRetryWithoutCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionCopy},
-		{name: "StreamRetryWithoutCapCopiesAtAnyAttempt", outcome: outcomeRetry, attempt: 50, policy: policyNone, caps: capsStream, want: source.ActionCopy},
-		{name: "ClaimingRetryLeavesPending", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
-		{name: "ReliableListRetryWithoutCapPutsBack", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsReliableList, want: source.ActionPutBack},
-		{name: "ListRetryWithoutCapLoses", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsList, want: source.ActionLose},
-		{name: "PubSubRetryWithoutCapLoses", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsPubSub, want: source.ActionLose},
+		{name: "StreamRetryWithoutCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsStream, want: ActionCopy},
+		{name: "StreamRetryWithoutCapCopiesAtAnyAttempt", outcome: outcomeRetry, attempt: 50, policy: policyNone, caps: capsStream, want: ActionCopy},
+		{name: "ClaimingRetryLeavesPending", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsClaiming, want: ActionLeave, delay: 30 * time.Second},
+		{name: "ReliableListRetryWithoutCapPutsBack", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsReliableList, want: ActionPutBack},
+		{name: "ListRetryWithoutCapLoses", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsList, want: ActionLose},
+		{name: "PubSubRetryWithoutCapLoses", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsPubSub, want: ActionLose},
 
 		// With a cap, every subscription but the claiming stream retries by writing a copy.
-		{name: "StreamRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsStream, want: source.ActionCopy},
-		{name: "ReliableListRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsReliableList, want: source.ActionCopy},
-		{name: "ListRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsList, want: source.ActionCopy},
-		{name: "PubSubRetryUnderCapCopies", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsPubSub, want: source.ActionCopy},
-		{name: "ListRetryUnderCapWithoutDeadLetterCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3, caps: capsList, want: source.ActionCopy},
-		{name: "ClaimingRetryUnderCapLeavesPending", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
+		{name: "StreamRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsStream, want: ActionCopy},
+		{name: "ReliableListRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsReliableList, want: ActionCopy},
+		{name: "ListRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsList, want: ActionCopy},
+		{name: "PubSubRetryUnderCapCopies", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsPubSub, want: ActionCopy},
+		{name: "ListRetryUnderCapWithoutDeadLetterCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3, caps: capsList, want: ActionCopy},
+		{name: "ClaimingRetryUnderCapLeavesPending", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsClaiming, want: ActionLeave, delay: 30 * time.Second},
 
 		// The n-th failed delivery is not retried: dead letter, or reject with no destination.
-		{name: "NthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDeadLetter},
-		{name: "DeliveryPastCapDeadLetters", outcome: outcomeRetry, attempt: 7, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDeadLetter},
-		{name: "CapOfOneDeadLettersFirstFailure", outcome: outcomeRetry, attempt: 1, policy: source.Policy{MaxAttempts: 1, DeadLetter: "dlq"}, caps: capsStream, want: source.ActionDeadLetter},
-		{name: "ClaimingNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionDeadLetter},
-		{name: "ReliableListNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsReliableList, want: source.ActionDeadLetter},
-		{name: "ListNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: source.ActionDeadLetter},
-		{name: "PubSubNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsPubSub, want: source.ActionDeadLetter},
-		{name: "CapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsStream, want: source.ActionReject},
-		{name: "ClaimingCapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsClaiming, want: source.ActionReject},
-		{name: "ListCapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsList, want: source.ActionReject},
-		{name: "CapWithoutDeadLetterRetriesUnderCap", outcome: outcomeRetry, attempt: 2, policy: policyCap3, caps: capsStream, want: source.ActionCopy},
+		{name: "NthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: ActionDeadLetter},
+		{name: "DeliveryPastCapDeadLetters", outcome: outcomeRetry, attempt: 7, policy: policyCap3DLQ, caps: capsStream, want: ActionDeadLetter},
+		{name: "CapOfOneDeadLettersFirstFailure", outcome: outcomeRetry, attempt: 1, policy: source.Policy{MaxAttempts: 1, DeadLetter: "dlq"}, caps: capsStream, want: ActionDeadLetter},
+		{name: "ClaimingNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: ActionDeadLetter},
+		{name: "ReliableListNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsReliableList, want: ActionDeadLetter},
+		{name: "ListNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: ActionDeadLetter},
+		{name: "PubSubNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsPubSub, want: ActionDeadLetter},
+		{name: "CapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsStream, want: ActionReject},
+		{name: "ClaimingCapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsClaiming, want: ActionReject},
+		{name: "ListCapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyCap3, caps: capsList, want: ActionReject},
+		{name: "CapWithoutDeadLetterRetriesUnderCap", outcome: outcomeRetry, attempt: 2, policy: policyCap3, caps: capsStream, want: ActionCopy},
 
 		// A destination without a cap dead-letters at the first retry.
-		{name: "DeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsStream, want: source.ActionDeadLetter},
-		{name: "DeadLetterWithoutCapAtLaterAttempt", outcome: outcomeRetry, attempt: 4, policy: policyDLQ, caps: capsStream, want: source.ActionDeadLetter},
-		{name: "ClaimingDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsClaiming, want: source.ActionDeadLetter},
-		{name: "ReliableListDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsReliableList, want: source.ActionDeadLetter},
-		{name: "ListDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsList, want: source.ActionDeadLetter},
-		{name: "PubSubDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsPubSub, want: source.ActionDeadLetter},
-		{name: "DeadLetterWithoutCapAtFirstDelayedRetry", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyDLQ, caps: capsStream, want: source.ActionDeadLetter},
+		{name: "DeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsStream, want: ActionDeadLetter},
+		{name: "DeadLetterWithoutCapAtLaterAttempt", outcome: outcomeRetry, attempt: 4, policy: policyDLQ, caps: capsStream, want: ActionDeadLetter},
+		{name: "ClaimingDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsClaiming, want: ActionDeadLetter},
+		{name: "ReliableListDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsReliableList, want: ActionDeadLetter},
+		{name: "ListDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsList, want: ActionDeadLetter},
+		{name: "PubSubDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: policyDLQ, caps: capsPubSub, want: ActionDeadLetter},
+		{name: "DeadLetterWithoutCapAtFirstDelayedRetry", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyDLQ, caps: capsStream, want: ActionDeadLetter},
 
 		// RetryAfter: in-process or durable parking keeps the delay as asked.
-		{name: "RetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionPark, delay: 5 * time.Second},
-		{name: "RetryAfterUnderCapParksCopy", outcome: outcomeRetryAfter5s, attempt: 2, policy: policyCap3DLQ, caps: capsStream, want: source.ActionPark, delay: 5 * time.Second},
-		{name: "StreamWithDurableZsetParks", outcome: outcomeRetryAfter1h, attempt: 1, policy: policyNone, caps: capsStreamZset, want: source.ActionPark, delay: time.Hour},
-		{name: "ReliableListRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsReliableList, want: source.ActionPark, delay: 5 * time.Second},
-		{name: "ListRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsList, want: source.ActionPark, delay: 5 * time.Second},
-		{name: "PubSubRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsPubSub, want: source.ActionPark, delay: 5 * time.Second},
-		{name: "RetryAfterWithoutDelayRetriesNow", outcome: Outcome{Kind: OutcomeRetryAfter, Err: errBoom}, attempt: 1, policy: policyNone, caps: capsStream, want: source.ActionCopy},
+		{name: "RetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsStream, want: ActionPark, delay: 5 * time.Second},
+		{name: "RetryAfterUnderCapParksCopy", outcome: outcomeRetryAfter5s, attempt: 2, policy: policyCap3DLQ, caps: capsStream, want: ActionPark, delay: 5 * time.Second},
+		{name: "StreamWithDurableZsetParks", outcome: outcomeRetryAfter1h, attempt: 1, policy: policyNone, caps: capsStreamZset, want: ActionPark, delay: time.Hour},
+		{name: "ReliableListRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsReliableList, want: ActionPark, delay: 5 * time.Second},
+		{name: "ListRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsList, want: ActionPark, delay: 5 * time.Second},
+		{name: "PubSubRetryAfterParksCopy", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsPubSub, want: ActionPark, delay: 5 * time.Second},
+		{name: "RetryAfterWithoutDelayRetriesNow", outcome: Outcome{Kind: OutcomeRetryAfter, Err: errBoom}, attempt: 1, policy: policyNone, caps: capsStream, want: ActionCopy},
 
 		// A claiming stream without a zset has only min-idle to wait with.
-		{name: "ClaimingRetryAfterRoundsToMinIdle", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
-		{name: "ClaimingRetryAfterCutToMinIdle", outcome: outcomeRetryAfter1h, attempt: 1, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionLeave, delay: 30 * time.Second},
-		{name: "ClaimingWithDurableZsetParks", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsClaimingZset, want: source.ActionPark, delay: 5 * time.Second},
-		{name: "ClaimingWithDurableZsetParksLongDelay", outcome: outcomeRetryAfter1h, attempt: 2, policy: policyCap3DLQ, caps: capsClaimingZset, want: source.ActionPark, delay: time.Hour},
-		{name: "ClaimingWithDurableZsetRetryLeavesPending", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsClaimingZset, want: source.ActionLeave, delay: 30 * time.Second},
+		{name: "ClaimingRetryAfterRoundsToMinIdle", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsClaiming, want: ActionLeave, delay: 30 * time.Second},
+		{name: "ClaimingRetryAfterCutToMinIdle", outcome: outcomeRetryAfter1h, attempt: 1, policy: policyCap3DLQ, caps: capsClaiming, want: ActionLeave, delay: 30 * time.Second},
+		{name: "ClaimingWithDurableZsetParks", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyNone, caps: capsClaimingZset, want: ActionPark, delay: 5 * time.Second},
+		{name: "ClaimingWithDurableZsetParksLongDelay", outcome: outcomeRetryAfter1h, attempt: 2, policy: policyCap3DLQ, caps: capsClaimingZset, want: ActionPark, delay: time.Hour},
+		{name: "ClaimingWithDurableZsetRetryLeavesPending", outcome: outcomeRetry, attempt: 1, policy: policyNone, caps: capsClaimingZset, want: ActionLeave, delay: 30 * time.Second},
 
 		// A delayed retry counts like an immediate one.
-		{name: "DelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: source.ActionDeadLetter},
-		{name: "DelayedRetryAtCapWithoutDeadLetterRejects", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3, caps: capsStream, want: source.ActionReject},
-		{name: "ClaimingDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: source.ActionDeadLetter},
-		{name: "DurableZsetDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter1h, attempt: 3, policy: policyCap3DLQ, caps: capsStreamZset, want: source.ActionDeadLetter},
-		{name: "ListDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: source.ActionDeadLetter},
+		{name: "DelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsStream, want: ActionDeadLetter},
+		{name: "DelayedRetryAtCapWithoutDeadLetterRejects", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3, caps: capsStream, want: ActionReject},
+		{name: "ClaimingDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: ActionDeadLetter},
+		{name: "DurableZsetDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter1h, attempt: 3, policy: policyCap3DLQ, caps: capsStreamZset, want: ActionDeadLetter},
+		{name: "ListDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: ActionDeadLetter},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,7 +133,7 @@ func TestDecide(t *testing.T) {
 			if got.Delay != tt.delay {
 				t.Fatalf("got delay %s, want %s", got.Delay, tt.delay)
 			}
-			if got.Action != source.ActionAck && got.Reason == "" {
+			if got.Action != ActionAck && got.Reason == "" {
 				t.Fatalf("got no reason for %s; every settlement but ack says why", got.Action)
 			}
 		})
@@ -281,18 +281,18 @@ func TestDecideDelayLongerThanDurableZsetTTL(t *testing.T) {
 		attempt int
 		policy  source.Policy
 		caps    source.Caps
-		want    source.Action
+		want    Action
 		delay   time.Duration
 		refused bool
 	}{
-		{name: "DelayWithinTTLParks", outcome: after(30 * time.Second), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: source.ActionPark, delay: 30 * time.Second},
-		{name: "DelayEqualToTTLParks", outcome: after(time.Minute), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: source.ActionPark, delay: time.Minute},
-		{name: "DelayLongerThanTTLRetriesNowWithCopy", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: source.ActionCopy, refused: true},
-		{name: "DelayLongerThanTTLUnderCapRetriesNowWithCopy", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m, MaxAttempts: 3}, caps: streamZset, want: source.ActionCopy, refused: true},
-		{name: "DelayLongerThanTTLAtCapDeadLetters", outcome: after(time.Hour), attempt: 3, policy: source.Policy{Delay: zsetTTL1m, MaxAttempts: 3, DeadLetter: "dlq"}, caps: streamZset, want: source.ActionDeadLetter},
-		{name: "DelayLongerThanTTLOnClaimingLeavesPending", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: claimZset, want: source.ActionLeave, delay: 30 * time.Second, refused: true},
-		{name: "NoTTLKeepsAnyDelay", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: zsetNoTTL}, caps: streamZset, want: source.ActionPark, delay: 1000 * time.Hour},
-		{name: "InProcessHasNoTTL", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: delayed.InProcess{}}, caps: source.Caps{RetryWithoutCap: source.ActionCopy}, want: source.ActionPark, delay: 1000 * time.Hour},
+		{name: "DelayWithinTTLParks", outcome: after(30 * time.Second), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: ActionPark, delay: 30 * time.Second},
+		{name: "DelayEqualToTTLParks", outcome: after(time.Minute), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: ActionPark, delay: time.Minute},
+		{name: "DelayLongerThanTTLRetriesNowWithCopy", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: ActionCopy, refused: true},
+		{name: "DelayLongerThanTTLUnderCapRetriesNowWithCopy", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m, MaxAttempts: 3}, caps: streamZset, want: ActionCopy, refused: true},
+		{name: "DelayLongerThanTTLAtCapDeadLetters", outcome: after(time.Hour), attempt: 3, policy: source.Policy{Delay: zsetTTL1m, MaxAttempts: 3, DeadLetter: "dlq"}, caps: streamZset, want: ActionDeadLetter},
+		{name: "DelayLongerThanTTLOnClaimingLeavesPending", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: claimZset, want: ActionLeave, delay: 30 * time.Second, refused: true},
+		{name: "NoTTLKeepsAnyDelay", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: zsetNoTTL}, caps: streamZset, want: ActionPark, delay: 1000 * time.Hour},
+		{name: "InProcessHasNoTTL", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: delayed.InProcess{}}, caps: source.Caps{RetryWithoutCap: source.ActionCopy}, want: ActionPark, delay: 1000 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -351,5 +351,26 @@ func TestSpentByCrashes(t *testing.T) {
 				t.Fatalf("spentByCrashes(%+v) = %v, want %v", tt.d, got, tt.want)
 			}
 		})
+	}
+}
+
+// settle.Action and the seam's source.Action are one set of values: the engine converts
+// between them, so each must name the same action.
+func TestActionValuesMatchTheSeams(t *testing.T) {
+	t.Parallel()
+	want := []string{"ack", "drop", "leave", "put_back", "copy", "park", "dead_letter", "reject", "lose"}
+	for i, name := range want {
+		a := Action(i + 1)
+		if a.String() != name || source.Action(a).String() != name {
+			t.Errorf("Action(%d) is %q, source.Action(%d) %q; want %q", i+1, a, i+1, source.Action(a), name)
+		}
+	}
+	for _, c := range []struct {
+		root Action
+		seam source.Action
+	}{{ActionAck, source.ActionAck}, {ActionDrop, source.ActionDrop}, {ActionLeave, source.ActionLeave}, {ActionPutBack, source.ActionPutBack}, {ActionCopy, source.ActionCopy}, {ActionPark, source.ActionPark}, {ActionDeadLetter, source.ActionDeadLetter}, {ActionReject, source.ActionReject}, {ActionLose, source.ActionLose}} {
+		if uint8(c.root) != uint8(c.seam) {
+			t.Errorf("%s is %d in settle, %d in the seam", c.root, c.root, c.seam)
+		}
 	}
 }

@@ -21,7 +21,9 @@ type Publisher struct {
 func NewPublisher(rdb redis.UniversalClient, opts ...PublisherOption) *Publisher {
 	cfg := publisherConfig{codec: Msgpack}
 	for _, o := range opts {
-		o.applyPublisher(&cfg)
+		if o != nil {
+			o.applyPublisher(&cfg)
+		}
 	}
 	if cfg.codec == nil {
 		cfg.codec = Msgpack

@@ -16,7 +16,7 @@ import (
 // Config configures an App. Its zero value is valid.
 type Config struct {
 	// DrainTimeout is how long a graceful shutdown lets in-flight handlers finish before
-	// their contexts are cancelled (with a cause ErrShutdown recognizes). Defaults to
+	// their contexts are cancelled (with the cause ErrDrainTimeout). Defaults to
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
 
@@ -38,9 +38,26 @@ type Config struct {
 
 // TestConfig holds settings for tests only.
 type TestConfig struct {
-	// Clock drives in-process delays, block bounds and the drain timeout. Defaults to
-	// the wall clock.
-	Clock clock.Clock
+	// Clock drives in-process delays, claim and lease heartbeats and the drain timeout,
+	// and stands in for the servers' clocks in settle's scripts and statements
+	// (settletest.Clock). Defaults to the wall clock.
+	Clock Clock
+}
+
+// Clock tells the time and makes timers: the clock a test gives TestConfig.Clock.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTimer returns a timer that fires once d has passed on this clock.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a one-shot timer made by a Clock: C delivers the time once it fires; Stop
+// prevents that and reports whether it did. It is an interface literal, so that any
+// clock with these two methods serves settle and its packages alike.
+type Timer = interface {
+	C() <-chan time.Time
+	Stop() bool
 }
 
 // DefaultDrainTimeout is how long a graceful shutdown waits for in-flight handlers
@@ -63,12 +80,12 @@ func New(cfg Config) (*App, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	e := &engine{clock: cfg.Test.Clock, drainTimeout: cfg.DrainTimeout, logger: cfg.Logger, onSettled: cfg.OnSettled, testClock: cfg.Test.Clock}
+	e := &engine{clock: clock.Real{}, drainTimeout: cfg.DrainTimeout, logger: cfg.Logger, onSettled: cfg.OnSettled}
 	if e.logger == nil {
 		e.logger = slog.Default()
 	}
-	if e.clock == nil {
-		e.clock = clock.Real{}
+	if cfg.Test.Clock != nil {
+		e.clock, e.testClock = cfg.Test.Clock, cfg.Test.Clock
 	}
 	return &App{eng: e}, nil
 }
@@ -114,7 +131,7 @@ func (a *App) Validate() error {
 //
 //  1. every mount stops reading (a read in progress ends within its block bound);
 //  2. in-flight handlers get Config.DrainTimeout to finish; after that their contexts
-//     are cancelled with a cause that ErrShutdown recognizes, and Run waits for them;
+//     are cancelled with the cause ErrDrainTimeout, and Run waits for them;
 //  3. every outcome is settled, with settlement writes that do not depend on ctx, and
 //     in-process delayed retries still waiting are written back at once;
 //  4. Run returns nil.

@@ -36,7 +36,7 @@ var _ Source = (*StreamSource)(nil)
 // settled), then new ones. Retries are copies appended to the stream; dead letters go to
 // a stream; see the package doc for the whole table.
 func Stream(rdb redis.UniversalClient, key, group string, opts ...StreamOption) *StreamSource {
-	cfg := streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0"}
+	cfg := defaultStreamConfig()
 	for _, o := range opts {
 		if o != nil {
 			o.applyStream(&cfg)

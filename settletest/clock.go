@@ -7,7 +7,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle"
 )
 
 // Clock is a fake clock for settle.Config.Test.Clock. It stands still until Advance
@@ -23,7 +23,7 @@ type Clock struct {
 	timers []*fakeTimer
 }
 
-var _ clock.Clock = (*Clock)(nil)
+var _ settle.Clock = (*Clock)(nil)
 
 // NewClock returns a clock standing at start.
 func NewClock(start time.Time) *Clock {
@@ -74,7 +74,7 @@ func (c *Clock) AttachMiniredis(m *miniredis.Miniredis) {
 
 // NewTimer returns a timer that fires once the clock has been advanced by d; a d of zero
 // or less fires at once.
-func (c *Clock) NewTimer(d time.Duration) clock.Timer {
+func (c *Clock) NewTimer(d time.Duration) settle.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++

@@ -15,7 +15,7 @@ import (
 )
 
 // KindMemory is the transport kind of a Memory source, as mount names show it.
-const KindMemory source.Kind = "memory"
+const KindMemory = "memory"
 
 // memoryBlock bounds one read of a Memory source, and so how long a shutdown waits for
 // a read in progress.
@@ -150,7 +150,7 @@ func (t *memoryTransport) Info() source.Info {
 		Block: memoryBlock,
 		Caps:  source.Caps{Parks: true, RetryWithoutCap: source.ActionCopy},
 		Key:   t.m.name,
-		Kind:  KindMemory,
+		Kind:  source.Kind(KindMemory),
 	}
 }
 
@@ -291,7 +291,7 @@ func (t *memoryTransport) Moves(_ context.Context, ms []source.Move) []error {
 		switch mv.Action {
 		case source.ActionCopy, source.ActionPark, source.ActionDeadLetter:
 		default:
-			return source.UnsupportedMove(KindMemory, mv)
+			return source.UnsupportedMove(source.Kind(KindMemory), mv)
 		}
 		t.done(d)
 		m.mu.Lock()

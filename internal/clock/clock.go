@@ -13,11 +13,11 @@ type Clock interface {
 	NewTimer(d time.Duration) Timer
 }
 
-// Timer is a one-shot timer made by a Clock.
-type Timer interface {
-	// C delivers the time once the timer fires.
+// Timer is a one-shot timer made by a Clock: C delivers the time once it fires; Stop
+// prevents that and reports whether it did. An interface literal, as settle.Timer is,
+// so that a settle.Clock is a Clock.
+type Timer = interface {
 	C() <-chan time.Time
-	// Stop prevents the timer from firing; it reports whether it stopped it.
 	Stop() bool
 }
 

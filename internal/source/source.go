@@ -91,7 +91,8 @@ const (
 
 // Transport is one mount's connection to where its messages live.
 type Transport interface {
-	// Info describes the transport.
+	// Info describes the transport. The engine may make a transport only to read its
+	// Info (to name the mount): making one starts nothing.
 	Info() Info
 	// Validate checks the transport against the mount's policy before anything starts;
 	// every refusal is returned.
@@ -230,7 +231,8 @@ type Policy struct {
 	MaxAttempts int
 }
 
-// Action is what the engine does with one delivery.
+// Action is what the engine does with one delivery; settle.Action has the same values
+// (a test keeps them in step), and the engine converts between the two.
 type Action uint8
 
 // The actions. Transports only apply them.
@@ -266,22 +268,6 @@ func (a Action) String() string {
 		return actionNames[a]
 	}
 	return "unknown"
-}
-
-// Completes reports whether the action ends the delivery's life in its source with no
-// further copy anywhere (ack, drop, reject, lose): the engine applies it with Ack.
-func (a Action) Completes() bool {
-	return a == ActionAck || a == ActionDrop || a == ActionReject || a == ActionLose
-}
-
-// Settlement is the engine's decision for one delivery.
-type Settlement struct {
-	Action Action
-	// Delay is how long a parked copy waits (ActionPark), or the wait a left-in-place
-	// delivery gets instead of the asked delay (ActionLeave after RetryAfter).
-	Delay time.Duration
-	// Reason says why, for logs and the dead-letter reason header.
-	Reason string
 }
 
 // Env is what a transport gets from the App that mounts it.

@@ -463,8 +463,8 @@ func testDrainTimeoutCancelsHandlers(t *testing.T, f Features, s *Subject) {
 		t.Fatalf("App.Run returned %v, want nil", err)
 	}
 
-	if !settle.ErrShutdown(cause) {
-		t.Fatalf("the handler's context cause is %v, want one settle.ErrShutdown recognizes", cause)
+	if !errors.Is(cause, settle.ErrDrainTimeout) {
+		t.Fatalf("the handler's context cause is %v, want settle.ErrDrainTimeout", cause)
 	}
 	evs := ordered(run.Recorder.Events())
 	checkApplied(t, evs)
