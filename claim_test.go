@@ -208,7 +208,7 @@ func TestClaimingStream(t *testing.T) {
 				<-release
 			}
 			return nil
-		}), settle.Concurrency(1), settle.Name("a"))
+		}), settle.Concurrency(1), settle.Prefetch(0), settle.Name("a")) // A reads no further while it handles the long entry
 		w.run(t, appA)
 		<-started
 

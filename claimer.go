@@ -29,8 +29,8 @@ type claimStream struct {
 
 // claimOwner is the stream transport a claimer serves.
 type claimOwner interface {
-	// createGroup makes the stream and its group again (after NOGROUP).
-	createGroup(ctx context.Context) error
+	// recreateGroup makes the stream and its group again (after NOGROUP), and says so.
+	recreateGroup(ctx context.Context) error
 	// deliveries turns claimed entries into deliveries, marking them in flight.
 	deliveries(ctx context.Context, msgs []redis.XMessage) []*source.Delivery
 	// inflightIDs returns the ids of the entries in flight.
@@ -67,10 +67,11 @@ type claimer struct {
 	// poll is how long after a scan that found nothing the next one comes.
 	poll time.Duration
 
-	mu       sync.Mutex
-	cursor   string      // where the next XAUTOCLAIM starts
-	dues     []leftBatch // the entries this consumer left pending, by when they come due
-	nextScan time.Time   // no scan before this
+	mu        sync.Mutex
+	cursor    string      // where the next XAUTOCLAIM starts
+	dues      []leftBatch // the entries this consumer left pending, by when they come due
+	nextScan  time.Time   // no scan before this
+	nextPrune time.Time   // no prune of idle consumers before this
 
 	serial sync.Mutex // a heartbeat, a Leave and a claim do not interleave (see fetch)
 	// touchedAt (held by serial) is when the last heartbeat that touched every entry in
@@ -129,11 +130,14 @@ func (c *claimer) fetch(ctx context.Context, max int) ([]*source.Delivery, error
 	} else if !scan {
 		return nil, nil
 	}
-	if cursor == "0-0" && c.s.env.TestClock == nil && !c.startPass(ctx) {
-		c.mu.Lock()
-		c.nextScan = now.Add(c.poll)
-		c.mu.Unlock()
-		return nil, nil
+	if cursor == "0-0" && c.s.env.TestClock == nil {
+		if !c.startPass(ctx) {
+			c.mu.Lock()
+			c.nextScan = now.Add(c.poll)
+			c.mu.Unlock()
+			return nil, nil
+		}
+		c.prune(ctx, now)
 	}
 	for {
 		ds, err := c.claim(ctx, cursor, max, nil)
@@ -171,6 +175,36 @@ func (c *claimer) startPass(ctx context.Context) bool {
 		return true
 	}
 	return ok
+}
+
+// pruneIdle is how long a consumer of the group must have been idle, holding no entry,
+// to be removed from the group (see prune): far past any handler or restart.
+func (c *claimer) pruneIdle() time.Duration { return max(10*c.idle, 10*time.Minute) }
+
+// prune removes from the group the consumers that hold no pending entry and have been
+// idle for pruneIdle (processes that stopped: default consumer names are unique per
+// process, and would pile up), at most once per pruneIdle, by the consumer that started
+// a scan pass. A removal that fails is logged and tried at the next one.
+func (c *claimer) prune(ctx context.Context, now time.Time) {
+	c.mu.Lock()
+	due := !now.Before(c.nextPrune)
+	if due {
+		c.nextPrune = now.Add(c.pruneIdle())
+	}
+	c.mu.Unlock()
+	if !due {
+		return
+	}
+	s := &c.s
+	removed, err := script.PruneConsumers(ctx, s.rdb, s.key, s.group, s.consumer, c.pruneIdle())
+	switch {
+	case err != nil:
+		s.env.Logger.WarnContext(ctx, "settle: could not remove idle consumers from the group",
+			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+	case len(removed) > 0:
+		s.env.Logger.InfoContext(ctx, "settle: removed consumers that held no entry and were idle",
+			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.String(attrGroup, s.group), slog.Any("consumers", removed))
+	}
 }
 
 // maxOwnClaim bounds the ids one claim of due left-pending entries lists.
@@ -229,7 +263,7 @@ func (c *claimer) claim(ctx context.Context, cursor string, max int, ids []strin
 			c.mu.Lock()
 			c.cursor = "0-0"
 			c.mu.Unlock()
-			return nil, s.owner.createGroup(ctx)
+			return nil, s.owner.recreateGroup(ctx)
 		}
 		return nil, fmt.Errorf("stream %q: claim idle entries: %w", s.key, err)
 	}

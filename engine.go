@@ -170,6 +170,9 @@ func (m *mount) validate() []error {
 	if m.cfg.concurrency < 1 {
 		add("Concurrency(%d): must be at least 1", m.cfg.concurrency)
 	}
+	if m.cfg.prefetch < 0 {
+		add("Prefetch(%d): must not be negative", m.cfg.prefetch)
+	}
 	if m.cfg.deadLetterMaxLen < 0 {
 		add("DeadLetterMaxLen(%d): must not be negative", m.cfg.deadLetterMaxLen)
 	}
@@ -229,14 +232,18 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	acks := newAcker(context.WithoutCancel(ctx), m)
 	m.writes.base = context.WithoutCancel(ctx)
 	var inflight sync.WaitGroup
-	slots := make(chan struct{}, m.cfg.concurrency)
+	// A slot is a delivery held: running, or read and waiting for a worker. Reads wait
+	// until a full one fits, so that the read size does not shrink to the free handlers.
+	capacity := m.cfg.concurrency + m.prefetch()
+	slots := make(chan struct{}, capacity)
 	m.copies = newCopier(m, slots)
 	m.due = newDueCopies(m)
-	batch := max(m.info.Batch, 1)
+	readSize := min(max(m.info.Batch, 1), capacity)
 	readCtx := context.WithoutCancel(ctx)
 	// Deliveries go to workers that live on from one delivery to the next (see
-	// workQueue): a goroutine per delivery would grow a new stack for nearly every one.
-	work := newWorkQueue(m.cfg.concurrency)
+	// workQueue), at most Concurrency of them: a goroutine per delivery would grow a new
+	// stack for nearly every one.
+	work := newWorkQueue(capacity)
 	handle := func(d *source.Delivery) {
 		if !m.handle(handlerCtx, d, acks, delays) {
 			<-slots // else the copier frees it once the delivery's move is written
@@ -245,20 +252,21 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
 
 	for ctx.Err() == nil {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			continue
-		}
-		n := 1
-	more:
-		for n < batch {
+		n := 0
+	room:
+		for n < readSize {
 			select {
 			case slots <- struct{}{}:
 				n++
-			default:
-				break more
+			case <-ctx.Done():
+				break room
 			}
+		}
+		if n < readSize {
+			for range n {
+				<-slots
+			}
+			continue
 		}
 		if m.settleOK.Swap(false) {
 			settleBackoff = 0
@@ -292,11 +300,14 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			continue
 		}
 		backoff = 0
-		// Every delivery holds a slot until it is handled: with a worker per slot held, a
-		// delivery queued here always finds a worker free to take it.
+		// Every delivery holds a slot until it is handled: with a worker per slot held (up
+		// to Concurrency), a delivery queued here always finds a worker to take it.
 		if len(ds) > 0 {
-			work.push(ds, len(slots), &inflight, handle)
+			work.push(ds, min(len(slots), m.cfg.concurrency), &inflight, handle)
 		}
+	}
+	if m.info.Caps.Releases {
+		m.release(ctx, work.takeQueued())
 	}
 	work.close()
 
@@ -317,6 +328,37 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	if n := m.lost.Load(); n > 0 {
 		m.logger.WarnContext(ctx, "settle: messages lost because their retry could not be honoured without an attempts cap", slog.Int64("lost", n))
 	}
+}
+
+// release hands back, at a graceful stop, the deliveries read and never started, so
+// that they wait for the next reader without having spent an attempt. One that cannot
+// be handed back stays where the transport keeps it (pending, in the processing list,
+// leased) and comes back as an unsettled delivery would.
+func (m *mount) release(ctx context.Context, ds []*source.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	ms := make([]source.Move, len(ds))
+	for i, d := range ds {
+		ms[i] = source.Move{Action: source.ActionRelease, Delivery: d}
+	}
+	failed := 0
+	for i, err := range m.transport.Moves(m.writes.get(), ms) {
+		if err != nil {
+			failed++
+			m.logger.WarnContext(ctx, "settle: shutdown: could not hand back a delivery that never started; it comes back as an unsettled one",
+				slog.String(attrMsgID, ds[i].ID), slog.Any(attrError, err))
+		}
+	}
+	m.logger.InfoContext(ctx, "settle: shutdown: handed back the deliveries that never started", slog.Int("count", len(ds)-failed))
+}
+
+// prefetch is how many deliveries the mount may hold read but not started.
+func (m *mount) prefetch() int {
+	if m.cfg.prefetchSet {
+		return m.cfg.prefetch
+	}
+	return max(m.info.Batch, 1)
 }
 
 // blockBound is how long one read may block.

@@ -80,6 +80,20 @@ func (q *workQueue) wakeIfNoneSearching() {
 	}
 }
 
+// takeQueued removes and returns the deliveries no worker has taken yet.
+func (q *workQueue) takeQueued() []*source.Delivery {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ds := make([]*source.Delivery, 0, q.n)
+	for range q.n {
+		ds = append(ds, q.buf[q.head])
+		q.buf[q.head] = nil
+		q.head = (q.head + 1) % len(q.buf)
+	}
+	q.n = 0
+	return ds
+}
+
 // close lets the workers end once they have taken every queued delivery.
 func (q *workQueue) close() {
 	q.mu.Lock()

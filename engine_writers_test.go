@@ -125,7 +125,7 @@ func runMovers(tb testing.TB, t *moverTransport, n int, h HandlerFunc) (evs chan
 	if err != nil {
 		tb.Fatal(err)
 	}
-	a.Mount(t, h, Concurrency(n))
+	a.Mount(t, h, Concurrency(n), Prefetch(0)) // a slot per handler: a held write keeps the next read out
 	ctx, cancel := context.WithCancel(context.Background())
 	done = make(chan error, 1)
 	finished := make(chan struct{})

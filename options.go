@@ -38,6 +38,8 @@ type mountConfig struct {
 	maxAttemptsSet   bool // MaxAttempts was given: 0 is refused, not "no cap"
 	middleware       []Middleware
 	name             string
+	prefetch         int
+	prefetchSet      bool // Prefetch was given; else the source's Batch
 }
 
 // DefaultConcurrency is how many handlers of one mount run at once unless Concurrency
@@ -78,10 +80,22 @@ func DeadLetterMaxLen(n int64) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.deadLetterMaxLen = n })
 }
 
-// Concurrency sets how many handlers of the mount run at once. Defaults to
-// DefaultConcurrency.
+// Concurrency sets how many handlers of the mount run at once. It does not bound reads:
+// see Prefetch. Defaults to DefaultConcurrency.
 func Concurrency(n int) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.concurrency = n })
+}
+
+// Prefetch sets how many deliveries the mount may hold read but not started, beside the
+// Concurrency it runs: a read asks for a full Batch whenever that much room is free, so
+// that a slow handler with Concurrency(1) still costs one read per batch, not one per
+// message. What waits is as safe as what runs: a stream entry stays pending to this
+// consumer (its heartbeat covers it), a list item in the processing list, an inbox row
+// leased; a graceful stop hands back what never started without spending an attempt.
+// On a List or PubSub, what waits is lost if the process dies. n must not be negative.
+// Defaults to the source's Batch.
+func Prefetch(n int) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.prefetch, c.prefetchSet = n, true })
 }
 
 // DelayIn chooses where RetryAfter delays wait. Defaults to delayed.InProcess{}.
@@ -120,6 +134,9 @@ type streamConfig struct {
 
 // Stream defaults.
 const (
+	// DefaultReclaim is how long a Stream consumer waits before it takes over an entry
+	// another consumer left pending (see Reclaim).
+	DefaultReclaim = time.Minute
 	// DefaultBatch is the most entries one XREADGROUP asks for.
 	DefaultBatch = 100
 	// DefaultBlock is the longest one XREADGROUP blocks waiting for entries; it also
@@ -189,12 +206,14 @@ type StartOption struct{ id string }
 func (o StartOption) applyStream(c *streamConfig)         { c.startID = o.id }
 func (o StartOption) applyClaimingStream(c *streamConfig) { c.startID = o.id }
 
-// Reclaim makes a Stream consumer also take over entries that other consumers of its
-// group left pending for at least idle: those of a consumer whose process died. A
-// reclaimed entry's attempt counts its unsettled deliveries, so a message that kills its
-// consumers reaches the cap. While a handler runs, its entry's idle time is reset every
-// idle/3, so that no consumer running Reclaim (or a ClaimingStream) claims it from a
-// live handler. idle must be at least a millisecond. Defaults to no reclaim.
+// Reclaim sets how long an entry must have been left pending by another consumer of the
+// group before a Stream consumer takes it over: the entries of a consumer whose process
+// died. A reclaimed entry's attempt counts its unsettled deliveries, so a message that
+// kills its consumers reaches the cap. While a handler runs (or waits, read ahead), its
+// entry's idle time is reset every idle/3, so that no live handler's entry is taken
+// over by a settle consumer. The consumer that scans also removes from the group the
+// consumers that hold no entry and have been idle ten times as long (at least 10 min).
+// idle must be at least a millisecond. Defaults to DefaultReclaim.
 func Reclaim(idle time.Duration) StreamOption {
 	return streamOptionFunc(func(c *streamConfig) { c.reclaim = idle })
 }

@@ -412,7 +412,7 @@ func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error
 		item := m.Delivery.Raw.(string)
 		mv := script.ListMove{Dest: t.src.key, Item: item}
 		switch m.Action {
-		case source.ActionPutBack:
+		case source.ActionPutBack, source.ActionRelease:
 			mv.Value = []byte(item)
 		case source.ActionCopy:
 			mv.Value = wire.Envelope(m.Delivery.Payload, m.Headers)
@@ -457,6 +457,8 @@ func (t *reliableTransport) moved(err error, m source.Move) error {
 	switch m.Action {
 	case source.ActionPutBack:
 		what = "put back"
+	case source.ActionRelease:
+		what = "hand back"
 	case source.ActionDeadLetter:
 		what = fmt.Sprintf("dead letter to %q", m.Dest)
 	case source.ActionPark:

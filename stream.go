@@ -37,6 +37,7 @@ var _ Source = (*StreamSource)(nil)
 // a stream; see the package doc for the whole table.
 func Stream(rdb redis.UniversalClient, key, group string, opts ...StreamOption) *StreamSource {
 	cfg := defaultStreamConfig()
+	cfg.reclaim = DefaultReclaim
 	for _, o := range opts {
 		if o != nil {
 			o.applyStream(&cfg)
@@ -60,9 +61,7 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		src:      s,
 	}
 	t.delays, t.parks = delaySetOf(env)
-	if s.cfg.reclaim != 0 {
-		t.claim = newClaimer(t.claimStream(), "Reclaim", s.cfg.reclaim, s.cfg.block, false, nil) // retries are copies
-	}
+	t.claim = newClaimer(t.claimStream(), "Reclaim", s.cfg.reclaim, s.cfg.block, false, nil) // retries are copies
 	return t
 }
 
@@ -131,7 +130,7 @@ func (t *streamTransport) Info() source.Info {
 		BatchesMoves: true,
 		Block:        t.src.cfg.block,
 		// A re-read or claimed entry's attempt counts its unsettled deliveries.
-		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parks, RetryWithoutCap: source.ActionCopy},
+		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, RetryWithoutCap: source.ActionCopy},
 		Group: t.src.group,
 		Key:   t.src.key,
 		Kind:  source.KindStream,
@@ -187,6 +186,17 @@ func (t *streamTransport) createGroup(ctx context.Context) error {
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("stream %q: create group %q: %w", s.key, s.group, err)
 	}
+	return nil
+}
+
+// recreateGroup makes the stream and its group again, after a read or a claim met
+// NOGROUP (the stream or the group was deleted under us), and says so.
+func (t *streamTransport) recreateGroup(ctx context.Context) error {
+	if err := t.createGroup(ctx); err != nil {
+		return err
+	}
+	t.env.Logger.WarnContext(ctx, "settle: consumer group was missing; created it again",
+		slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.String(attrGroup, t.src.group))
 	return nil
 }
 
@@ -295,11 +305,9 @@ func (t *streamTransport) xread(ctx context.Context, id string, max int, wait ti
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOGROUP") {
 			// The stream or its group was deleted under us: make them again.
-			if cerr := t.createGroup(ctx); cerr != nil {
+			if cerr := t.recreateGroup(ctx); cerr != nil {
 				return nil, errors.Join(fmt.Errorf("stream %q: xreadgroup: %w", s.key, err), cerr)
 			}
-			t.env.Logger.WarnContext(ctx, "settle: consumer group was missing; created it again",
-				slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.String(attrGroup, s.group))
 			return nil, nil
 		}
 		t.markRescan()
@@ -475,11 +483,17 @@ func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs
 	idx := make([]int, 0, len(ms))
 	var parks []script.StreamPark
 	var parkIdx []int
+	var released []string
+	releasedAt := map[string]int{}
 	for i, m := range ms {
 		switch m.Action {
 		case source.ActionCopy, source.ActionDeadLetter:
 		case source.ActionPark:
 			parks, parkIdx = append(parks, t.park(m)), append(parkIdx, i)
+			done[i] = true
+		case source.ActionRelease:
+			released = append(released, m.Delivery.ID)
+			releasedAt[m.Delivery.ID] = i
 			done[i] = true
 		default:
 			errs[i] = source.UnsupportedMove(source.KindStream, m)
@@ -514,6 +528,15 @@ func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs
 				}
 				errs[j] = err
 			}
+		}
+	}
+	if len(released) > 0 {
+		lost, err := script.Release(ctx, t.src.rdb, t.src.key, t.src.group, t.consumer, released...)
+		for _, id := range released {
+			errs[releasedAt[id]] = err
+		}
+		for _, id := range lost {
+			errs[releasedAt[id]] = fmt.Errorf("stream %q: hand back %s: %w", t.src.key, id, script.ErrNotOwner)
 		}
 	}
 	if len(parks) > 0 {

@@ -2,7 +2,10 @@ package settle
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +20,8 @@ import (
 	"github.com/settlekit/settle/internal/source"
 )
 
-// countEvalSha counts EVALSHA calls and holds the first one until release is closed.
+// countEvalSha counts the stream_move script's EVALSHA calls and holds the first one
+// until release is closed (the claimer's scripts pass untouched).
 type countEvalSha struct {
 	calls   atomic.Int64
 	entered chan struct{}
@@ -25,11 +29,17 @@ type countEvalSha struct {
 	release chan struct{}
 }
 
+// streamMoveSHA is the SHA1 EVALSHA sends for the stream_move script.
+var streamMoveSHA = func() string {
+	sum := sha1.Sum([]byte(script.Sources()["stream_move"]))
+	return hex.EncodeToString(sum[:])
+}()
+
 func (h *countEvalSha) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *countEvalSha) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.EqualFold(cmd.Name(), "evalsha") {
+		if strings.EqualFold(cmd.Name(), "evalsha") && fmt.Sprint(cmd.Args()[1]) == streamMoveSHA {
 			h.calls.Add(1)
 			h.once.Do(func() {
 				close(h.entered)

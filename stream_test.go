@@ -240,6 +240,31 @@ func (r *cmdRecorder) named(name string) []recordedCmd {
 	return out
 }
 
+// waitN waits until n recorded commands satisfy cond.
+func (r *cmdRecorder) waitN(t *testing.T, what string, n int, cond func(recordedCmd) bool) {
+	t.Helper()
+	deadline := time.NewTimer(waitBound)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		wake, k := r.wake, 0
+		for _, c := range r.cmds {
+			if cond(c) {
+				k++
+			}
+		}
+		r.mu.Unlock()
+		if k >= n {
+			return
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %s", waitBound, what)
+		}
+	}
+}
+
 // waitFor waits until a recorded command satisfies cond and returns it.
 func (r *cmdRecorder) waitFor(t *testing.T, what string, cond func(recordedCmd) bool) recordedCmd {
 	t.Helper()
@@ -741,7 +766,9 @@ func TestStreamWrongTypeKeyFailsOpenNamingKey(t *testing.T) {
 	}
 }
 
-func TestStreamConcurrencyIsBounded(t *testing.T) {
+// Concurrency bounds the handlers running at once, not the reads: every read asks for a
+// full Batch.
+func TestStreamConcurrencyBoundsHandlersNotReads(t *testing.T) {
 	t.Parallel()
 	b := setupStream(t)
 	const limit, n = 3, 12
@@ -793,8 +820,41 @@ func TestStreamConcurrencyIsBounded(t *testing.T) {
 		}
 		biggest = max(biggest, c)
 	}
-	if biggest != limit {
-		t.Fatalf("reads asked for up to %d entries, want at most the %d free slots (and all of them when idle)", biggest, limit)
+	for _, r := range reads {
+		if c, _ := strconv.Atoi(r.arg("count")); c != settle.DefaultBatch {
+			t.Fatalf("a read asked for %d entries, want a full batch (%d) each time, whatever the free handlers", c, settle.DefaultBatch)
+		}
+	}
+}
+
+// Prefetch bounds what a mount holds read and not started: with one handler blocked,
+// Concurrency(1), Batch(2) and Prefetch(3), the consumer holds 4 entries (one running,
+// three waiting), read two at a time, and reads no more until some settle.
+func TestStreamPrefetchBoundsWhatIsHeldAndNotStarted(t *testing.T) {
+	t.Parallel()
+	b := setupStream(t)
+	const n = 20
+	for i := range n {
+		b.publish(t, i, nil)
+	}
+	release := make(chan struct{})
+	h := settle.HandlerFunc(func(context.Context, *settle.Message) error {
+		<-release
+		return nil
+	})
+	start(t, b.app(t, b.stream(settle.Batch(2)), h, settle.Concurrency(1), settle.Prefetch(3)))
+	b.cmds.waitN(t, "two reads of new entries", 2, func(c recordedCmd) bool {
+		return c.name() == "xreadgroup" && fmt.Sprint(c.args[len(c.args)-1]) == ">"
+	})
+	if got := b.pending(t); got != 4 {
+		t.Fatalf("%d entries held with one handler blocked, want 4 (1 running + Prefetch 3)", got)
+	}
+	close(release)
+	finals(t, b.rec, n)
+	for _, r := range b.cmds.named("xreadgroup") {
+		if c, _ := strconv.Atoi(r.arg("count")); c != 2 && fmt.Sprint(r.args[len(r.args)-1]) == ">" {
+			t.Fatalf("a read asked for %d entries, want Batch(2) each time", c)
+		}
 	}
 }
 

@@ -112,6 +112,9 @@ type statements struct {
 	publish stmt
 	// putBack clears a leased row's lease and adds one attempt.
 	putBack stmt
+	// release clears a leased row's lease, its attempt unchanged: a row read and never
+	// started, handed back at a graceful stop.
+	release stmt
 	// resend moves every row of one group to another, attempt reset.
 	resend stmt
 }

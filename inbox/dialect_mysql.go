@@ -83,6 +83,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
 	}
 	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), questionRepeated)
+	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), questionRepeated)
 	if c.retryAfter != "" {
 		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + INTERVAL :delay MICROSECOND%s WHERE %s`,
 			c.table, c.lease, c.retryAfter, myNow, plusOne, fence), questionRepeated)

@@ -72,6 +72,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
 	}
 	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), dollarNumbered)
+	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), dollarNumbered)
 	if c.retryAfter != "" {
 		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + :delay::bigint * interval '1 microsecond'%s WHERE %s`,
 			c.table, c.lease, c.retryAfter, pgNow, plusOne, fence), dollarNumbered)

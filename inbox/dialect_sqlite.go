@@ -80,6 +80,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
 	}
 	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), questionNumbered)
+	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), questionNumbered)
 	if c.retryAfter != "" {
 		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = strftime(%s, %s, :delay)%s WHERE %s`,
 			c.table, c.lease, c.retryAfter, sqliteFormat, sqliteNow, plusOne, fence), questionNumbered)

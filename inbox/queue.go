@@ -173,7 +173,7 @@ func (t *transport) Info() source.Info {
 		// The longest one Fetch waits for a due row (it also bounds how long a shutdown
 		// waits for a Fetch in progress).
 		Block: min(time.Second, 2*t.q.cfg.poll),
-		Caps:  source.Caps{Parks: true, RetryWithoutCap: source.ActionPutBack},
+		Caps:  source.Caps{Parks: true, Releases: true, RetryWithoutCap: source.ActionPutBack},
 		Group: t.q.group,
 		Kind:  source.KindTable,
 	}
@@ -533,6 +533,14 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 			return t.putBack(ctx, m.Delivery)
 		case source.ActionPark:
 			return t.park(ctx, m.Delivery, m.Delay)
+		case source.ActionRelease:
+			err := t.fenced(ctx, m.Delivery, "release", func(h *held) (bool, error) {
+				return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.release.text, t.s.release.bind(map[string]any{"id": h.id, "token": h.token})...))
+			})
+			if err == nil {
+				t.q.ib.notify()
+			}
+			return err
 		case source.ActionDeadLetter:
 			return t.deadLetter(ctx, m.Delivery, m.Dest, m.Headers)
 		default:

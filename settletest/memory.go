@@ -148,7 +148,7 @@ func (t *memoryTransport) Info() source.Info {
 	return source.Info{
 		Batch: settle.DefaultBatch,
 		Block: memoryBlock,
-		Caps:  source.Caps{Parks: true, RetryWithoutCap: source.ActionCopy},
+		Caps:  source.Caps{Parks: true, Releases: true, RetryWithoutCap: source.ActionCopy},
 		Key:   t.m.name,
 		Kind:  source.Kind(KindMemory),
 	}
@@ -289,7 +289,7 @@ func (t *memoryTransport) Moves(_ context.Context, ms []source.Move) []error {
 	return source.EachMove(ms, func(mv source.Move) error {
 		d, m := mv.Delivery, t.m
 		switch mv.Action {
-		case source.ActionCopy, source.ActionPark, source.ActionDeadLetter:
+		case source.ActionCopy, source.ActionPark, source.ActionDeadLetter, source.ActionRelease:
 		default:
 			return source.UnsupportedMove(source.Kind(KindMemory), mv)
 		}
@@ -299,6 +299,9 @@ func (t *memoryTransport) Moves(_ context.Context, ms []source.Move) []error {
 		switch mv.Action {
 		case source.ActionCopy:
 			m.ready = append(m.ready, t.copyOf(d, mv.Headers))
+			m.changed()
+		case source.ActionRelease: // back to the front, as it was
+			m.ready = append([]*memoryMessage{d.Raw.(*memoryMessage)}, m.ready...)
 			m.changed()
 		case source.ActionPark:
 			due := t.clock.Now().Add(mv.Delay)

@@ -20,6 +20,9 @@ var (
 
 	claim = redis.NewScript(pendingAtSrc + claimSrc)
 	touch = redis.NewScript(pendingAtSrc + touchSrc)
+	//go:embed release.lua
+	releaseSrc string
+	release    = redis.NewScript(pendingAtSrc + releaseSrc)
 )
 
 // ClaimResult is one claim call's answer.
@@ -106,17 +109,33 @@ func runClaim(ctx context.Context, rdb redis.Scripter, stream, group, consumer s
 // group, keeping their delivery counts, in one script (see touch.lua). It returns the ids
 // no longer pending at consumer.
 func Touch(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, ids ...string) ([]string, error) {
+	return runOnIDs(ctx, rdb, touch, "touch", stream, []any{group, consumer}, ids)
+}
+
+// ReleasedIdle is the idle time Release gives an entry: past any claim's min-idle.
+const ReleasedIdle = 10 * 365 * 24 * time.Hour // Redis takes an idle reaching before 1970 as 0
+
+// Release hands back the entries ids, delivered to consumer but never started, as if
+// they had not been delivered, in one script (see release.lua): their delivery counts go
+// down by one and their idle times past any min-idle, so that any consumer of the group
+// claims or re-reads them without an attempt spent. It returns the ids no longer pending
+// at consumer (left alone).
+func Release(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, ids ...string) ([]string, error) {
+	return runOnIDs(ctx, rdb, release, "release", stream, []any{group, consumer, ReleasedIdle.Milliseconds()}, ids)
+}
+
+// runOnIDs runs s, a script over entries of stream (args, then the ids), and returns
+// the ids it reports no longer pending.
+func runOnIDs(ctx context.Context, rdb redis.Scripter, s *redis.Script, name, stream string, args []any, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 2+len(ids))
-	args = append(args, group, consumer)
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	lost, err := touch.Run(ctx, rdb, []string{stream}, args...).StringSlice()
+	lost, err := s.Run(ctx, rdb, []string{stream}, args...).StringSlice()
 	if err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("touch script: %w", err)
+		return nil, fmt.Errorf("%s script: %w", name, err)
 	}
 	return lost, nil
 }

@@ -298,3 +298,28 @@ func TestClaimIDsTakesOnlyTheListedEntriesStillOwnedAndIdleLongEnough(t *testing
 		}
 	}
 }
+
+// A released entry stays pending at its consumer with the never-run delivery taken off
+// its count, idle past any min-idle: the next claim takes it at its first delivery's
+// count. An entry no longer pending there is reported and left alone.
+func TestReleaseHandsBackAnEntryAsIfNeverDelivered(t *testing.T) {
+	t.Parallel()
+	b := setupClaim(t, 2)
+	if err := b.r.Client.XAck(b.ctx, b.stream, "g", b.ids[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := script.Release(b.ctx, b.r.Client, b.stream, "g", "dead", b.ids...)
+	if err != nil || len(lost) != 1 || lost[0] != b.ids[1] {
+		t.Fatalf("release: lost %v, err %v; want [%s] (acked)", lost, err, b.ids[1])
+	}
+	if owner, n := b.pending(t, b.ids[0]); owner != "dead" || n != 0 {
+		t.Fatalf("released entry pending %s/%d, want dead/0", owner, n)
+	}
+	res, err := script.Claim(b.ctx, b.r.Client, b.stream, "g", "me", time.Hour, "0-0", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Entries) != 1 || res.Entries[0].ID != b.ids[0] || res.Counts[0] != 1 {
+		t.Fatalf("claimed %+v (counts %v), want %s at once with count 1", res.Entries, res.Counts, b.ids[0])
+	}
+}

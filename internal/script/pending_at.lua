@@ -1,4 +1,4 @@
--- pending_at.lua: functions that claim.lua and touch.lua share; it is prepended to each
+-- pending_at.lua: functions that claim.lua, touch.lua and release.lua share; it is prepended to each
 -- when the script is loaded. In both, KEYS[1] is the stream, ARGV[1] the consumer group
 -- and ARGV[2] the consumer.
 
@@ -41,6 +41,28 @@ local function pendingAt(ids, limit)
     end
   end
   return found
+end
+
+-- byCountAt groups the entry ids ARGV[from..] still pending at ARGV[2] by their
+-- delivery count plus delta (never below 0), for resetCounts, and lists the others.
+local function byCountAt(from, delta)
+  local ids = {}
+  for i = from, #ARGV do
+    ids[#ids + 1] = ARGV[i]
+  end
+  local found = pendingAt(ids, #ids + 16)
+  local byCount, lost = {}, {}
+  for _, id in ipairs(ids) do
+    local p = found[id]
+    if p then
+      local n = math.max(tonumber(p[2]) + delta, 0)
+      byCount[n] = byCount[n] or {}
+      table.insert(byCount[n], id)
+    else
+      lost[#lost + 1] = id
+    end
+  end
+  return byCount, lost
 end
 
 -- resetCounts gives each entry of byCount[n] (held at ARGV[2]) the delivery count n and,

@@ -14,6 +14,10 @@ var (
 	scanGateSrc string
 
 	scanGate = redis.NewScript(nowSrc + scanGateSrc)
+
+	//go:embed prune.lua
+	pruneSrc string
+	prune    = redis.NewScript(pruneSrc)
 )
 
 // StartScan reports whether consumer may start a pass over its group's pending list,
@@ -25,4 +29,15 @@ func StartScan(ctx context.Context, rdb redis.Scripter, key, consumer string, pe
 		return false, fmt.Errorf("scan gate script: %w", err)
 	}
 	return n == 1, nil
+}
+
+// PruneConsumers removes from stream's group the consumers other than self that hold
+// no pending entry and have been idle for at least idle, in one script (see prune.lua),
+// and returns their names.
+func PruneConsumers(ctx context.Context, rdb redis.Scripter, stream, group, self string, idle time.Duration) ([]string, error) {
+	names, err := prune.Run(ctx, rdb, []string{stream}, group, self, max(idle.Milliseconds(), 1)).StringSlice()
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("prune script: %w", err)
+	}
+	return names, nil
 }

@@ -2,9 +2,11 @@ package script_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/script"
 )
@@ -42,5 +44,72 @@ func TestStartScanLetsOneConsumerStartAPassPerPeriod(t *testing.T) {
 	}
 	if ttl, err := r.Client.PTTL(ctx, key).Result(); err != nil || ttl <= period || ttl > 2*period {
 		t.Fatalf("scan key expires in %s, %v; want within two periods, after one", ttl, err)
+	}
+}
+
+// A consumer is pruned only when it holds no pending entry and has been idle long
+// enough; the asking consumer and one holding an entry are kept.
+func TestPruneConsumersRemovesOnlyIdleConsumersHoldingNothing(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	stream := r.Key("in")
+	if err := r.Client.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// "gone" was delivered an entry and acked it; "busy" holds one; "self" asks.
+	for _, c := range []string{"gone", "busy", "self"} {
+		id, err := r.Client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"payload", c}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read, then claimed by c: miniredis counts a consumer's idle time from its claims
+		// only (XINFO CONSUMERS says -1 for one that only read).
+		if err := r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "reader", Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Client.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: "g", Consumer: c, Messages: []string{id}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if c != "busy" {
+			if err := r.Client.XAck(ctx, stream, "g", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Wait (bounded) until the server counts "gone" idle for the 1 ms asked.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		cs, err := r.Client.XInfoConsumers(ctx, stream, "g").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle := true
+		for _, c := range cs {
+			idle = idle && (c.Name == "reader" || c.Idle >= 2*time.Millisecond)
+		}
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumers never idle: %+v", cs)
+		}
+		if r.Mini != nil {
+			r.Mini.SetTime(time.Now().Add(time.Second))
+		}
+	}
+	removed, err := script.PruneConsumers(ctx, r.Client, stream, "g", "self", time.Millisecond)
+	if err != nil || !slices.Contains(removed, "gone") || slices.Contains(removed, "busy") || slices.Contains(removed, "self") {
+		t.Fatalf("pruned %v, %v; want gone (and reader, on a real server), never busy or self", removed, err)
+	}
+	cs, err := r.Client.XInfoConsumers(ctx, stream, "g").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	if slices.Contains(names, "gone") || !slices.Contains(names, "busy") || !slices.Contains(names, "self") {
+		t.Fatalf("consumers left %v, want busy (one pending) and self", names)
 	}
 }

@@ -100,6 +100,8 @@ func Sources() map[string]string {
 		"list_recover":  listRecoverSrc,
 		"list_sweep":    nowSrc + nextDueSrc + listSweepSrc,
 		"park":          nowSrc + parkSrc,
+		"prune":         pruneSrc,
+		"release":       pendingAtSrc + releaseSrc,
 		"scan_gate":     nowSrc + scanGateSrc,
 		"stream_move":   streamMoveSrc,
 		"sweep":         nowSrc + nextDueSrc + sweepSrc,

@@ -19,9 +19,11 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"list_recover":  ListRecover,
 		"list_sweep":    listSweep,
 		"park":          park,
+		"prune":         prune,
 		"scan_gate":     scanGate,
 		"stream_move":   streamMove,
 		"sweep":         sweep,
+		"release":       release,
 		"touch":         touch,
 		"value_park":    valuePark,
 	}

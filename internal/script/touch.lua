@@ -16,21 +16,7 @@
 -- count read by XPENDING is written back with RETRYCOUNT, and it is kept on both.
 -- Atomic: the owner check and the reset cannot be split by another consumer's claim.
 --
--- Prelude: pending_at.lua (pendingAt, resetCounts), prepended by script.go.
-local ids = {}
-for i = 3, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-end
-local found = pendingAt(ids, #ids + 16)
-local byCount, lost = {}, {}
-for _, id in ipairs(ids) do
-  local p = found[id]
-  if p then
-    byCount[p[2]] = byCount[p[2]] or {}
-    table.insert(byCount[p[2]], id)
-  else
-    lost[#lost + 1] = id
-  end
-end
+-- Prelude: pending_at.lua (pendingAt, byCountAt, resetCounts), prepended by script.go.
+local byCount, lost = byCountAt(3, 0)
 resetCounts(byCount, 0)
 return lost

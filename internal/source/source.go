@@ -41,6 +41,9 @@
 //     only when Caps.RetryWithoutCap is ActionPutBack.
 //   - ActionLeave: leave the delivery pending where it is, to come back once
 //     Caps.MinIdle has passed. Sent only when Caps.DeliveryCounter.
+//   - ActionRelease: at a graceful stop, hand back a delivery that was read but never
+//     started, as if it had not been delivered (no attempt spent). Sent only when
+//     Caps.Releases.
 //
 // Until Ack or Moves has answered for a delivery, it is in flight: the transport must
 // not hand it out again (a re-read of its own pending entries skips it). A settlement
@@ -156,6 +159,10 @@ type Caps struct {
 	// column. Without it the engine keeps delays in-process and writes an ActionCopy
 	// once each is due.
 	Parks bool
+	// Releases: the transport hands back deliveries read and never started
+	// (ActionRelease) without spending an attempt. Without it, a graceful stop runs them
+	// before it returns.
+	Releases bool
 	// RetryWithoutCap is what a Retry does when the mount declares no attempts cap:
 	// ActionCopy, ActionPutBack, ActionLeave or ActionLose.
 	RetryWithoutCap Action
@@ -258,9 +265,13 @@ const (
 	// ActionLose completes a delivery whose retry the transport cannot honour, with a
 	// warning: the message is lost.
 	ActionLose
+	// ActionRelease hands back a delivery that was read but never started, at a graceful
+	// stop, as if it had not been delivered: no attempt is spent. It is the seam's alone
+	// (not a settlement: nothing is reported) and sent only when Caps.Releases.
+	ActionRelease
 )
 
-var actionNames = [...]string{"", "ack", "drop", "leave", "put_back", "copy", "park", "dead_letter", "reject", "lose"}
+var actionNames = [...]string{"", "ack", "drop", "leave", "put_back", "copy", "park", "dead_letter", "reject", "lose", "release"}
 
 // String returns the action's name as logs show it.
 func (a Action) String() string {
