@@ -74,8 +74,9 @@ func others() []string {
 func ignored(stack string) bool {
 	header, rest, _ := strings.Cut(stack, "\n")
 	top, _, _ := strings.Cut(rest, "\n")
-	top, _, _ = strings.Cut(top, "(0x") // "pkg.fn(0x…, …)" or "pkg.fn(...)"
-	top = strings.TrimSuffix(top, "(...)")
+	if i := strings.LastIndex(top, "("); i > 0 { // "pkg.fn()", "pkg.(*T).fn(0x…, …)", "pkg.fn(...)"
+		top = top[:i]
+	}
 	waiting := strings.Contains(header, "[chan receive")
 	switch top {
 	case "testing.RunTests", "testing.(*T).Run", "testing.(*T).Parallel", "testing.runFuzzing", "testing.runFuzzTests":
