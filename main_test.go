@@ -3,11 +3,11 @@ package settle_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/settlekit/settle/internal/leakcheck"
 )
 
 // TestMain fails the package when a goroutine outlives the tests: every goroutine an
 // App starts must have returned before its Run does.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }

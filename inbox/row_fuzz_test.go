@@ -3,19 +3,20 @@ package inbox
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"strconv"
 	"testing"
 )
 
 // FuzzClaimedRowDelivery feeds arbitrary column values (SQLite is dynamically typed: a
-// user's table may hold any type in any column) through the real scan of a claim
-// (queryClaimed, over a SELECT of bound values on SQLite) and the row's delivery. It
-// never panics; a row either fails to scan with an error, or becomes a delivery whose
-// attempt is at least 1, whose retry count is 0 (a table has no retry-count header),
-// whose id reads as the id column and whose payload is the payload column byte for
-// byte, owned by the delivery.
+// user's table may hold any type in any column, and a driver returns each as the Go type
+// it stored: int64, float64, string, []byte or nil) through the real scan of a claim
+// (queryClaimed, over the echo driver of helpers_test.go, which returns a query's bound
+// values as its one row, as a driver returns stored column values) and the row's
+// delivery. It never panics; a row either fails to scan with an error, or
+// becomes a delivery whose attempt is at least 1, whose retry count is 0 (a table has
+// no retry-count header), whose id reads as the id column and whose payload is the
+// payload column byte for byte, owned by the delivery.
 func FuzzClaimedRowDelivery(f *testing.F) {
 	f.Add(uint8(0), int64(1), "", uint8(0), int64(1), "", []byte("payload"), false)
 	f.Add(uint8(1), int64(0), "order-42", uint8(1), int64(0), "", []byte{}, false)
@@ -25,12 +26,7 @@ func FuzzClaimedRowDelivery(f *testing.F) {
 	f.Add(uint8(0), int64(9), "", uint8(0), int64(-3), "", []byte(nil), true)
 	f.Add(uint8(3), int64(0), "", uint8(4), int64(0), "2.5", []byte("x"), false)
 
-	db, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		f.Fatalf("open sqlite: %v", err)
-	}
-	db.SetMaxOpenConns(1)
-	f.Cleanup(func() { _ = db.Close() })
+	db := openEcho(f)
 
 	f.Fuzz(func(t *testing.T, idKind uint8, idInt int64, idText string, attemptKind uint8, attemptInt int64, attemptText string, payload []byte, nullPayload bool) {
 		id := columnValue(idKind, idInt, idText)

@@ -25,6 +25,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -34,6 +35,9 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -42,7 +46,6 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
-	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Mail is one mail to send.
@@ -111,6 +114,8 @@ const (
 	groupEmails = "emails"
 	groupDead   = "emails.dead"
 	maxAttempts = 5
+	mountSend   = "send"
+	mountReview = "review"
 )
 
 // spec is mail_jobs as seed 000 declares it.
@@ -187,11 +192,73 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// lastLine is the run's last line.
-func lastLine(t *examplerun.Tally) string {
-	c := t.Counts()
-	return fmt.Sprintf("settled %d: acked %d, dropped %d, dead-lettered %d, reviewed %d",
-		c.Settled(), c.Acked, c.Dropped, c.Dead, c.Reviewed)
+// tally counts the settlements of the deliveries this run claimed (the table may hold
+// other runs' rows too) and closes done once all n reached a final state and, with
+// review, every dead letter was reviewed. A delivery is named by mount, id and attempt:
+// a retry's event comes after the retry is written, and by then the row's next delivery
+// may have begun (keyed by mount and id alone, that late event would erase the next
+// delivery's claim, and its final settlement would go uncounted).
+type tally struct {
+	n      int
+	review bool // a review mount reads the dead letters
+	done   chan struct{}
+
+	mu                             sync.Mutex
+	ours                           map[delivery]bool // this run's deliveries not yet settled
+	acked, dropped, dead, reviewed int
+}
+
+// delivery names one delivery.
+type delivery struct {
+	mount, id string
+	attempt   int
+}
+
+func newTally(n int, review bool) *tally {
+	return &tally{n: n, review: review, done: make(chan struct{}), ours: map[delivery]bool{}}
+}
+
+// claim records that this run is handling m on mount.
+func (t *tally) claim(mount string, m *settle.Message) {
+	t.mu.Lock()
+	t.ours[delivery{mount, m.ID, m.Attempt}] = true
+	t.mu.Unlock()
+}
+
+// settled counts s if it settled a delivery this run claimed and was applied (a failed
+// settlement leaves the row to come back).
+func (t *tally) settled(s settle.Settled) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := delivery{s.Mount, s.ID, s.Attempt}
+	if !t.ours[d] || s.Err != nil {
+		return
+	}
+	delete(t.ours, d)
+	switch {
+	case s.Mount == mountReview && s.Final():
+		t.reviewed++
+	case s.Action == settle.ActionAck:
+		t.acked++
+	case s.Action == settle.ActionDrop:
+		t.dropped++
+	case s.Action == settle.ActionDeadLetter:
+		t.dead++
+	}
+	if t.acked+t.dropped+t.dead == t.n && (!t.review || t.reviewed == t.dead) {
+		select {
+		case <-t.done:
+		default:
+			close(t.done)
+		}
+	}
+}
+
+// summary is the run's last line.
+func (t *tally) summary() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("settled %d: acked %d, dropped %d, dead-lettered %d, reviewed %d", t.acked+t.dropped+t.dead, t.acked, t.dropped, t.dead, t.reviewed)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -204,7 +271,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	db, dialect, err := examplerun.OpenSQL("", o.dsn, "settle-mailer.db")
+	db, dialect, err := openSQL(o.dsn)
 	if err != nil {
 		return err
 	}
@@ -216,38 +283,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	batch := hex.EncodeToString(b[:])
-	review := ""
-	if o.review {
-		review = "review"
-	}
-	t := examplerun.NewTally(o.n, review)
+	t := newTally(o.n, o.review)
 	provider := Provider{Seed: o.seed}
 
-	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.Settled(s) }})
+	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.settled(s) }})
 	if err != nil {
 		return err
 	}
 	app.Mount(ib.Queue(groupEmails, inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, mail Mail) error {
 		if mail.Batch == batch {
-			t.Claim("send", m)
+			t.claim(mountSend, m)
 		}
 		a := provider.Answer(mail.ID, m.Attempt)
 		if a == Rejected {
 			logger.WarnContext(ctx, "address rejected, dropped", slog.String("to", mail.To))
 		}
 		return settleMail(a, m.Attempt, o.backoff)
-	}), settle.Name("send"),
+	}), settle.Name(mountSend),
 		// Five deliveries, the first included; the fifth failure moves the row into the
 		// emails.dead group.
 		settle.MaxAttempts(maxAttempts), settle.DeadLetter(groupDead))
 	if o.review {
 		app.Mount(ib.Queue(groupDead, inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, mail Mail) error {
 			if mail.Batch == batch {
-				t.Claim("review", m)
+				t.claim(mountReview, m)
 			}
 			logger.ErrorContext(ctx, "email not sent, needs a person", slog.String("to", mail.To), slog.Int("attempt", m.Attempt))
 			return nil
-		}), settle.Name("review"))
+		}), settle.Name(mountReview))
 	}
 	if err := app.Validate(); err != nil {
 		return err
@@ -259,9 +322,67 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "published %d mails to %s/%s (%s, batch %s)\n", o.n, table, groupEmails, dialect, batch)
 
-	if err := examplerun.Start(ctx, app).Until(ctx, t.Done(), o.timeout, func() string { return lastLine(t) }); err != nil {
+	if err := runUntil(ctx, app, t.done, o.timeout, t.summary); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, lastLine(t))
+	fmt.Fprintln(stdout, t.summary())
 	return nil
+}
+
+// runUntil runs app and stops it gracefully once done is closed (every message
+// settled). It gives up, naming summary(), if app stops early, timeout passes or ctx
+// ends first.
+func runUntil(ctx context.Context, app *settle.App, done <-chan struct{}, timeout time.Duration, summary func() string) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(runCtx) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var waitErr error
+	select {
+	case <-done:
+	case err := <-errc:
+		return fmt.Errorf("app stopped early: %v (%s)", err, summary())
+	case <-timer.C:
+		waitErr = fmt.Errorf("timed out after %s: %s", timeout, summary())
+	case <-ctx.Done():
+		waitErr = fmt.Errorf("interrupted: %s", summary())
+	}
+	cancel()
+	return errors.Join(waitErr, <-errc)
+}
+
+// openSQL opens the database dsn names and returns its inbox dialect: postgres:// or
+// postgresql:// is PostgreSQL, empty, file:… or a .db/.sqlite path SQLite (empty: the
+// file settle-mailer.db in the temp directory), anything else MySQL/MariaDB.
+func openSQL(dsn string) (*sql.DB, inbox.Dialect, error) {
+	switch {
+	case dsn == "", strings.HasPrefix(dsn, "file:"), strings.HasSuffix(dsn, ".db"), strings.HasSuffix(dsn, ".sqlite"):
+		if dsn == "" {
+			dsn = "file:" + filepath.Join(os.TempDir(), "settle-mailer.db")
+		}
+		if !strings.Contains(dsn, "_pragma") {
+			dsn += sep(dsn) + "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
+		}
+		db, err := sql.Open("sqlite", dsn)
+		return db, inbox.SQLite, err
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		db, err := sql.Open("pgx", dsn)
+		return db, inbox.Postgres, err
+	default:
+		if !strings.Contains(dsn, "parseTime") {
+			dsn += sep(dsn) + "parseTime=true"
+		}
+		db, err := sql.Open("mysql", dsn)
+		return db, inbox.MySQL, err
+	}
+}
+
+// sep is the separator before one more DSN parameter.
+func sep(dsn string) string {
+	if strings.Contains(dsn, "?") {
+		return "&"
+	}
+	return "?"
 }

@@ -41,7 +41,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
-	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Email is one email to send.
@@ -238,23 +237,52 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	run := examplerun.Start(ctx, app)
-
 	// Pub/Sub keeps nothing for absent subscribers: a push nobody received (the App is
 	// still subscribing) is published again; one that reached a subscriber is not.
-	for i := 1; i <= o.n; i++ {
-		push := Push{ID: uint64(i), Device: fmt.Sprintf("d%d", i%3)}
-		if err := publishHeard(ctx, pub, p+chanPush+push.Device, push); err != nil {
-			return errors.Join(err, run.Stop())
+	publishPushes := func() error {
+		for i := 1; i <= o.n; i++ {
+			push := Push{ID: uint64(i), Device: fmt.Sprintf("d%d", i%3)}
+			if err := publishHeard(ctx, pub, p+chanPush+push.Device, push); err != nil {
+				return err
+			}
 		}
+		fmt.Fprintf(stdout, "sent %d emails to %q and %d pushes to %q\n", o.n, p+keyEmail, o.n, p+chanPush+"*")
+		return nil
 	}
-	fmt.Fprintf(stdout, "sent %d emails to %q and %d pushes to %q\n", o.n, p+keyEmail, o.n, p+chanPush+"*")
-
-	if err := run.Until(ctx, t.done, o.timeout, t.summary); err != nil {
+	if err := runUntil(ctx, app, publishPushes, t.done, o.timeout, t.summary); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, t.summary())
 	return nil
+}
+
+// runUntil runs app, calls publish while it runs, and stops app gracefully once done is
+// closed (every notification settled). It gives up, naming summary(), if publish
+// fails, app stops early, timeout passes or ctx ends first.
+func runUntil(ctx context.Context, app *settle.App, publish func() error, done <-chan struct{}, timeout time.Duration, summary func() string) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(runCtx) }()
+	stop := func(err error) error {
+		cancel()
+		return errors.Join(err, <-errc)
+	}
+	if err := publish(); err != nil {
+		return stop(err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return stop(nil)
+	case err := <-errc:
+		return fmt.Errorf("app stopped early: %v (%s)", err, summary())
+	case <-timer.C:
+		return stop(fmt.Errorf("timed out after %s: %s", timeout, summary()))
+	case <-ctx.Done():
+		return stop(fmt.Errorf("interrupted: %s", summary()))
+	}
 }
 
 // publishHeard publishes v on channel until a subscriber receives it.

@@ -3,15 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/settlekit/settle"
-	"github.com/settlekit/settle/internal/redistest"
-	"github.com/settlekit/settle/internal/wire"
+	"github.com/settlekit/settle/settletest"
 )
 
 // summary is the parsed last line of a run.
@@ -74,8 +76,8 @@ func expected(n int) (s summary, deadEmails int) {
 }
 
 // redisURL is the URL of r's server.
-func redisURL(r *redistest.Redis) string {
-	if u := os.Getenv(redistest.EnvURL); u != "" {
+func redisURL(r *settletest.Server) string {
+	if u := os.Getenv(settletest.EnvRedisURL); u != "" {
 		return u
 	}
 	return "redis://" + r.Mini.Addr()
@@ -95,27 +97,24 @@ func TestDefaultRunSettlesEveryNotificationWithSomeDeadLetters(t *testing.T) {
 
 func TestDeadEmailsLandOnTheDeadLetterListAndNothingIsLeftInFlight(t *testing.T) {
 	t.Parallel()
-	r := redistest.New(t)
+	r := settletest.Redis(t)
 	got := runCmd(t, "-redis", redisURL(r), "-prefix", r.Prefix, "-n", "30")
 	want, deadEmails := expected(30)
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	ctx := context.Background()
-	vals, err := r.Client.LRange(ctx, r.Prefix+keyEmailDead, 0, -1).Result()
-	if err != nil || len(vals) != deadEmails {
-		t.Fatalf("dead-letter list holds %d items (%v), want %d", len(vals), err, deadEmails)
+	if n, err := r.Client.LLen(ctx, r.Prefix+keyEmailDead).Result(); err != nil || n != int64(deadEmails) {
+		t.Fatalf("dead-letter list holds %d items (%v), want %d", n, err, deadEmails)
 	}
-	for _, v := range vals {
-		payload, h, ok, err := wire.FromEnvelope([]byte(v))
-		if err != nil || !ok {
-			t.Fatalf("dead letter is not an envelope: %v", err)
-		}
+	// A dead-letter list is an ordinary list: read it back as a service would, through
+	// a List mount, which decodes each item's envelope (headers and payload).
+	for _, m := range readList(t, r, r.Prefix+keyEmailDead, deadEmails) {
 		var e Email
-		if err := settle.Msgpack.Unmarshal(payload, &e); err != nil || e.ID%5 != 0 {
+		if err := m.Decode(&e); err != nil || e.ID%5 != 0 {
 			t.Fatalf("dead letter %+v (%v), want a bouncing email", e, err)
 		}
-		if h[settle.HeaderRetryCount] != "3" || h[settle.HeaderDeadError] != errBounced.Error() {
+		if h := m.Headers; h[settle.HeaderRetryCount] != "3" || h[settle.HeaderDeadError] != errBounced.Error() {
 			t.Fatalf("dead letter headers %v", h)
 		}
 	}
@@ -138,4 +137,38 @@ func TestRejectsBadFlags(t *testing.T) {
 			t.Fatalf("run %v succeeded, want an error", args)
 		}
 	}
+}
+
+// readList reads n messages off the list key with an App of its own and returns them.
+func readList(t *testing.T, r *settletest.Server, key string, n int) []*settle.Message {
+	t.Helper()
+	got := make(chan *settle.Message, n)
+	app, err := settle.New(settle.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Mount(settle.List(r.Client, key, settle.Block(50*time.Millisecond)), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		got <- m
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var out []*settle.Message
+	timeout := time.After(10 * time.Second)
+	for len(out) < n {
+		select {
+		case m := <-got:
+			out = append(out, m)
+		case <-timeout:
+			t.Fatalf("read %d of the %d items of %s", len(out), n, key)
+		}
+	}
+	return out
 }

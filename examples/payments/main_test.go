@@ -16,7 +16,6 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
-	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // summary is the parsed last line of a run.
@@ -100,7 +99,7 @@ func uniquePrefix(t *testing.T, b backend) string {
 	_, _ = rand.Read(r[:])
 	prefix := "t" + hex.EncodeToString(r[:]) + "_"
 	t.Cleanup(func() {
-		db, d, err := examplerun.OpenSQL("", b.dsn, "")
+		db, d, err := openSQL("", b.dsn)
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 			return
@@ -148,7 +147,7 @@ func TestPaymentsDeadLetterDeclinedChargesIntoTheFailedTableAtTheCap(t *testing.
 				t.Fatalf("got %+v: want A + D + X = N with some dead letters", got)
 			}
 
-			db, d, err := examplerun.OpenSQL("", b.dsn, "")
+			db, d, err := openSQL("", b.dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +200,7 @@ func TestPaymentsSecondRunOnTheSameTablesCountsOnlyItsOwnRows(t *testing.T) {
 	if first != want || second != want {
 		t.Fatalf("runs got %+v and %+v, want %+v each", first, second, want)
 	}
-	db, d, err := examplerun.OpenSQL("", dsn, "")
+	db, d, err := openSQL("", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,5 +217,36 @@ func TestPaymentsRefusesAnUnknownDriver(t *testing.T) {
 	err := run(context.Background(), []string{"-driver", "oracle"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), `-driver "oracle"`) {
 		t.Fatalf("run -driver oracle: got %v, want an error naming the driver", err)
+	}
+}
+
+func TestOpenSQLPicksTheDialectFromTheDriverOrTheDSN(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, driver, dsn string
+		want              inbox.Dialect
+	}{
+		{name: "EmptyIsSQLite", want: inbox.SQLite},
+		{name: "FileIsSQLite", dsn: "file:/tmp/x.db", want: inbox.SQLite},
+		{name: "PostgresURL", dsn: "postgres://root@127.0.0.1:5432/test", want: inbox.Postgres},
+		{name: "PostgresqlURL", dsn: "postgresql://root@127.0.0.1:5432/test", want: inbox.Postgres},
+		{name: "OtherIsMySQL", dsn: "root@tcp(127.0.0.1:3306)/test", want: inbox.MySQL},
+		{name: "DriverWins", driver: "mysql", dsn: "root@tcp(127.0.0.1:3306)/x.db", want: inbox.MySQL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db, d, err := openSQL(tt.driver, tt.dsn) // opening connects to nothing yet
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = db.Close()
+			if d != tt.want {
+				t.Fatalf("dialect %v, want %v", d, tt.want)
+			}
+		})
+	}
+	if _, _, err := openSQL("oracle", "x"); err == nil {
+		t.Fatal("an unknown driver was accepted")
 	}
 }

@@ -66,7 +66,6 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Refund is one refund to send through the processor.
@@ -442,11 +441,35 @@ func runObserved(ctx context.Context, args []string, stdout, stderr io.Writer, o
 	}
 	fmt.Fprintf(stdout, "published %d refunds to %q (batch %s, delays: %s)\n", o.n, refunds, batch, o.delay)
 
-	if err := examplerun.Start(ctx, app).Until(ctx, t.done, o.timeout, t.summary); err != nil {
+	if err := runUntil(ctx, app, t.done, o.timeout, t.summary); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, t.summary())
 	return nil
+}
+
+// runUntil runs app and stops it gracefully once done is closed (every message
+// settled). It gives up, naming summary(), if app stops early, timeout passes or ctx
+// ends first.
+func runUntil(ctx context.Context, app *settle.App, done <-chan struct{}, timeout time.Duration, summary func() string) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(runCtx) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var waitErr error
+	select {
+	case <-done:
+	case err := <-errc:
+		return fmt.Errorf("app stopped early: %v (%s)", err, summary())
+	case <-timer.C:
+		waitErr = fmt.Errorf("timed out after %s: %s", timeout, summary())
+	case <-ctx.Done():
+		waitErr = fmt.Errorf("interrupted: %s", summary())
+	}
+	cancel()
+	return errors.Join(waitErr, <-errc)
 }
 
 // connect returns a client on the server at url, or on an embedded miniredis when url

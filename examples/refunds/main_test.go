@@ -10,12 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/settlekit/settle"
-	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/settletest"
 )
 
 // summary is the parsed last line of a run.
@@ -147,8 +148,8 @@ func pending(ctx context.Context, rdb redis.UniversalClient, key, group, id stri
 }
 
 // redisURL is the URL of r's server.
-func redisURL(r *redistest.Redis) string {
-	if u := os.Getenv(redistest.EnvURL); u != "" {
+func redisURL(r *settletest.Server) string {
+	if u := os.Getenv(settletest.EnvRedisURL); u != "" {
 		return u
 	}
 	return "redis://" + r.Mini.Addr()
@@ -197,7 +198,7 @@ func TestDeadLettersCarryRetryCountAndDeadLetterHeadersInEveryDelayMode(t *testi
 }
 
 func testDeadLetters(t *testing.T, mode string) {
-	r := redistest.New(t)
+	r := settletest.Redis(t)
 	got := runCmd(t, "-redis", redisURL(r), "-prefix", r.Prefix, "-delay", mode, "-seed", "2", "-backoff", "30ms")
 	if want := expected(2, 200); got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
@@ -265,7 +266,7 @@ const watchBackoff = "1s"
 
 func TestZsetDelaysWaitInTheDelaySetThatEndsEmpty(t *testing.T) {
 	t.Parallel()
-	r := redistest.New(t)
+	r := settletest.Redis(t)
 	refunds, delayedKey := r.Key(keyRefunds), r.Key(keyDelayed)
 	rec := newRecorder()
 	got := runObservedCmd(t, func(ctx context.Context, s settle.Settled) {
@@ -303,7 +304,7 @@ func TestZsetDelaysWaitInTheDelaySetThatEndsEmpty(t *testing.T) {
 
 func TestInProcessDelaysKeepTheOriginalPendingAndNoDelaySet(t *testing.T) {
 	t.Parallel()
-	r := redistest.New(t)
+	r := settletest.Redis(t)
 	refunds, delayedKey := r.Key(keyRefunds), r.Key(keyDelayed)
 	rec := newRecorder()
 	got := runObservedCmd(t, func(ctx context.Context, s settle.Settled) {
@@ -333,7 +334,7 @@ func TestInProcessDelaysKeepTheOriginalPendingAndNoDelaySet(t *testing.T) {
 
 func TestClaimingRetriesStayInThePELWithoutCopies(t *testing.T) {
 	t.Parallel()
-	r := redistest.New(t)
+	r := settletest.Redis(t)
 	refunds, dlq, delayedKey := r.Key(keyRefunds), r.Key(keyDLQ), r.Key(keyDelayed)
 	rec := newRecorder()
 	const n = 80
@@ -396,7 +397,7 @@ func TestClaimingRetriesStayInThePELWithoutCopies(t *testing.T) {
 
 func TestSecondRunOnTheSameKeysCountsOnlyItsOwnRefunds(t *testing.T) {
 	t.Parallel()
-	r := redistest.New(t)
+	r := settletest.Redis(t)
 	args := []string{"-redis", redisURL(r), "-prefix", r.Prefix, "-n", "100", "-backoff", "5ms"}
 	first := runCmd(t, append(args, "-seed", "3")...)
 	// Leave an entry from another writer in the stream as well: the second run must
@@ -451,5 +452,55 @@ func TestAnswerDependsOnlyOnSeedRefundAndAttempt(t *testing.T) {
 		if counts[a] == 0 {
 			t.Errorf("2000 refunds never got %s: %v", a, counts)
 		}
+	}
+}
+
+// newUntilApp returns an App on one stream with one message published, and a channel
+// closed once that message is settled.
+func newUntilApp(t *testing.T) (*settle.App, <-chan struct{}) {
+	t.Helper()
+	r := settletest.Redis(t)
+	done := make(chan struct{})
+	var once sync.Once
+	app, err := settle.New(settle.Config{OnSettled: func(context.Context, settle.Settled) { once.Do(func() { close(done) }) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Mount(settle.Stream(r.Client, r.Key("in"), "g", settle.Block(50*time.Millisecond)),
+		settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+	if _, err := settle.NewPublisher(r.Client).Publish(context.Background(), r.Key("in"), 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	return app, done
+}
+
+func TestUntilStopsTheAppGracefullyOnceDone(t *testing.T) {
+	t.Parallel()
+	app, done := newUntilApp(t)
+	if err := runUntil(context.Background(), app, done, time.Minute, func() string { return "s" }); err != nil {
+		t.Fatalf("runUntil = %v, want nil", err)
+	}
+}
+
+func TestUntilNamesTheSummaryWhenInterrupted(t *testing.T) {
+	t.Parallel()
+	app, _ := newUntilApp(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := runUntil(ctx, app, make(chan struct{}), time.Minute, func() string { return "settled 3 of 5" })
+	if err == nil || !strings.Contains(err.Error(), "interrupted: settled 3 of 5") {
+		t.Fatalf("runUntil = %v, want an error naming the summary", err)
+	}
+}
+
+func TestUntilReportsAnAppThatStoppedEarly(t *testing.T) {
+	t.Parallel()
+	app, err := settle.New(settle.Config{}) // no mounts: Run refuses at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runUntil(context.Background(), app, make(chan struct{}), time.Minute, func() string { return "settled 0" })
+	if err == nil || !strings.Contains(err.Error(), "app stopped early") || !strings.Contains(err.Error(), "no mounts") {
+		t.Fatalf("runUntil = %v, want \"app stopped early\" with Run's refusal", err)
 	}
 }

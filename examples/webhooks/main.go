@@ -36,6 +36,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -45,7 +46,9 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -54,7 +57,6 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
-	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // Call is one webhook call to make.
@@ -253,11 +255,72 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// lastLine is the run's last line.
-func lastLine(t *examplerun.Tally) string {
-	c := t.Counts()
-	return fmt.Sprintf("settled %d: acked %d, dropped %d, dead-lettered %d, delayed %d",
-		c.Settled(), c.Acked, c.Dropped, c.Dead, c.Delayed)
+// tally counts the settlements of the deliveries this run claimed (the table may hold
+// other runs' rows too) and closes done once all n reached a final state. A delivery is
+// named by mount, id and attempt: a retry's event comes after the retry is written, and
+// by then the row's next delivery may have begun (keyed by mount and id alone, that late
+// event would erase the next delivery's claim, and its final settlement would go
+// uncounted).
+type tally struct {
+	n    int
+	done chan struct{}
+
+	mu                            sync.Mutex
+	ours                          map[delivery]bool // this run's deliveries not yet settled
+	acked, dropped, dead, delayed int
+}
+
+// delivery names one delivery.
+type delivery struct {
+	mount, id string
+	attempt   int
+}
+
+func newTally(n int) *tally {
+	return &tally{n: n, done: make(chan struct{}), ours: map[delivery]bool{}}
+}
+
+// claim records that this run is handling m on mount.
+func (t *tally) claim(mount string, m *settle.Message) {
+	t.mu.Lock()
+	t.ours[delivery{mount, m.ID, m.Attempt}] = true
+	t.mu.Unlock()
+}
+
+// settled counts s if it settled a delivery this run claimed and was applied (a failed
+// settlement leaves the row to come back).
+func (t *tally) settled(s settle.Settled) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := delivery{s.Mount, s.ID, s.Attempt}
+	if !t.ours[d] || s.Err != nil {
+		return
+	}
+	delete(t.ours, d)
+	switch {
+	case s.Action == settle.ActionAck:
+		t.acked++
+	case s.Action == settle.ActionDrop:
+		t.dropped++
+	case s.Action == settle.ActionDeadLetter:
+		t.dead++
+	case s.Action == settle.ActionPark:
+		t.delayed++
+	}
+	if t.acked+t.dropped+t.dead == t.n {
+		select {
+		case <-t.done:
+		default:
+			close(t.done)
+		}
+	}
+}
+
+// summary is the run's last line.
+func (t *tally) summary() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("settled %d: acked %d, dropped %d, dead-lettered %d, delayed %d", t.acked+t.dropped+t.dead, t.acked, t.dropped, t.dead, t.delayed)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -270,7 +333,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	db, dialect, err := examplerun.OpenSQL(o.driver, o.dsn, "settle-webhooks.db")
+	db, dialect, err := openSQL(o.driver, o.dsn)
 	if err != nil {
 		return err
 	}
@@ -285,16 +348,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	batch := hex.EncodeToString(b[:])
-	t := examplerun.NewTally(o.n, "")
+	t := newTally(o.n)
 	endpoint := Endpoint{Seed: o.seed}
 
-	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.Settled(s) }})
+	app, err := settle.New(settle.Config{Logger: logger, OnSettled: func(_ context.Context, s settle.Settled) { t.settled(s) }})
 	if err != nil {
 		return err
 	}
 	app.Mount(ib.Queue("", inbox.Poll(20*time.Millisecond)), settle.Typed(func(ctx context.Context, m *settle.Message, c Call) error {
 		if c.Batch == batch {
-			t.Claim("notify", m)
+			t.claim("notify", m)
 		}
 		r := endpoint.Post(c.ID, m.Attempt)
 		if r.Status == StatusGone {
@@ -316,9 +379,80 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "published %d calls to %s (%s, batch %s)\n", o.n, jobs, dialect, batch)
 
-	if err := examplerun.Start(ctx, app).Until(ctx, t.Done(), o.timeout, func() string { return lastLine(t) }); err != nil {
+	if err := runUntil(ctx, app, t.done, o.timeout, t.summary); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, lastLine(t))
+	fmt.Fprintln(stdout, t.summary())
 	return nil
+}
+
+// runUntil runs app and stops it gracefully once done is closed (every message
+// settled). It gives up, naming summary(), if app stops early, timeout passes or ctx
+// ends first.
+func runUntil(ctx context.Context, app *settle.App, done <-chan struct{}, timeout time.Duration, summary func() string) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(runCtx) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var waitErr error
+	select {
+	case <-done:
+	case err := <-errc:
+		return fmt.Errorf("app stopped early: %v (%s)", err, summary())
+	case <-timer.C:
+		waitErr = fmt.Errorf("timed out after %s: %s", timeout, summary())
+	case <-ctx.Done():
+		waitErr = fmt.Errorf("interrupted: %s", summary())
+	}
+	cancel()
+	return errors.Join(waitErr, <-errc)
+}
+
+// openSQL opens the database a DSN names and returns its inbox dialect. driver names it
+// (sqlite, postgres or pgx, mysql or mariadb); empty, the DSN's form does: postgres:// or
+// postgresql:// is PostgreSQL, empty, file:… or a .db/.sqlite path SQLite (empty: the
+// file settle-webhooks.db in the temp directory), anything else MySQL/MariaDB.
+func openSQL(driver, dsn string) (*sql.DB, inbox.Dialect, error) {
+	if driver == "" {
+		switch {
+		case dsn == "", strings.HasPrefix(dsn, "file:"), strings.HasSuffix(dsn, ".db"), strings.HasSuffix(dsn, ".sqlite"):
+			driver = "sqlite"
+		case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+			driver = "postgres"
+		default:
+			driver = "mysql"
+		}
+	}
+	switch driver {
+	case "sqlite":
+		if dsn == "" {
+			dsn = "file:" + filepath.Join(os.TempDir(), "settle-webhooks.db")
+		}
+		if !strings.Contains(dsn, "_pragma") {
+			dsn += sep(dsn) + "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
+		}
+		db, err := sql.Open("sqlite", dsn)
+		return db, inbox.SQLite, err
+	case "postgres", "pgx":
+		db, err := sql.Open("pgx", dsn)
+		return db, inbox.Postgres, err
+	case "mysql", "mariadb":
+		if !strings.Contains(dsn, "parseTime") {
+			dsn += sep(dsn) + "parseTime=true"
+		}
+		db, err := sql.Open("mysql", dsn)
+		return db, inbox.MySQL, err
+	default:
+		return nil, nil, fmt.Errorf("-driver %q: want sqlite, postgres or mysql", driver)
+	}
+}
+
+// sep is the separator before one more DSN parameter.
+func sep(dsn string) string {
+	if strings.Contains(dsn, "?") {
+		return "&"
+	}
+	return "?"
 }

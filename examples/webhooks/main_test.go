@@ -17,7 +17,6 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
-	"github.com/settlekit/settle/internal/examplerun"
 )
 
 // summary is the parsed last line of a run.
@@ -106,7 +105,7 @@ func uniquePrefix(t *testing.T, b backend) string {
 	_, _ = rand.Read(r[:])
 	prefix := "t" + hex.EncodeToString(r[:]) + "_"
 	t.Cleanup(func() {
-		db, d, err := examplerun.OpenSQL("", b.dsn, "")
+		db, d, err := openSQL("", b.dsn)
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 			return
@@ -154,7 +153,7 @@ func TestWebhooksDelayTooManyRequestsAndDeadLetterAtTheCap(t *testing.T) {
 				t.Fatalf("got %+v: want A + D + X = N, with some delays and dead letters", got)
 			}
 
-			db, d, err := examplerun.OpenSQL("", b.dsn, "")
+			db, d, err := openSQL("", b.dsn)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package inbox
+package sqltest
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
 )
 
 // Environment of a consumer process started by TestFourProcessesSettleEveryRowExactlyOnce.
@@ -31,7 +32,7 @@ func TestFourProcessesSettleEveryRowExactlyOnce(t *testing.T) {
 		db := b.open(t)
 		var dsn string
 		switch b.d {
-		case SQLite:
+		case inbox.SQLite:
 			// No busy timeout: the inbox's own retries must keep SQLITE_BUSY from the user.
 			dsn = "file:" + filepath.Join(t.TempDir(), "shared.db") + "?_pragma=journal_mode(WAL)"
 			var err error
@@ -39,9 +40,9 @@ func TestFourProcessesSettleEveryRowExactlyOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = db.Close() })
-		case Postgres:
+		case inbox.Postgres:
 			dsn = os.Getenv("SETTLE_POSTGRES_URL")
-		case MySQL:
+		case inbox.MySQL:
 			dsn = mysqlDSN(os.Getenv("SETTLE_MYSQL_DSN"))
 		}
 		tb := createTable(t, b, db, cols{})
@@ -94,12 +95,12 @@ func TestConsumerProcess(t *testing.T) {
 	if table == "" {
 		t.Skip("helper process: runs only when started by TestFourProcessesSettleEveryRowExactlyOnce")
 	}
-	d, driver := Postgres, "pgx"
+	d, driver := inbox.Postgres, "pgx"
 	switch os.Getenv(envChildDialect) {
-	case MySQL.String():
-		d, driver = MySQL, "mysql"
-	case SQLite.String():
-		d, driver = SQLite, "sqlite"
+	case inbox.MySQL.String():
+		d, driver = inbox.MySQL, "mysql"
+	case inbox.SQLite.String():
+		d, driver = inbox.SQLite, "sqlite"
 	}
 	db, err := sql.Open(driver, os.Getenv(envChildDSN))
 	if err != nil {
@@ -113,9 +114,9 @@ func TestConsumerProcess(t *testing.T) {
 	var lines []string
 	app, _ := settle.New(settle.Config{Logger: quietLogger(t)})
 	// A long lease: this test proves claims never hand one row to two processes. With the
-	// default lease, a machine loaded enough to starve SQLite's single writer for longer
+	// default lease, a machine loaded enough to starve inbox.SQLite's single writer for longer
 	// than the lease would let a lease pass legitimately (at-least-once) and blur that.
-	app.Mount(New(db, d, tb).Queue("load", Poll(20*time.Millisecond), Lease(5*time.Minute)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
+	app.Mount(inbox.New(db, d, tb).Queue("load", inbox.Poll(20*time.Millisecond), inbox.Lease(5*time.Minute)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
 		mu.Lock()
 		lines = append(lines, "handled "+string(m.Payload))
 		mu.Unlock()

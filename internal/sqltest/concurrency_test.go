@@ -1,4 +1,4 @@
-package inbox
+package sqltest
 
 import (
 	"context"
@@ -12,24 +12,23 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
 )
 
 // bulkInsert inserts n rows of group with payloads "0" … "n-1", in chunks.
-func bulkInsert(t testing.TB, b backend, db *sql.DB, tb Table, group string, n int) {
+func bulkInsert(t testing.TB, b backend, db *sql.DB, tb inbox.Table, group string, n int) {
 	t.Helper()
 	q := quoteFor(b.d)
-	style := map[Dialect]placeholderStyle{SQLite: questionNumbered, Postgres: dollarNumbered, MySQL: questionRepeated}[b.d]
 	for start := 0; start < n; start += 500 {
 		end := min(n, start+500)
 		var vals []string
-		named := map[string]any{}
+		var args []any
 		for i := start; i < end; i++ {
-			vals = append(vals, fmt.Sprintf("(:g%d, :p%d)", i, i))
-			named[fmt.Sprintf("g%d", i)] = group
-			named[fmt.Sprintf("p%d", i)] = []byte(fmt.Sprint(i))
+			vals = append(vals, fmt.Sprintf("(%s, %s)", placeholder(b.d, len(args)+1), placeholder(b.d, len(args)+2)))
+			args = append(args, group, []byte(fmt.Sprint(i)))
 		}
-		st := compile(fmt.Sprintf("INSERT INTO %s (%s, %s) VALUES %s", q(tb.Name), q(tb.Group), q(tb.Payload), strings.Join(vals, ", ")), style)
-		if _, err := db.ExecContext(context.Background(), st.text, st.bind(named)...); err != nil {
+		insert := fmt.Sprintf("INSERT INTO %s (%s, %s) VALUES %s", q(tb.Name), q(tb.Group), q(tb.Payload), strings.Join(vals, ", "))
+		if _, err := db.ExecContext(context.Background(), insert, args...); err != nil {
 			t.Fatalf("bulk insert: %v", err)
 		}
 	}
@@ -38,11 +37,11 @@ func bulkInsert(t testing.TB, b backend, db *sql.DB, tb Table, group string, n i
 // openSeparate opens a pool of its own on b's database (a separate consumer).
 func openSeparate(t testing.TB, b backend, shared *sql.DB) *sql.DB {
 	t.Helper()
-	if b.d == SQLite {
+	if b.d == inbox.SQLite {
 		return shared // one file: separate pools would only fight over its one writer lock
 	}
 	driver, dsn := "pgx", os.Getenv("SETTLE_POSTGRES_URL")
-	if b.d == MySQL {
+	if b.d == inbox.MySQL {
 		driver, dsn = "mysql", mysqlDSN(os.Getenv("SETTLE_MYSQL_DSN"))
 	}
 	db, err := sql.Open(driver, dsn)
@@ -56,7 +55,7 @@ func openSeparate(t testing.TB, b backend, shared *sql.DB) *sql.DB {
 
 // drain runs consumers separate Apps on the table until rows rows are settled, and
 // returns how many times each payload was handled and the elapsed time.
-func drain(t testing.TB, b backend, db *sql.DB, tb Table, consumers, rows int) (map[string]int, time.Duration) {
+func drain(t testing.TB, b backend, db *sql.DB, tb inbox.Table, consumers, rows int) (map[string]int, time.Duration) {
 	t.Helper()
 	var mu sync.Mutex
 	handled := map[string]int{}
@@ -79,8 +78,8 @@ func drain(t testing.TB, b backend, db *sql.DB, tb Table, consumers, rows int) (
 		if err != nil {
 			t.Fatal(err)
 		}
-		ib := New(openSeparate(t, b, db), b.d, tb)
-		app.Mount(ib.Queue("load", Poll(20*time.Millisecond)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
+		ib := inbox.New(openSeparate(t, b, db), b.d, tb)
+		app.Mount(ib.Queue("load", inbox.Poll(20*time.Millisecond)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
 			mu.Lock()
 			handled[string(m.Payload)]++
 			mu.Unlock()
@@ -107,7 +106,7 @@ func TestFourConsumersSettleEveryRowExactlyOnce(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		rows := 5000
-		if b.d == SQLite && testing.Short() {
+		if b.d == inbox.SQLite && testing.Short() {
 			rows = 1000
 		}
 		db := b.open(t)
@@ -132,7 +131,7 @@ func TestFourConsumersSettleEveryRowExactlyOnce(t *testing.T) {
 // BenchmarkDrainFourConsumers reports rows/s drained by four consumers (separate Apps)
 // from a table of 5,000 rows, per backend:
 //
-//	go test -run '^$' -bench DrainFourConsumers -benchtime 1x ./inbox/
+//	go test -run '^$' -bench DrainFourConsumers -benchtime 1x ./internal/sqltest/
 func BenchmarkDrainFourConsumers(b *testing.B) {
 	for _, be := range backends() {
 		b.Run(be.name, func(b *testing.B) {

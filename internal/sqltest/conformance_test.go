@@ -1,4 +1,4 @@
-package inbox
+package sqltest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
 
@@ -31,7 +32,7 @@ func TestConformance(t *testing.T) {
 func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 	db := b.open(t)
 	tb := createTable(t, b, db, cols{})
-	ib := New(db, b.d, tb)
+	ib := inbox.New(db, b.d, tb)
 	s := &sourcetest.Subject{
 		Config:     settle.Config{Logger: quietLogger(t), DrainTimeout: 2 * time.Second},
 		DeadLetter: "jobs.dead",
@@ -58,13 +59,13 @@ func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 				t.Fatalf("publish: %v", err)
 			}
 		},
-		Source: ib.Queue("jobs", Poll(20*time.Millisecond)),
+		Source: ib.Queue("jobs", inbox.Poll(20*time.Millisecond)),
 	}
 	if fake {
 		// The suite's waits nudge the fake clock a minute every few milliseconds: a lease
 		// longer than any wait keeps a row from expiring under its running handler (a
 		// jump past the lease is a crashed worker to the table).
-		s.Source = ib.Queue("jobs", Poll(20*time.Millisecond), Lease(7*24*time.Hour))
+		s.Source = ib.Queue("jobs", inbox.Poll(20*time.Millisecond), inbox.Lease(7*24*time.Hour))
 		c := newFakeClock()
 		s.Advance = c.Advance
 		s.Config.Test.Clock = c

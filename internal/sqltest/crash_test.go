@@ -1,4 +1,4 @@
-package inbox
+package sqltest
 
 import (
 	"context"
@@ -10,25 +10,16 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
 	"github.com/settlekit/settle/internal/source"
 )
 
 // abandon claims the queue's due rows with a transport of its own and abandons them as
 // a worker that crashed would: nothing settles them and no heartbeat extends their
-// leases, which stay until they pass.
-func (x *testBundle) abandon(t *testing.T, q *Queue) []*source.Delivery {
+// leases, which stay until they pass (see probe).
+func (x *testBundle) abandon(t *testing.T, q *inbox.Queue) []*source.Delivery {
 	t.Helper()
-	tr := x.transport(t, q)
-	ds, err := tr.Fetch(context.Background(), 10, 0)
-	if err != nil {
-		t.Fatalf("claim by the worker that crashes: %v", err)
-	}
-	tr.mu.Lock()
-	for _, d := range ds {
-		delete(tr.inflight, d.Raw.(*held))
-	}
-	tr.mu.Unlock()
-	return ds
+	return claim(t, q, x.clock)
 }
 
 // TestClaimAfterLeasePassedAddsOneAttempt: a row claimed again after its lease passed
@@ -38,10 +29,10 @@ func TestClaimAfterLeasePassedAddsOneAttempt(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		opts []Option
+		opts []inbox.Option
 	}{
 		{"Plain", nil},
-		{"FIFO", []Option{FIFO()}},
+		{"FIFO", []inbox.Option{inbox.FIFO()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -49,7 +40,7 @@ func TestClaimAfterLeasePassedAddsOneAttempt(t *testing.T) {
 				x := setup(t, b, cols{})
 				x.publish(t, "jobs", "p")
 				lease := time.Minute
-				q := x.ib.Queue("jobs", append([]Option{Lease(lease)}, tc.opts...)...)
+				q := x.ib.Queue("jobs", append([]inbox.Option{inbox.Lease(lease)}, tc.opts...)...)
 				for want := 1; want <= 3; want++ {
 					ds := x.abandon(t, q)
 					if len(ds) != 1 || ds[0].Attempt != want {
@@ -75,61 +66,84 @@ func TestClaimAfterLeasePassedAddsOneAttempt(t *testing.T) {
 
 // TestSettledRetryCountsOnceNotTwice: a Retry (put back), a RetryAfter (park) and a
 // retry after the heartbeat extended the lease each clear the lease, so the next claim
-// sees the one attempt the settlement added and adds none of its own.
+// sees the one attempt the settlement added and adds none of its own. Each runs in an
+// App: its handler asks for the retry at attempt 1, and its next delivery of the row,
+// the claim after the retry, must come at attempt 2.
 func TestSettledRetryCountsOnceNotTwice(t *testing.T) {
 	t.Parallel()
 	lease := 30 * time.Second
+	heartbeatTwice := func(t *testing.T, x *testBundle) {
+		// The handler runs past two thirds of its lease; the heartbeat extends it twice
+		// (the lease is set and has not passed), then the handler asks for a retry.
+		for range 2 {
+			x.clock.waitTimer(t, lease/3)
+			before := leaseOf(t, x.b, x.db, x.tb)
+			x.clock.Advance(lease / 3)
+			waitLeaseMoved(t, x.b, x.db, x.tb, before)
+		}
+	}
 	for _, tc := range []struct {
-		name  string
-		retry func(t *testing.T, x *testBundle, tr *transport, passes <-chan struct{}, d *source.Delivery) error
+		name string
+		// retry is what the handler of attempt 1 returns, once during has run while it
+		// waited; parked says the retry is not due until the clock moves a minute.
+		retry  error
+		during func(t *testing.T, x *testBundle)
+		parked bool
 	}{
-		{"PutBack", func(_ *testing.T, _ *testBundle, tr *transport, _ <-chan struct{}, d *source.Delivery) error {
-			return tr.Moves(context.Background(), []source.Move{{Action: source.ActionPutBack, Delivery: d}})[0]
-		}},
-		{"Park", func(_ *testing.T, x *testBundle, tr *transport, _ <-chan struct{}, d *source.Delivery) error {
-			if err := tr.Moves(context.Background(), []source.Move{{Action: source.ActionPark, Delay: time.Second, Delivery: d}})[0]; err != nil {
-				return err
-			}
-			x.clock.Advance(time.Second)
-			return nil
-		}},
-		{"PutBackAfterHeartbeat", func(t *testing.T, x *testBundle, tr *transport, passes <-chan struct{}, d *source.Delivery) error {
-			// The handler runs past two thirds of its lease; the heartbeat extends it twice
-			// (the lease is set and has not passed), then the handler asks for a retry.
-			for range 2 {
-				x.clock.waitTimers(t, 1)
-				x.clock.Advance(lease / 3)
-				select {
-				case <-passes:
-				case <-time.After(waitLong):
-					t.Fatal("the heartbeat did not run")
-				}
-			}
-			return tr.Moves(context.Background(), []source.Move{{Action: source.ActionPutBack, Delivery: d}})[0]
-		}},
+		{name: "PutBack", retry: errors.New("provider unavailable")},
+		{name: "Park", retry: settle.RetryAfter(time.Minute, errors.New("busy")), parked: true},
+		{name: "PutBackAfterHeartbeat", retry: errors.New("provider unavailable"), during: heartbeatTwice},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			forEachBackend(t, func(t *testing.T, b backend) {
 				x := setup(t, b, cols{})
 				x.publish(t, "jobs", "p")
-				q := x.ib.Queue("jobs", Lease(lease))
-				a := x.transport(t, q)
-				passes := make(chan struct{}, 4)
-				a.extended = func() { passes <- struct{}{} }
-				first, err := a.Fetch(context.Background(), 10, 0)
-				if err != nil || len(first) != 1 || first[0].Attempt != 1 {
-					t.Fatalf("first claim: got %+v, %v; want one row at attempt 1", first, err)
+				first, second := make(chan struct{}, 1), make(chan int, 1)
+				proceed, release := make(chan struct{}), make(chan struct{})
+				x.run(t, x.ib.Queue("jobs", inbox.Lease(lease), inbox.Poll(10*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
+					if m.Attempt == 1 {
+						first <- struct{}{}
+						<-proceed
+						return tc.retry
+					}
+					second <- m.Attempt
+					<-release
+					return nil
+				}))
+				t.Cleanup(func() { close(release) }) // runs before the App stops
+				select {
+				case <-first:
+				case <-time.After(waitLong):
+					t.Fatal("the first claim did not reach the handler")
 				}
-				if err := tc.retry(t, x, a, passes, first[0]); err != nil {
-					t.Fatalf("retry: %v", err)
+				if tc.during != nil {
+					tc.during(t, x)
 				}
-				if rows := readRows(t, b, x.db, x.tb); len(rows) != 1 || rows[0] != (row{attempt: 2, group: "jobs", payload: "p"}) {
-					t.Fatalf("rows after the retry %+v, want the row unleased at attempt 2", rows)
+				close(proceed)
+				evs := x.rec.WaitFor(t, waitLong, "the retry", func(evs []settle.Settled) bool {
+					return count(evs, settle.ActionPutBack)+count(evs, settle.ActionPark) == 1
+				})
+				if evs[0].Attempt != 1 {
+					t.Fatalf("settlements %+v, want the retry of attempt 1", evs)
 				}
-				second, err := x.transport(t, q).Fetch(context.Background(), 10, 0)
-				if err != nil || len(second) != 1 || second[0].Attempt != 2 {
-					t.Fatalf("claim after the retry: got %+v, %v; want the row at attempt 2, counted once", second, err)
+				if tc.parked {
+					// Not due yet: the row waits unleased, its one attempt added.
+					if rows := readRows(t, b, x.db, x.tb); len(rows) != 1 || rows[0] != (row{attempt: 2, group: "jobs", payload: "p"}) {
+						t.Fatalf("rows after the retry %+v, want the row unleased at attempt 2", rows)
+					}
+					x.clock.Advance(time.Minute)
+				}
+				select {
+				case got := <-second:
+					if got != 2 {
+						t.Fatalf("claim after the retry: attempt %d, want 2, counted once", got)
+					}
+				case <-time.After(waitLong):
+					t.Fatal("the row was not claimed again after the retry")
+				}
+				if rows := readRows(t, b, x.db, x.tb); len(rows) != 1 || rows[0] != (row{attempt: 2, group: "jobs", leased: true, payload: "p"}) {
+					t.Fatalf("rows while the claim after the retry runs %+v, want the row leased at attempt 2", rows)
 				}
 			})
 		})
@@ -167,25 +181,25 @@ func TestRowThatCrashesEveryWorkerIsDeadLetteredAtTheCap(t *testing.T) {
 		name string
 		c    cols
 		// queue returns the queue and the dead letter; dead reads the dead row back.
-		queue func(t *testing.T, x *testBundle) (*Queue, string, func() []row)
+		queue func(t *testing.T, x *testBundle) (*inbox.Queue, string, func() []row)
 	}{
-		{"DeadLetterGroup", cols{}, func(t *testing.T, x *testBundle) (*Queue, string, func() []row) {
-			return x.ib.Queue("jobs", Lease(lease)), "jobs.dead", func() []row { return readRows(t, x.b, x.db, x.tb) }
+		{"DeadLetterGroup", cols{}, func(t *testing.T, x *testBundle) (*inbox.Queue, string, func() []row) {
+			return x.ib.Queue("jobs", inbox.Lease(lease)), "jobs.dead", func() []row { return readRows(t, x.b, x.db, x.tb) }
 		}},
-		{"DeadLetterTable", cols{noGroup: true}, func(t *testing.T, x *testBundle) (*Queue, string, func() []row) {
+		{"DeadLetterTable", cols{noGroup: true}, func(t *testing.T, x *testBundle) (*inbox.Queue, string, func() []row) {
 			dead := x.tb.Name + "_dead"
 			createNamed(t, x.b, x.db, cols{noGroup: true}, dead)
 			deadTb := x.tb
 			deadTb.Name = dead
-			return x.ib.Queue("", Lease(lease)), dead, func() []row { return readRows(t, x.b, x.db, deadTb) }
+			return x.ib.Queue("", inbox.Lease(lease)), dead, func() []row { return readRows(t, x.b, x.db, deadTb) }
 		}},
-		{"OnDeadLetterHook", cols{}, func(t *testing.T, x *testBundle) (*Queue, string, func() []row) {
+		{"OnDeadLetterHook", cols{}, func(t *testing.T, x *testBundle) (*inbox.Queue, string, func() []row) {
 			var mu sync.Mutex
 			var got []row
-			hook := func(ctx context.Context, tx Tx, r DeadRow) error {
+			hook := func(ctx context.Context, tx inbox.Tx, r inbox.DeadRow) error {
 				q := quoteFor(x.b.d)
 				ph := "?"
-				if x.b.d == Postgres {
+				if x.b.d == inbox.Postgres {
 					ph = "$1"
 				}
 				if _, err := tx.ExecContext(ctx, "DELETE FROM "+q(r.Table)+" WHERE id = "+ph, r.ID); err != nil {
@@ -196,7 +210,7 @@ func TestRowThatCrashesEveryWorkerIsDeadLetteredAtTheCap(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}
-			return x.ib.Queue("jobs", Lease(lease), OnDeadLetter(hook)), "archive", func() []row {
+			return x.ib.Queue("jobs", inbox.Lease(lease), inbox.OnDeadLetter(hook)), "archive", func() []row {
 				mu.Lock()
 				defer mu.Unlock()
 				return append([]row(nil), got...)
@@ -264,7 +278,7 @@ func TestCrashesAndRetriesTogetherReachTheCapExactly(t *testing.T) {
 		x := setup(t, b, cols{})
 		x.publish(t, "jobs", "flaky")
 		lease := time.Minute
-		q := x.ib.Queue("jobs", Lease(lease))
+		q := x.ib.Queue("jobs", inbox.Lease(lease))
 		if ds := x.abandon(t, q); len(ds) != 1 || ds[0].Attempt != 1 {
 			t.Fatalf("crashed delivery: got %+v, want the row at attempt 1", ds)
 		}

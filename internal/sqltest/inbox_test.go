@@ -1,4 +1,4 @@
-package inbox
+package sqltest
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
-	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
 
@@ -21,39 +22,30 @@ type testBundle struct {
 	b     backend
 	clock *fakeClock
 	db    *sql.DB
-	ib    *Inbox
+	ib    *inbox.Inbox
 	rec   *sourcetest.Recorder
-	tb    Table
+	tb    inbox.Table
 }
 
 func setup(t *testing.T, b backend, c cols) *testBundle {
 	t.Helper()
 	db := b.open(t)
 	tb := createTable(t, b, db, c)
-	x := &testBundle{b: b, clock: newFakeClock(), db: db, ib: New(db, b.d, tb), rec: sourcetest.NewRecorder(), tb: tb}
+	x := &testBundle{b: b, clock: newFakeClock(), db: db, ib: inbox.New(db, b.d, tb), rec: sourcetest.NewRecorder(), tb: tb}
 	return x
-}
-
-// transport returns an opened transport of src on the bundle's clock, closed after the
-// test, for tests that drive the seam directly.
-func (x *testBundle) transport(t *testing.T, q *Queue) *transport {
-	t.Helper()
-	p := source.Policy{}
-	tr := q.Transport(source.Env{Clock: x.clock, Logger: quietLogger(t), Mount: "test", Policy: p, TestClock: x.clock}).(*transport)
-	if errs := tr.Validate(p); len(errs) > 0 {
-		t.Fatalf("validate: %v", errs)
-	}
-	if err := tr.Open(context.Background()); err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { _ = tr.Close(context.Background()) })
-	return tr
 }
 
 // run starts an App with one mount on the bundle's fake clock; it stops after the test.
 func (x *testBundle) run(t *testing.T, src settle.Source, h settle.Handler, opts ...settle.MountOption) {
 	t.Helper()
-	app, err := settle.New(settle.Config{Logger: quietLogger(t), OnSettled: x.rec.OnSettled, Test: settle.TestConfig{Clock: x.clock}})
+	runApp(t, x.clock, x.rec, src, h, opts...)
+}
+
+// runApp starts an App with one mount on clk, its settlements recorded by rec; it stops
+// after the test.
+func runApp(t *testing.T, clk clock.Clock, rec *sourcetest.Recorder, src settle.Source, h settle.Handler, opts ...settle.MountOption) {
+	t.Helper()
+	app, err := settle.New(settle.Config{Logger: quietLogger(t), OnSettled: rec.OnSettled, Test: settle.TestConfig{Clock: clk}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +166,7 @@ func TestRetryAfterHidesRowUntilTheClockPassesIt(t *testing.T) {
 		x := setup(t, b, cols{})
 		x.publish(t, "jobs", "p")
 		var calls atomic.Int32
-		x.run(t, x.ib.Queue("jobs", Poll(10*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
+		x.run(t, x.ib.Queue("jobs", inbox.Poll(10*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
 			if calls.Add(1) == 1 {
 				return settle.RetryAfter(time.Minute, errors.New("busy"))
 			}
@@ -187,7 +179,7 @@ func TestRetryAfterHidesRowUntilTheClockPassesIt(t *testing.T) {
 		}
 		// Not due yet: a claim at now + 59s finds nothing.
 		x.clock.Advance(59 * time.Second)
-		tr := x.transport(t, x.ib.Queue("jobs"))
+		tr := probe(t, x.ib.Queue("jobs"), x.clock)
 		if ds, err := tr.Fetch(context.Background(), 10, 0); err != nil || len(ds) != 0 {
 			t.Fatalf("fetch before due: got %d deliveries, err %v; want none", len(ds), err)
 		}
@@ -270,17 +262,17 @@ func TestDeadLetterHookMovesRowWithItsOwnSQL(t *testing.T) {
 		x := setup(t, b, cols{})
 		x.publish(t, "jobs", "p")
 		q := quoteFor(b.d)
-		var got DeadRow
-		hook := func(ctx context.Context, tx Tx, r DeadRow) error {
+		var got inbox.DeadRow
+		hook := func(ctx context.Context, tx inbox.Tx, r inbox.DeadRow) error {
 			got = r
 			ph := "?"
-			if b.d == Postgres {
+			if b.d == inbox.Postgres {
 				ph = "$1"
 			}
 			_, err := tx.ExecContext(ctx, "DELETE FROM "+q(r.Table)+" WHERE id = "+ph, r.ID)
 			return err
 		}
-		x.run(t, x.ib.Queue("jobs", OnDeadLetter(hook)), raw(func(ctx context.Context, m *settle.Message) error {
+		x.run(t, x.ib.Queue("jobs", inbox.OnDeadLetter(hook)), raw(func(ctx context.Context, m *settle.Message) error {
 			return errors.New("always")
 		}), settle.MaxAttempts(1), settle.DeadLetter("archive"))
 		evs := x.rec.WaitFor(t, waitLong, "the dead letter", finals(1))
@@ -334,7 +326,7 @@ func TestFIFOKeepsOneRowInFlightAndRetryAtTheHead(t *testing.T) {
 		var mu sync.Mutex
 		var seen []string
 		var inFlight, maxInFlight atomic.Int32
-		x.run(t, x.ib.Queue("orders", FIFO(), Poll(5*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
+		x.run(t, x.ib.Queue("orders", inbox.FIFO(), inbox.Poll(5*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
 			if n > maxInFlight.Load() {
@@ -367,7 +359,7 @@ func TestFIFORetryAfterLetsRowsDueBeforeItPass(t *testing.T) {
 		x.publish(t, "orders", "1", "2", "3")
 		var mu sync.Mutex
 		var seen []string
-		x.run(t, x.ib.Queue("orders", FIFO(), Poll(5*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
+		x.run(t, x.ib.Queue("orders", inbox.FIFO(), inbox.Poll(5*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
 			mu.Lock()
 			seen = append(seen, string(m.Payload))
 			mu.Unlock()

@@ -1,4 +1,4 @@
-package inbox
+package sqltest
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
-	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/inbox"
 	"github.com/settlekit/settle/settletest"
 )
 
@@ -35,7 +35,7 @@ func TestPublishedRowIsDueUnderATestClockStartedAnywhereAndAdvanceBringsDelaysDu
 				if err != nil {
 					t.Fatal(err)
 				}
-				app.Mount(x.ib.Queue("jobs", Poll(10*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
+				app.Mount(x.ib.Queue("jobs", inbox.Poll(10*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
 					if m.Attempt == 1 {
 						return settle.RetryAfter(time.Hour, errors.New("busy"))
 					}
@@ -47,11 +47,7 @@ func TestPublishedRowIsDueUnderATestClockStartedAnywhereAndAdvanceBringsDelaysDu
 				// Not due until the clock passes the hour: a claim on the same clock
 				// 59 minutes on finds nothing.
 				clk.Advance(59 * time.Minute)
-				tr := x.ib.Queue("jobs").Transport(source.Env{Clock: clk, Logger: quietLogger(t), Mount: "probe", TestClock: clk}).(*transport)
-				if err := tr.Open(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				defer tr.Close(context.Background())
+				tr := probe(t, x.ib.Queue("jobs"), clk)
 				if ds, err := tr.Fetch(context.Background(), 10, 0); err != nil || len(ds) != 0 {
 					t.Fatalf("fetch 59m into a 1h delay: got %d deliveries, err %v; want none", len(ds), err)
 				}
@@ -74,7 +70,7 @@ func TestRowInsertedWithTheColumnDefaultNowIsDueUnderATestClock(t *testing.T) {
 		clk := settletest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 		q := quoteFor(b.d)
 		ph := "?"
-		if b.d == Postgres {
+		if b.d == inbox.Postgres {
 			ph = "$1"
 		}
 		insert := fmt.Sprintf("INSERT INTO %s (%s, %s) VALUES ('jobs', %s)", q(x.tb.Name), q(x.tb.Group), q(x.tb.Payload), ph)
@@ -85,7 +81,7 @@ func TestRowInsertedWithTheColumnDefaultNowIsDueUnderATestClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		app.Mount(x.ib.Queue("jobs", Poll(10*time.Millisecond)), raw(func(context.Context, *settle.Message) error { return nil }))
+		app.Mount(x.ib.Queue("jobs", inbox.Poll(10*time.Millisecond)), raw(func(context.Context, *settle.Message) error { return nil }))
 		startApp(t, app)
 		evs := x.rec.WaitFor(t, waitLong, "the ack without advancing the clock", finals(1))
 		if evs[0].Action != settle.ActionAck || evs[0].Attempt != 1 {

@@ -1,0 +1,420 @@
+package sqltest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+
+	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// backend is one database the tests run on.
+type backend struct {
+	d    inbox.Dialect
+	name string
+	open func(t testing.TB) *sql.DB
+}
+
+// backends returns SQLite always, and Postgres and MariaDB/MySQL when
+// SETTLE_POSTGRES_URL / SETTLE_MYSQL_DSN are set.
+func backends() []backend {
+	bs := []backend{{d: inbox.SQLite, name: "SQLite", open: openSQLite}}
+	if url := os.Getenv("SETTLE_POSTGRES_URL"); url != "" {
+		bs = append(bs, backend{d: inbox.Postgres, name: "Postgres", open: sharedDB("pgx", url)})
+	}
+	if dsn := os.Getenv("SETTLE_MYSQL_DSN"); dsn != "" {
+		bs = append(bs, backend{d: inbox.MySQL, name: "MySQL", open: sharedDB("mysql", mysqlDSN(dsn))})
+	}
+	return bs
+}
+
+// forEachBackend runs fn as a parallel subtest per backend.
+func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Helper()
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, b)
+		})
+	}
+}
+
+// mysqlDSN adds what the tests need: time.Time scanning and a UTC session.
+func mysqlDSN(dsn string) string {
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	if !strings.Contains(dsn, "parseTime") {
+		dsn += sep + "parseTime=true"
+		sep = "&"
+	}
+	if !strings.Contains(dsn, "time_zone") {
+		dsn += sep + "time_zone=%27%2B00%3A00%27"
+	}
+	return dsn
+}
+
+func openSQLite(t testing.TB) *sql.DB {
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+var (
+	sharedMu  sync.Mutex
+	sharedDBs = map[string]*sql.DB{}
+)
+
+// sharedDB opens one pool per server for the whole test binary.
+func sharedDB(driver, dsn string) func(t testing.TB) *sql.DB {
+	return func(t testing.TB) *sql.DB {
+		sharedMu.Lock()
+		defer sharedMu.Unlock()
+		if db, ok := sharedDBs[dsn]; ok {
+			return db
+		}
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			t.Fatalf("open %s: %v", driver, err)
+		}
+		db.SetMaxOpenConns(40)
+		if err := db.PingContext(context.Background()); err != nil {
+			t.Fatalf("ping %s: %v", driver, err)
+		}
+		sharedDBs[dsn] = db
+		return db
+	}
+}
+
+// cols says which optional columns a test table has.
+type cols struct {
+	noAttempt, noGroup, noRetryAfter bool
+}
+
+// spec is the Table of a test table named name.
+func (c cols) spec(name string) inbox.Table {
+	t := inbox.Table{Name: name, ID: "id", Group: "name", Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Payload: "payload"}
+	if c.noAttempt {
+		t.Attempt = ""
+	}
+	if c.noGroup {
+		t.Group = ""
+	}
+	if c.noRetryAfter {
+		t.RetryAfter = ""
+	}
+	return t
+}
+
+// uniqueName returns a table name no other test uses.
+func uniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// createTable creates a uniquely named table with the columns c and drops it after
+// the test.
+func createTable(t testing.TB, b backend, db *sql.DB, c cols) inbox.Table {
+	t.Helper()
+	name := uniqueName("settle_inbox")
+	createNamed(t, b, db, c, name)
+	return c.spec(name)
+}
+
+func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
+	t.Helper()
+	var parts []string
+	switch b.d {
+	case inbox.SQLite:
+		parts = append(parts, "id INTEGER PRIMARY KEY")
+		if !c.noGroup {
+			parts = append(parts, "name TEXT NOT NULL DEFAULT ''")
+		}
+		if !c.noAttempt {
+			parts = append(parts, "attempt INTEGER NOT NULL DEFAULT 1")
+		}
+		if !c.noRetryAfter {
+			parts = append(parts, "retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'))")
+		}
+		parts = append(parts, "locked_until TEXT", "payload BLOB NOT NULL")
+	case inbox.Postgres:
+		parts = append(parts, "id BIGSERIAL PRIMARY KEY")
+		if !c.noGroup {
+			parts = append(parts, "name TEXT NOT NULL DEFAULT ''")
+		}
+		if !c.noAttempt {
+			parts = append(parts, "attempt SMALLINT NOT NULL DEFAULT 1")
+		}
+		if !c.noRetryAfter {
+			parts = append(parts, "retry_after TIMESTAMPTZ NOT NULL DEFAULT now()")
+		}
+		parts = append(parts, "locked_until TIMESTAMPTZ", "payload BYTEA NOT NULL")
+	case inbox.MySQL:
+		parts = append(parts, "id BIGINT AUTO_INCREMENT PRIMARY KEY")
+		if !c.noGroup {
+			parts = append(parts, "name VARCHAR(191) NOT NULL DEFAULT ''", "KEY (name)")
+		}
+		if !c.noAttempt {
+			parts = append(parts, "attempt SMALLINT NOT NULL DEFAULT 1")
+		}
+		if !c.noRetryAfter {
+			parts = append(parts, "retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)")
+		}
+		parts = append(parts, "locked_until DATETIME(6) NULL", "payload LONGBLOB NOT NULL")
+	}
+	q := quoteFor(b.d)
+	ddl := fmt.Sprintf("CREATE TABLE %s (%s)", q(name), strings.Join(parts, ", "))
+	if _, err := db.ExecContext(context.Background(), ddl); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := db.ExecContext(context.Background(), "DROP TABLE "+q(name)); err != nil {
+			t.Errorf("drop table %s: %v", name, err)
+		}
+	})
+}
+
+func quoteFor(d inbox.Dialect) func(string) string {
+	if d == inbox.MySQL {
+		return func(s string) string { return "`" + s + "`" }
+	}
+	return func(s string) string { return `"` + s + `"` }
+}
+
+// placeholder is the dialect's n-th (1-based) statement argument.
+func placeholder(d inbox.Dialect, n int) string {
+	if d == inbox.Postgres {
+		return fmt.Sprintf("$%d", n)
+	}
+	return "?"
+}
+
+// row is one row as the tests read it back.
+type row struct {
+	attempt int
+	group   string
+	leased  bool
+	payload string
+}
+
+// readRows returns the rows of table by id order.
+func readRows(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []row {
+	t.Helper()
+	q := quoteFor(b.d)
+	group, attempt := "''", "1"
+	if tb.Group != "" {
+		group = q(tb.Group)
+	}
+	if tb.Attempt != "" {
+		attempt = q(tb.Attempt)
+	}
+	rows, err := db.QueryContext(context.Background(), fmt.Sprintf("SELECT %s, %s, %s IS NOT NULL, %s FROM %s ORDER BY %s",
+		group, attempt, q(tb.LockedUntil), q(tb.Payload), q(tb.Name), q(tb.ID)))
+	if err != nil {
+		t.Fatalf("read rows: %v", err)
+	}
+	defer rows.Close()
+	var out []row
+	for rows.Next() {
+		var r row
+		var payload []byte
+		if err := rows.Scan(&r.group, &r.attempt, &r.leased, &payload); err != nil {
+			t.Fatalf("scan row: %v", err)
+		}
+		r.payload = string(payload)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read rows: %v", err)
+	}
+	return out
+}
+
+// leaseOf returns the lease column of the table's only row, as the driver reads it.
+func leaseOf(t testing.TB, b backend, db *sql.DB, tb inbox.Table) string {
+	t.Helper()
+	q := quoteFor(b.d)
+	var lease any
+	if err := db.QueryRowContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s", q(tb.LockedUntil), q(tb.Name))).Scan(&lease); err != nil {
+		t.Fatalf("read the lease: %v", err)
+	}
+	if bs, ok := lease.([]byte); ok {
+		return string(bs)
+	}
+	return fmt.Sprint(lease)
+}
+
+// waitLeaseMoved waits until the lease of the table's only row is no longer before:
+// a heartbeat has written it. Nothing outside the inbox signals a heartbeat's write, so
+// it reads the row again every few milliseconds, for at most waitLong.
+func waitLeaseMoved(t testing.TB, b backend, db *sql.DB, tb inbox.Table, before string) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	for leaseOf(t, b, db, tb) == before {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("the lease %s was not extended within %s", before, waitLong)
+		}
+	}
+}
+
+// probe opens a bare transport of q, for a claim outside any App: a claim that finds
+// nothing, or a worker that claims rows and crashes. Its "now" follows the test clock
+// (as an App's queue on that clock would), but its heartbeat runs on a clock of its own
+// that never moves, so it never extends a lease: what it claims stays leased, unsettled,
+// until the lease passes. It is closed after the test.
+func probe(t testing.TB, q *inbox.Queue, testClock clock.Clock) source.Transport {
+	t.Helper()
+	p := source.Policy{}
+	tr := q.Transport(source.Env{Clock: newFakeClock(), Logger: quietLogger(t), Mount: "probe", Policy: p, TestClock: testClock})
+	if errs := tr.Validate(p); len(errs) > 0 {
+		t.Fatalf("validate: %v", errs)
+	}
+	if err := tr.Open(context.Background()); err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+	return tr
+}
+
+// claim claims up to 10 due rows of q through a probe, as a worker that then crashes:
+// nothing settles them and no heartbeat extends their leases.
+func claim(t testing.TB, q *inbox.Queue, testClock clock.Clock) []*source.Delivery {
+	t.Helper()
+	ds, err := probe(t, q, testClock).Fetch(context.Background(), 10, 0)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return ds
+}
+
+// fakeClock is a paused clock that moves only on Advance.
+type fakeClock struct {
+	mu     sync.Mutex
+	added  chan struct{} // closed and replaced when a timer is made
+	now    time.Time
+	timers []*fakeTimer
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{added: make(chan struct{}), now: time.Now().UTC().Truncate(time.Millisecond)}
+}
+
+// waitTimer waits until a timer made for d waits on the clock (a queue's heartbeat waits
+// a third of its lease).
+func (c *fakeClock) waitTimer(t testing.TB, d time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		found := false
+		for _, ft := range c.timers {
+			if !ft.fired && ft.d == d {
+				found = true
+			}
+		}
+		added := c.added
+		c.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-added:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for a timer of %s", d)
+		}
+	}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) clock.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ft := &fakeTimer{c: c, ch: make(chan time.Time, 1), at: c.now.Add(d), d: d}
+	if d <= 0 {
+		ft.ch <- c.now
+		ft.fired = true
+		return ft
+	}
+	c.timers = append(c.timers, ft)
+	close(c.added)
+	c.added = make(chan struct{})
+	return ft
+}
+
+// Advance moves the clock by d and fires the timers that came due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, ft := range c.timers {
+		if !ft.fired && !ft.at.After(c.now) {
+			ft.fired = true
+			ft.ch <- c.now
+			continue
+		}
+		if !ft.fired {
+			kept = append(kept, ft)
+		}
+	}
+	c.timers = kept
+}
+
+type fakeTimer struct {
+	at    time.Time
+	c     *fakeClock
+	ch    chan time.Time
+	d     time.Duration
+	fired bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.fired
+	t.fired = true
+	return was
+}
+
+// quietLogger discards logs unless -v.
+func quietLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
