@@ -300,6 +300,15 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			continue
 		}
 		backoff = 0
+		if len(ds) > 0 && m.settleFailed.Swap(false) {
+			// A settlement failed while this read was out (the read does not wait for
+			// settlement writes), so the read may hold its delivery again: pause first.
+			settleBackoff = nextBackoff(settleBackoff)
+			select {
+			case <-time.After(settleBackoff):
+			case <-ctx.Done():
+			}
+		}
 		// Every delivery holds a slot until it is handled: with a worker per slot held (up
 		// to Concurrency), a delivery queued here always finds a worker to take it.
 		if len(ds) > 0 {

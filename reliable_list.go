@@ -110,7 +110,7 @@ func (t *reliableTransport) Info() source.Info {
 		BatchesMoves: true,
 		Block:        listBlock(t.src.cfg.block),
 		// A recovered item's attempt counts the delivery that never settled.
-		Caps: source.Caps{CountsUnsettled: true, Parks: t.parks, RetryWithoutCap: source.ActionPutBack},
+		Caps: source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, RetryWithoutCap: source.ActionPutBack},
 		Key:  t.src.key,
 		Kind: source.KindList,
 	}

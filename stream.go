@@ -122,6 +122,7 @@ type streamTransport struct {
 	fence    rereadFence         // entries settled while an own-pending re-read was out
 	inflight map[string]struct{} // delivered here and not yet settled
 	rescan   bool                // re-read own pending entries before new ones
+	rescans  uint64              // how many times a re-read was asked for (see readOwnPending)
 }
 
 func (t *streamTransport) Info() source.Info {
@@ -230,7 +231,7 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*source.Delivery, error) {
 	for {
 		t.mu.Lock()
-		cursor := t.cursor
+		cursor, asked := t.cursor, t.rescans
 		t.fence.begin()
 		t.mu.Unlock()
 		msgs, err := t.xread(ctx, cursor, max, -1)
@@ -241,7 +242,11 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 			return nil, err
 		}
 		if len(msgs) == 0 {
-			t.rescan, t.cursor = false, "0"
+			// Done, unless a settlement failed (or a read was lost) while this read was
+			// out: its entry may lie before the cursor, so the next Fetch reads again.
+			if t.rescans == asked {
+				t.rescan, t.cursor = false, "0"
+			}
 			t.mu.Unlock()
 			return nil, nil
 		}
@@ -389,6 +394,7 @@ func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
 	// consumer took over (script.ErrNotOwner) is not ours to read again.
 	if err != nil && !errors.Is(err, script.ErrNotOwner) {
 		t.rescan, t.cursor = true, "0"
+		t.rescans++
 	}
 	t.mu.Unlock()
 }
@@ -420,6 +426,7 @@ func (t *streamTransport) stillInflight(ids []string) []string {
 func (t *streamTransport) markRescan() {
 	t.mu.Lock()
 	t.rescan, t.cursor = true, "0"
+	t.rescans++
 	t.mu.Unlock()
 }
 

@@ -10,11 +10,12 @@ import (
 // blocked on a channel is reported with its stack; once it has returned, Check finds
 // nothing (the testing package's own goroutines are not reported).
 func TestCheckReportsAGoroutineThatOutlivesItsTestAndNothingOnceItReturned(t *testing.T) {
-	release, returned := make(chan struct{}), make(chan struct{})
+	started, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(returned)
-		blockedForLeakcheck(release)
+		blockedForLeakcheck(started, release)
 	}()
+	<-started // its stack holds blockedForLeakcheck from here on
 	leaked := Check(10 * time.Millisecond)
 	if len(leaked) != 1 || !strings.Contains(leaked[0], "blockedForLeakcheck") {
 		t.Fatalf("Check found %d goroutines, want the blocked one:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
@@ -27,7 +28,10 @@ func TestCheckReportsAGoroutineThatOutlivesItsTestAndNothingOnceItReturned(t *te
 }
 
 //go:noinline
-func blockedForLeakcheck(release <-chan struct{}) { <-release }
+func blockedForLeakcheck(started chan<- struct{}, release <-chan struct{}) {
+	close(started)
+	<-release
+}
 
 // TestIgnoredKnowsTheTestingPackagesAndOsSignalsGoroutines: the goroutines every test
 // binary may have are not leaks, whatever their argument lists look like; others are.

@@ -34,6 +34,9 @@ type Features struct {
 	// NoHeaders: the transport carries no headers (a SQL table inbox); header
 	// assertions are skipped.
 	NoHeaders bool
+	// RunsQueuedAtStop: the transport cannot hand back a delivery read and not started
+	// (a List pop took it), so a graceful stop runs the deliveries waiting instead.
+	RunsQueuedAtStop bool
 	// PutsBackWithoutCap: Retry with no cap returns the message as it was (ReliableList,
 	// SQL inbox): the next delivery's attempt comes from the transport.
 	PutsBackWithoutCap bool
