@@ -253,7 +253,7 @@ func TestAppOnSettledIsCalledForEverySettlement(t *testing.T) {
 		case v == "drop":
 			return settle.Drop(nil)
 		}
-		return errors.New("fail")
+		return settle.Retry(errors.New("fail"))
 	})
 	stop := start(t, b.app(t, b.stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.dlq)))
 	finals(t, b.rec, 4)
@@ -373,8 +373,9 @@ func TestAppDrainTimeoutCancelsHandlersWithShutdownCause(t *testing.T) {
 		t.Fatalf("Run = %v, want nil", err)
 	}
 	evs := b.rec.Events()
-	// The handler returned the shutdown cause: a plain error, so a retry copy.
-	if len(evs) != 1 || evs[0].Action != settle.ActionCopy || evs[0].Err != nil || !errors.Is(evs[0].HandlerErr, settle.ErrDrainTimeout) {
+	// The handler returned the shutdown cause: a plain error, so a retry after its backoff,
+	// parked in the process and written back at once as Run stops.
+	if len(evs) != 2 || evs[0].Action != settle.ActionPark || evs[1].Action != settle.ActionCopy || evs[1].Err != nil || !errors.Is(evs[1].HandlerErr, settle.ErrDrainTimeout) {
 		t.Fatalf("events %+v, want the cancelled handler's delivery retried with the shutdown cause", evs)
 	}
 	if n := b.pending(t); n != 0 {

@@ -79,13 +79,13 @@ func TestBadInputOversizedValueKeepsItsBytes(t *testing.T) {
 		// deliveries is how many times the handler sees the payload.
 		deliveries int
 	}{
-		{name: "RetryCopy", first: errors.New("busy"), deliveries: 2,
+		{name: "RetryCopy", first: settle.Retry(errors.New("busy")), deliveries: 2,
 			opts: func(*streamBundle) []settle.MountOption { return nil }},
 		{name: "DurableDelay", first: settle.RetryAfter(20*time.Millisecond, errors.New("later")), deliveries: 2,
 			opts: func(b *streamBundle) []settle.MountOption {
 				return []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: b.r.Key("delayed")})}
 			}},
-		{name: "DeadLetter", first: errors.New("declined"), deliveries: 2,
+		{name: "DeadLetter", first: settle.Retry(errors.New("declined")), deliveries: 2,
 			opts: func(b *streamBundle) []settle.MountOption {
 				return []settle.MountOption{settle.MaxAttempts(2), settle.DeadLetter(b.dlq)}
 			}},
@@ -259,7 +259,7 @@ func TestBadInputDroppedConnectionDuringSettle(t *testing.T) {
 			// The failed copy leaves the original pending; it is delivered again at
 			// attempt 2 (the unsettled delivery counts), retried again, and the copy acked.
 			if m.Attempt <= 2 {
-				return errors.New("busy")
+				return settle.Retry(errors.New("busy"))
 			}
 			return nil
 		}, opts: func(*streamBundle) []settle.MountOption { return nil }, final: settle.ActionAck, entries: 2},

@@ -73,7 +73,7 @@ type claimer struct {
 	nextScan  time.Time   // no scan before this
 	nextPrune time.Time   // no prune of idle consumers before this
 
-	serial sync.Mutex // a heartbeat, a Leave and a claim do not interleave (see fetch)
+	serial sync.Mutex // a heartbeat, a Leave, a release and a claim do not interleave (see fetch)
 	// touchedAt (held by serial) is when the last heartbeat that touched every entry in
 	// flight here started, or when the claimer started: no entry in flight has been idle
 	// longer than since then, give or take a read's round trip.

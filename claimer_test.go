@@ -99,7 +99,7 @@ func TestReclaim(t *testing.T) {
 		w.crash(t, "dead", 1)
 		app := w.app(t, reclaiming(w), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			if m.Attempt == 2 {
-				return errClaimTest
+				return settle.Retry(errClaimTest)
 			}
 			return nil
 		}), settle.MaxAttempts(4))

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
@@ -179,6 +180,9 @@ func (m *mount) validate() []error {
 	if m.cfg.deadLetterMaxLen > 0 && m.info.Kind != source.KindStream {
 		add("DeadLetterMaxLen(%d): only a stream's dead letters can be trimmed, not a %s source's", m.cfg.deadLetterMaxLen, m.info.Kind)
 	}
+	if m.cfg.backoff == nil {
+		add("Backoff(nil): give a policy (a func returning 0 retries at once)")
+	}
 	if m.cfg.codec == nil {
 		add("WithCodec(nil): give a codec")
 	}
@@ -227,6 +231,9 @@ func (m *mount) warnOnce(ctx context.Context, reason string, msg string, attrs .
 // drains: in-flight handlers finish (or are cancelled after the drain timeout) and are
 // settled before it returns.
 func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
+	if m.policy.MaxAttempts == 0 && m.policy.DeadLetter == "" {
+		m.logger.WarnContext(ctx, "settle: the mount declares neither MaxAttempts nor DeadLetter: a message that keeps failing is retried without end (after its backoff)")
+	}
 	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHandlers(nil)
 	acks := newAcker(context.WithoutCancel(ctx), m)
@@ -362,6 +369,16 @@ func (m *mount) release(ctx context.Context, ds []*source.Delivery) {
 	m.logger.InfoContext(ctx, "settle: shutdown: handed back the deliveries that never started", slog.Int("count", len(ds)-failed))
 }
 
+// backoff is the wait before a plain error's retry: the mount's policy, cut to a
+// durable delay set's TTL (a longer delay would be refused and retried at once).
+func (m *mount) backoff(attempt int, err error) time.Duration {
+	d := m.cfg.backoff(attempt, err)
+	if dz, ok := m.policy.Delay.(delayed.DurableZset); ok && dz.TTL > 0 {
+		d = min(d, dz.TTL)
+	}
+	return d
+}
+
 // prefetch is how many deliveries the mount may hold read but not started.
 func (m *mount) prefetch() int {
 	if m.cfg.prefetchSet {
@@ -412,7 +429,10 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		noPayload: !d.HasPayload,
 	}
 	err := callHandler(ctx, m.wrapped, msg)
-	o := OutcomeOf(err)
+	o, plain := outcomeOf(err)
+	if plain {
+		o.Delay = m.backoff(d.Attempt, err)
+	}
 	s := decide(o, d.Attempt, m.policy, m.info.Caps)
 	if s.Action == ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
 		// The common case, kept out of apply: its large frame would grow the stack of

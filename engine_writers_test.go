@@ -170,7 +170,7 @@ func TestRetryCopyIsReportedOnceWrittenAndHoldsItsSlotUntilThen(t *testing.T) {
 		if m.ID == "2-0" {
 			return nil
 		}
-		return errors.New("again")
+		return Retry(errors.New("again"))
 	})
 	select {
 	case <-tr.entered:
@@ -215,7 +215,7 @@ func TestRunWritesAndReportsQueuedCopiesBeforeReturning(t *testing.T) {
 	handled.Add(len(ids))
 	evs, cancel, done := runMovers(t, tr, len(ids), func(context.Context, *Message) error {
 		defer handled.Done()
-		return errors.New("again")
+		return Retry(errors.New("again"))
 	})
 	returned := make(chan struct{})
 	go func() { handled.Wait(); close(returned) }()

@@ -178,7 +178,9 @@ func ExampleDeadLetter() {
 	app, err := settle.New(settle.Config{
 		Logger: slog.New(slog.DiscardHandler),
 		OnSettled: func(_ context.Context, s settle.Settled) {
-			fmt.Printf("attempt %d: %s\n", s.Attempt, s.Action)
+			if s.Action != settle.ActionCopy { // each park's copy, written when due, is not shown
+				fmt.Printf("attempt %d: %s\n", s.Attempt, s.Action)
+			}
 			if s.Final() {
 				cancel()
 			}
@@ -190,7 +192,9 @@ func ExampleDeadLetter() {
 	app.Mount(
 		settle.Stream(rdb, "{refunds}:in", "refunders"),
 		settle.Typed(func(ctx context.Context, m *settle.Message, r Refund) error {
-			return errors.New("card declined") // a plain error: retry, kept for the dead letter
+			// A plain error: retried after the backoff (parked in the process), and kept
+			// for the dead letter.
+			return errors.New("card declined")
 		}),
 		settle.MaxAttempts(3),
 		settle.DeadLetter("{refunds}:dlq"),
@@ -212,8 +216,8 @@ func ExampleDeadLetter() {
 		fmt.Println("tenant:", d.Values["tenant"])
 	}
 	// Output:
-	// attempt 1: copy
-	// attempt 2: copy
+	// attempt 1: park
+	// attempt 2: park
 	// attempt 3: dead_letter
 	// retry count: 3
 	// source: {refunds}:in

@@ -29,6 +29,7 @@ type PublisherOption interface {
 }
 
 type mountConfig struct {
+	backoff          func(attempt int, err error) time.Duration
 	codec            Codec
 	concurrency      int
 	deadLetter       string
@@ -47,7 +48,7 @@ type mountConfig struct {
 const DefaultConcurrency = 10
 
 func defaultMountConfig() mountConfig {
-	return mountConfig{codec: Msgpack, concurrency: DefaultConcurrency, delay: delayed.InProcess{}}
+	return mountConfig{backoff: DefaultBackoff, codec: Msgpack, concurrency: DefaultConcurrency, delay: delayed.InProcess{}}
 }
 
 type mountOptionFunc func(*mountConfig)
@@ -96,6 +97,18 @@ func Concurrency(n int) MountOption {
 // Defaults to the source's Batch.
 func Prefetch(n int) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.prefetch, c.prefetchSet = n, true })
+}
+
+// Backoff sets how long a delivery that failed with a plain error (not Drop, Retry or
+// RetryAfter: an error of its own, a panic, a payload that does not decode) waits
+// before it is delivered again: f(attempt, err), the attempt being the one that failed.
+// The wait is kept where DelayIn says, like RetryAfter's (so a test kit's Advance passes
+// it); 0 or less retries at once. An explicit Retry(err) still retries at once, as
+// RetryAfter(d, err) waits d. A ClaimingStream without a durable delay set waits its
+// minIdle instead; a List or PubSub without MaxAttempts loses the message as its Retry
+// does. Defaults to DefaultBackoff.
+func Backoff(f func(attempt int, err error) time.Duration) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.backoff = f })
 }
 
 // DelayIn chooses where RetryAfter delays wait. Defaults to delayed.InProcess{}.

@@ -3,6 +3,7 @@ package settle
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/settlekit/settle/delayed"
@@ -27,7 +28,8 @@ const (
 
 // Outcome is what a handler asked, as classified by OutcomeOf.
 type Outcome struct {
-	// Delay is the wait asked by RetryAfter.
+	// Delay is the wait asked by RetryAfter; for a plain error, the engine sets the
+	// mount's backoff here (OutcomeOf leaves it zero).
 	Delay time.Duration
 	// Err is the handler's error (nil for Ack).
 	Err error
@@ -99,8 +101,16 @@ func RetryAfter(d time.Duration, err error) error {
 // *OutcomeError anywhere in its chain is that outcome; any other error (a panic and an
 // undecodable payload included) is Retry, and the error is kept.
 func OutcomeOf(err error) Outcome {
+	o, _ := outcomeOf(err)
+	return o
+}
+
+// outcomeOf is OutcomeOf, and reports whether err was a plain error: one that asked for
+// no outcome (a panic and an undecodable payload included), which the engine retries
+// after the mount's backoff.
+func outcomeOf(err error) (o Outcome, plain bool) {
 	if err == nil {
-		return Outcome{Kind: OutcomeAck}
+		return Outcome{Kind: OutcomeAck}, false
 	}
 	oe, ok := err.(*OutcomeError) // Retry(…) as returned: errors.As's target would cost an allocation
 	if !ok {
@@ -108,15 +118,30 @@ func OutcomeOf(err error) Outcome {
 	}
 	if ok {
 		if oe.Kind == OutcomeAck {
-			return Outcome{Kind: OutcomeAck}
+			return Outcome{Kind: OutcomeAck}, false
 		}
 		if oe.Kind == OutcomeRetryAfter && oe.Delay <= 0 {
-			return Outcome{Kind: OutcomeRetry, Err: err}
+			return Outcome{Kind: OutcomeRetry, Err: err}, false
 		}
-		return Outcome{Kind: oe.Kind, Delay: oe.Delay, Err: err}
+		return Outcome{Kind: oe.Kind, Delay: oe.Delay, Err: err}, false
 	}
-	return Outcome{Kind: OutcomeRetry, Err: err}
+	return Outcome{Kind: OutcomeRetry, Err: err}, true
 }
+
+// DefaultBackoff is the backoff of a mount that sets none (see Backoff): after the n-th
+// failed delivery, about 100ms × 2^(n-1), at most a minute, each delay drawn between
+// half and all of that, so that messages failing together spread out without any coming
+// back sooner than half its step.
+func DefaultBackoff(attempt int, _ error) time.Duration {
+	d := maxBackoff
+	if attempt >= 1 && attempt <= 20 {
+		d = min(100*time.Millisecond<<(attempt-1), maxBackoff)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// maxBackoff bounds DefaultBackoff.
+const maxBackoff = time.Minute
 
 // outcomeIn finds the *OutcomeError in err's chain.
 func outcomeIn(err error) (*OutcomeError, bool) {
@@ -196,7 +221,14 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) settlement {
 	if p.MaxAttempts == 0 && p.DeadLetter != "" {
 		return settlement{Action: ActionDeadLetter, Reason: "failed with no attempts cap declared"}
 	}
-	if o.Kind == OutcomeRetryAfter && o.Delay > 0 {
+	// A delay: RetryAfter's, or the backoff of a plain error (Retry with a Delay), which
+	// a transport that cannot retry without a cap loses like any Retry.
+	delayed := o.Delay > 0 && (o.Kind == OutcomeRetryAfter ||
+		o.Kind == OutcomeRetry && (p.MaxAttempts > 0 || c.RetryWithoutCap != source.ActionLose))
+	if delayed && o.Kind == OutcomeRetry && c.DeliveryCounter && !c.Parks {
+		return settlement{Action: ActionLeave, Delay: c.MinIdle, Reason: "retry after min-idle"}
+	}
+	if delayed {
 		if refused := delayRefusal(o.Delay, p); refused != "" {
 			s := decide(Outcome{Kind: OutcomeRetry, Err: o.Err}, attempt, p, c)
 			s.Reason = refused + " (" + s.Reason + ")"
@@ -204,6 +236,9 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) settlement {
 		}
 		if c.DeliveryCounter && !c.Parks {
 			return settlement{Action: ActionLeave, Delay: c.MinIdle, Reason: "delay kept as min-idle"}
+		}
+		if o.Kind == OutcomeRetry {
+			return settlement{Action: ActionPark, Delay: o.Delay, Reason: "retry after backoff"}
 		}
 		return settlement{Action: ActionPark, Delay: o.Delay, Reason: "retry after delay"}
 	}

@@ -67,7 +67,7 @@ func TestPubSub(t *testing.T) {
 		pattern, retry := r.Key("ev.*"), r.Key("ev.retry")
 		app.Mount(settle.PubSubPattern(r.Client, pattern, settle.OutRetry(retry)), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			if m.Attempt == 1 {
-				return errors.New("first try fails")
+				return settle.Retry(errors.New("first try fails"))
 			}
 			return nil
 		}), settle.MaxAttempts(3))

@@ -208,7 +208,7 @@ func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing
 		// Every handler of an attempt returns together.
 		attempts[m.Attempt].Done()
 		attempts[m.Attempt].Wait()
-		return errors.New("fails")
+		return Retry(errors.New("fails"))
 	}), Concurrency(n), MaxAttempts(2), DeadLetter(dlq))
 	for i := range n {
 		if err := r.Client.RPush(context.Background(), key, wire.Envelope([]byte{byte('a' + i)}, nil)).Err(); err != nil {

@@ -265,7 +265,7 @@ func TestReliableList(t *testing.T) {
 			v, _ := r.Client.LIndex(ctx, settle.ProcessingList(key, "c"), 0).Result()
 			seen <- v
 			if len(seen) == 1 {
-				return errors.New("once more")
+				return settle.Retry(errors.New("once more"))
 			}
 			return nil
 		}))

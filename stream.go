@@ -538,12 +538,24 @@ func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs
 		}
 	}
 	if len(released) > 0 {
+		// A heartbeat must not touch them after the release (their idle time would be
+		// reset, and the next consumer kept waiting a min-idle): the claimer's serial
+		// lock orders the two, and they stop being in flight before it is let go.
+		if t.claim != nil {
+			t.claim.serial.Lock()
+		}
 		lost, err := script.Release(ctx, t.src.rdb, t.src.key, t.src.group, t.consumer, released...)
 		for _, id := range released {
 			errs[releasedAt[id]] = err
 		}
 		for _, id := range lost {
 			errs[releasedAt[id]] = fmt.Errorf("stream %q: hand back %s: %w", t.src.key, id, script.ErrNotOwner)
+		}
+		for _, id := range released {
+			t.settledIDs(errs[releasedAt[id]], ms[releasedAt[id]].Delivery)
+		}
+		if t.claim != nil {
+			t.claim.serial.Unlock()
 		}
 	}
 	if len(parks) > 0 {

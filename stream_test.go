@@ -471,7 +471,7 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 			defer mu.Unlock()
 			seen = append(seen, *m)
 			if m.Attempt == 1 {
-				return errors.New("busy")
+				return settle.Retry(errors.New("busy"))
 			}
 			return nil
 		})
@@ -541,7 +541,7 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 		h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			if calls.Add(1) == 1 {
 				b.r.Mini.SetError("ERR injected failure")
-				return errors.New("busy")
+				return settle.Retry(errors.New("busy"))
 			}
 			return nil
 		})
@@ -602,8 +602,10 @@ func TestStreamReadsEntriesWrittenByOtherClients(t *testing.T) {
 		// Concurrency(1): the copy's own settlement cannot be reported before the copy's.
 		start(t, b.app(t, b.stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.dlq), settle.Concurrency(1)))
 		evs := finals(t, b.rec, 1)
-		if len(evs) != 2 || evs[0].Action != settle.ActionCopy || evs[1].Action != settle.ActionDeadLetter {
-			t.Fatalf("events %+v, want a retry copy then a dead letter", evs)
+		// A decode error is a plain failure: its retry waits the backoff (parked in the
+		// process, then copied), then the cap's dead letter.
+		if len(evs) != 3 || evs[0].Action != settle.ActionPark || evs[1].Action != settle.ActionCopy || evs[2].Action != settle.ActionDeadLetter {
+			t.Fatalf("events %+v, want a retry after the backoff (park, copy) then a dead letter", evs)
 		}
 		var de *settle.DecodeError
 		if !errors.As(evs[0].HandlerErr, &de) || !strings.Contains(de.Error(), "payload") {
@@ -616,7 +618,7 @@ func TestStreamReadsEntriesWrittenByOtherClients(t *testing.T) {
 		}
 		v := dead[0].Values
 		if v["name"] != "bob" || v["age"] != "3" || v[settle.HeaderRetryCount] != "2" || v[settle.HeaderDeadSource] != b.in ||
-			v[settle.HeaderDeadID] != evs[1].ID || !strings.Contains(fmt.Sprint(v[settle.HeaderDeadError]), "payload") || v[settle.HeaderDeadReason] == "" {
+			v[settle.HeaderDeadID] != evs[2].ID || !strings.Contains(fmt.Sprint(v[settle.HeaderDeadError]), "payload") || v[settle.HeaderDeadReason] == "" {
 			t.Fatalf("dead letter %v, want the original fields, retry count 2 and the dead-letter headers", v)
 		}
 		if _, ok := v["payload"]; ok {

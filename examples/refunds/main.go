@@ -403,6 +403,9 @@ func runObserved(ctx context.Context, args []string, stdout, stderr io.Writer, o
 		// Five deliveries of one refund, the first included; then the dead-letter stream.
 		settle.MaxAttempts(maxAttempts),
 		settle.DeadLetter(dlq),
+		// A plain error (here only a payload that does not decode: an entry another client
+		// wrote) waits -backoff too, rather than settle's default 100ms doubling.
+		settle.Backoff(func(int, error) time.Duration { return o.backoff }),
 		delay,
 	)
 	// review reads the dead letters through its own group and logs each for a person.

@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +30,7 @@ type Refund struct {
 var errBusy, errDeclined = errors.New("processor busy"), errors.New("card declined")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // your client, your settings
 
@@ -45,7 +46,7 @@ func main() {
 			case errors.Is(err, errDeclined):
 				return settle.Drop(err) // asking again gets the same answer: log and drop
 			default:
-				return err // nil acks; any other error retries at once
+				return err // nil acks; any other error retries after a backoff
 			}
 		}),
 		settle.MaxAttempts(5),              // five deliveries, the first included...
@@ -57,7 +58,7 @@ func main() {
 	if _, err := pub.Publish(ctx, "{refunds}", Refund{ID: 1, AmountCents: 1250}, nil); err != nil {
 		log.Fatal(err)
 	}
-	if err := app.Run(ctx); err != nil { // until Ctrl-C, then a graceful drain
+	if err := app.Run(ctx); err != nil { // until Ctrl-C or SIGTERM, then a graceful drain
 		log.Fatal(err)
 	}
 }

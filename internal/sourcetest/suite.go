@@ -27,6 +27,7 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"DropNeverDeadLetters", testDropNeverDeadLetters},
 		{"RetryWithoutCap", testRetryWithoutCap},
 		{"RetryAfterRedelivers", testRetryAfterRedelivers},
+		{"PlainErrorBacksOff", testPlainErrorBacksOff},
 		{"CapDeadLettersAtNthDelivery", testCapDeadLettersAtNthDelivery},
 		{"CapWithoutDeadLetterRejects", testCapWithoutDeadLetterRejects},
 		{"DeadLetterWithoutCapAtFirstFailure", testDeadLetterWithoutCapAtFirstFailure},
@@ -104,16 +105,23 @@ func testDropNeverDeadLetters(t *testing.T, f Features, s *Subject) {
 	checkNothingPending(t, s)
 }
 
-func testRetryWithoutCap(t *testing.T, f Features, s *Subject) {
-	c := newCalls(s)
-	run := Start(t, s, c.handler(func(_ context.Context, _ *settle.Message, n int) error {
-		if n == 1 {
-			return errors.New("first delivery fails")
+// failThenAck starts an App whose handler returns err to the first n deliveries and
+// acks the others, and publishes one message.
+func failThenAck(t *testing.T, f Features, s *Subject, n int, err error) (c *calls, run *Running, payload []byte, headers map[string]string) {
+	c = newCalls(s)
+	run = Start(t, s, c.handler(func(_ context.Context, _ *settle.Message, i int) error {
+		if i <= n {
+			return err
 		}
 		return nil
 	}))
-	payload, headers := message(t, f)
+	payload, headers = message(t, f)
 	s.Publish(t, payload, headers)
+	return c, run, payload, headers
+}
+
+func testRetryWithoutCap(t *testing.T, f Features, s *Subject) {
+	c, run, payload, headers := failThenAck(t, f, s, 1, settle.Retry(errors.New("first delivery fails"))) // again at once
 
 	if f.LosesRetryWithoutCap {
 		run.WaitFor(t, "the loss", 0, finals(1))
@@ -162,6 +170,59 @@ func testRetryWithoutCap(t *testing.T, f Features, s *Subject) {
 	if want == settle.ActionCopy && !f.NoHeaders {
 		if got := cs[1].headers[settle.HeaderRetryCount]; got != "1" {
 			t.Fatalf("the copy's %s is %q, want \"1\"", settle.HeaderRetryCount, got)
+		}
+	}
+	checkNoDeadLetters(t, s)
+	checkNothingPending(t, s)
+}
+
+// A plain error (no outcome asked) is retried after the mount's backoff, never at once:
+// with DefaultBackoff, about 100ms, 200ms, 400ms… (each between half and all of it), kept
+// where the mount keeps delays. A message that keeps failing with no cap therefore
+// comes back at most 9 times in its first 10 s (the least waits add up to 25.55 s over 9
+// retries). A claiming stream waits its min-idle; a List or PubSub without a cap loses
+// the message, as its Retry does.
+func testPlainErrorBacksOff(t *testing.T, f Features, s *Subject) {
+	const failures = 5
+	c, run, _, _ := failThenAck(t, f, s, failures, errors.New("downstream is down"))
+	if f.LosesRetryWithoutCap {
+		run.WaitFor(t, "the loss", 0, finals(1))
+		run.Stop(t)
+		evs := run.Recorder.Events()
+		if len(evs) != 1 || evs[0].Action != settle.ActionLose {
+			t.Fatalf("got %s, want the message lost at its first failure (no cap)", describe(evs))
+		}
+		return
+	}
+	step := 10 * time.Millisecond // a fake clock's nudge: a fraction of the first backoff
+	if f.UsesDeliveryCounter {
+		step = retryStep // past min-idle
+	}
+	run.WaitFor(t, "the ack after the failures", step, hasAction(settle.ActionAck))
+	run.Stop(t)
+	evs := ordered(run.Recorder.Events())
+	checkApplied(t, evs)
+	cs := c.all()
+	if len(evs) != failures+1 || len(cs) != failures+1 {
+		t.Fatalf("got %d settlements and %d handler calls, want %d of each: %s", len(evs), len(cs), failures+1, describe(evs))
+	}
+	for i, e := range evs[:failures] {
+		step := 100 * time.Millisecond << i
+		switch {
+		case e.Outcome != settle.OutcomeRetry || e.Attempt != i+1:
+			t.Fatalf("settlement %d is %s, want the retry of attempt %d", i+1, describeOne(e), i+1)
+		case f.UsesDeliveryCounter:
+			if e.Action != settle.ActionLeave {
+				t.Fatalf("settlement %d is %s, want it left pending for min-idle", i+1, describeOne(e))
+			}
+		case e.Action != settle.ActionPark || e.Delay < step/2 || e.Delay > step:
+			t.Fatalf("settlement %d is %s, want a park of %s to %s (the backoff)", i+1, describeOne(e), step/2, step)
+		}
+		// On the wall clock the gap is the wait itself. (Under a fake clock a SQL inbox's
+		// "now" is the database's clock plus the fake clock's moves, so the fake clock
+		// alone shows less than the wait.)
+		if gap := cs[i+1].at.Sub(cs[i].at); s.Advance == nil && gap < e.Delay {
+			t.Fatalf("delivery %d came %s after delivery %d, before its %s backoff", i+2, gap, i+1, e.Delay)
 		}
 	}
 	checkNoDeadLetters(t, s)
@@ -477,7 +538,7 @@ func testDrainTimeoutCancelsHandlers(t *testing.T, f Features, s *Subject) {
 		t.Fatalf("got %s, want the cancelled delivery settled as a retry (not lost, not dead-lettered)", describeOne(e))
 	}
 	switch e.Action {
-	case settle.ActionCopy, settle.ActionLeave, settle.ActionPutBack:
+	case settle.ActionCopy, settle.ActionLeave, settle.ActionPutBack, settle.ActionPark:
 	default:
 		t.Fatalf("got action %s, want a retry that keeps the message", e.Action)
 	}
@@ -591,7 +652,7 @@ func message(t *testing.T, f Features) ([]byte, map[string]string) {
 }
 
 // ordered sorts settlements by attempt, a delivery's non-final settlements before its
-// final one. OnSettled reports each settlement once applied, and a retry copy may be
+// final one, and counts an in-process delay (park, then copy) as one. OnSettled reports each settlement once applied, and a retry copy may be
 // delivered and settled before its original's settlement is reported, so the order
 // events arrive in says nothing.
 func ordered(evs []settle.Settled) []settle.Settled {
@@ -602,7 +663,21 @@ func ordered(evs []settle.Settled) []settle.Settled {
 		return 2 * e.Attempt
 	}
 	slices.SortStableFunc(evs, func(a, b settle.Settled) int { return cmp.Compare(rank(a), rank(b)) })
-	return evs
+	// An in-process delay is reported twice: parked, then its copy written when due. One
+	// retry is one settlement here: the copy's event goes, unless it failed.
+	type key struct {
+		attempt int
+		id      string
+	}
+	parked := map[key]bool{}
+	for _, e := range evs {
+		if e.Action == settle.ActionPark {
+			parked[key{e.Attempt, e.ID}] = true
+		}
+	}
+	return slices.DeleteFunc(evs, func(e settle.Settled) bool {
+		return e.Action == settle.ActionCopy && e.Err == nil && parked[key{e.Attempt, e.ID}]
+	})
 }
 
 // finals reports whether at least n settlements were final.

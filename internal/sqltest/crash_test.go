@@ -90,9 +90,9 @@ func TestSettledRetryCountsOnceNotTwice(t *testing.T) {
 		during func(t *testing.T, x *testBundle)
 		parked bool
 	}{
-		{name: "PutBack", retry: errors.New("provider unavailable")},
+		{name: "PutBack", retry: settle.Retry(errors.New("provider unavailable"))},
 		{name: "Park", retry: settle.RetryAfter(time.Minute, errors.New("busy")), parked: true},
-		{name: "PutBackAfterHeartbeat", retry: errors.New("provider unavailable"), during: heartbeatTwice},
+		{name: "PutBackAfterHeartbeat", retry: settle.Retry(errors.New("provider unavailable")), during: heartbeatTwice},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -126,7 +126,7 @@ func TestRetryClearsLeaseAndAddsOneAttempt(t *testing.T) {
 			attempts = append(attempts, m.Attempt)
 			mu.Unlock()
 			if m.Attempt < 3 {
-				return errors.New("provider unavailable")
+				return settle.Retry(errors.New("provider unavailable"))
 			}
 			return nil
 		}))
@@ -149,7 +149,7 @@ func TestRetryUnderCapIsTheSameInPlaceUpdate(t *testing.T) {
 		x.publish(t, "jobs", "p")
 		x.run(t, x.ib.Queue("jobs"), raw(func(ctx context.Context, m *settle.Message) error {
 			if m.Attempt < 2 {
-				return errors.New("later")
+				return settle.Retry(errors.New("later"))
 			}
 			return nil
 		}), settle.MaxAttempts(5), settle.DeadLetter("jobs.dead"))
@@ -336,7 +336,7 @@ func TestFIFOKeepsOneRowInFlightAndRetryAtTheHead(t *testing.T) {
 			seen = append(seen, string(m.Payload))
 			mu.Unlock()
 			if string(m.Payload) == "1" && m.Attempt == 1 {
-				return errors.New("retry keeps me first")
+				return settle.Retry(errors.New("retry keeps me first"))
 			}
 			return nil
 		}), settle.Concurrency(5))

@@ -26,7 +26,7 @@ func TestSettlementAfterLeaseTakenOverChangesNothing(t *testing.T) {
 		result error // what A's handler returns
 	}{
 		{"Ack", settle.ActionAck, nil},
-		{"PutBack", settle.ActionPutBack, errors.New("provider unavailable")},
+		{"PutBack", settle.ActionPutBack, settle.Retry(errors.New("provider unavailable"))},
 		{"Park", settle.ActionPark, settle.RetryAfter(time.Hour, errors.New("busy"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
