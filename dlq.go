@@ -1,11 +1,16 @@
 package settle
 
-import "github.com/settlekit/settle/internal/source"
+import (
+	"errors"
+
+	"github.com/settlekit/settle/internal/source"
+)
 
 // Headers a dead letter carries besides the message's own headers, whose retry count is
 // set to the attempts spent.
 const (
-	// HeaderDeadError is the last error the handler returned.
+	// HeaderDeadError is the last error the handler returned (for a panic, the panic
+	// value and its stack), cut at 4 KiB.
 	HeaderDeadError = HeaderPrefix + "dead-error"
 	// HeaderDeadID is the id of the delivery that was dead-lettered (a stream entry id).
 	HeaderDeadID = HeaderPrefix + "dead-id"
@@ -23,7 +28,12 @@ func deadLetterHeaders(d *source.Delivery, s settlement, lastErr error) map[stri
 	h[HeaderDeadID] = d.ID
 	h[HeaderDeadReason] = s.Reason
 	if lastErr != nil {
-		h[HeaderDeadError] = truncate(lastErr.Error(), maxErrorHeader)
+		msg := lastErr.Error()
+		var pe *PanicError
+		if errors.As(lastErr, &pe) {
+			msg += "\n" + string(pe.Stack)
+		}
+		h[HeaderDeadError] = truncate(msg, maxErrorHeader)
 	} else {
 		h[HeaderDeadError] = ""
 	}

@@ -180,6 +180,9 @@ func (m *mount) validate() []error {
 	if m.cfg.deadLetterMaxLen > 0 && m.info.Kind != source.KindStream {
 		add("DeadLetterMaxLen(%d): only a stream's dead letters can be trimmed, not a %s source's", m.cfg.deadLetterMaxLen, m.info.Kind)
 	}
+	if m.cfg.timeout <= 0 {
+		add("Timeout(%s): must be positive", m.cfg.timeout)
+	}
 	if m.cfg.backoff == nil {
 		add("Backoff(nil): give a policy (a func returning 0 retries at once)")
 	}
@@ -251,9 +254,13 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	// workQueue), at most Concurrency of them: a goroutine per delivery would grow a new
 	// stack for nearly every one.
 	work := newWorkQueue(capacity)
-	handle := func(d *source.Delivery) {
-		if !m.handle(handlerCtx, d, acks, delays) {
-			<-slots // else the copier frees it once the delivery's move is written
+	watch := newWatchdog(m, handlerCtx, acks, delays, slots)
+	startWorker := func() func(*source.Delivery) {
+		w := watch.worker()
+		return func(d *source.Delivery) {
+			if !m.handle(w.begin(d), d, acks, delays, w) {
+				<-slots // else the copier (or the watchdog) frees it
+			}
 		}
 	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
@@ -319,7 +326,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		// Every delivery holds a slot until it is handled: with a worker per slot held (up
 		// to Concurrency), a delivery queued here always finds a worker to take it.
 		if len(ds) > 0 {
-			work.push(ds, min(len(slots), m.cfg.concurrency), &inflight, handle)
+			work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
 		}
 	}
 	if m.info.Caps.Releases {
@@ -338,6 +345,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		<-drained
 	}
 	t.Stop()
+	watch.stop()
 	acks.close()
 	m.copies.close()
 	m.copies = nil
@@ -408,7 +416,7 @@ func nextBackoff(d time.Duration) time.Duration {
 
 // handle runs the handler on one delivery, decides and applies its settlement. It
 // reports whether the delivery's move was queued to the copier, which then frees its slot.
-func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, delays *timerq.Queue) (queued bool) {
+func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, delays *timerq.Queue, w *worker) (queued bool) {
 	if spentByCrashes(d, m.policy, m.info.Caps) {
 		// The deliveries past the cap never settled: settle this one as the cap's failure,
 		// counting the attempts spent (the cap), without running the handler again.
@@ -417,6 +425,9 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
 		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
 		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
+		if !w.end() {
+			return true // settled by the watchdog meanwhile
+		}
 		return m.apply(ctx, &spent, o, s, acks, delays)
 	}
 	msg := &Message{
@@ -429,6 +440,16 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		noPayload: !d.HasPayload,
 	}
 	err := callHandler(ctx, m.wrapped, msg)
+	if !w.end() {
+		// The watchdog settled the delivery at its timeout (and owns its slot).
+		m.logger.WarnContext(ctx, "settle: a handler returned after its timeout; the delivery was settled as a failure then, and this return is ignored",
+			slog.String(attrMsgID, d.ID), slog.Any(attrError, err))
+		return true
+	}
+	if pe, ok := err.(*PanicError); ok {
+		m.logger.ErrorContext(ctx, "settle: handler panicked; its delivery is retried",
+			slog.String(attrMsgID, d.ID), slog.Int(attrAttempt, d.Attempt), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
+	}
 	o, plain := outcomeOf(err)
 	if plain {
 		o.Delay = m.backoff(d.Attempt, err)

@@ -57,7 +57,7 @@ func benchHandle(b *testing.B, h Handler) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		m.handle(ctx, d, acks, nil)
+		m.handle(ctx, d, acks, nil, nil)
 	}
 }
 

@@ -3,10 +3,13 @@ package settle_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/sourcetest"
+	"github.com/settlekit/settle/settletest"
 )
 
 // An App started while its Redis cannot be reached logs it and opens its source once the
@@ -129,4 +133,101 @@ func TestAckIsLoggedAtDebugOnlyWhenDebugIsEnabled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A handler that runs past the mount's Timeout has its context cancelled with
+// ErrHandlerTimeout and its delivery settled as a failure at once, even when it never
+// returns: the retry reaches another worker, and the late return is ignored.
+func TestTimeoutSettlesAHungHandlersDeliveryAsAFailure(t *testing.T) {
+	t.Parallel()
+	h := settletest.New(t)
+	mem := settletest.NewMemory("jobs")
+	started, release := make(chan context.Context, 1), make(chan struct{})
+	defer close(release)
+	var calls atomic.Int32
+	h.Mount(mem, settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
+		if calls.Add(1) == 1 {
+			started <- ctx
+			<-release // hung: it ignores its context
+			return nil
+		}
+		return nil
+	}), settle.Timeout(time.Second), settle.Concurrency(1))
+	h.Start()
+	mem.Publish([]byte("p"), nil)
+	ctx := <-started
+	h.Advance(time.Second)
+	failed := onlyAction(t, h.WaitAction(settle.ActionPark, 1), settle.ActionPark)
+	if !errors.Is(failed.HandlerErr, settle.ErrHandlerTimeout) || failed.Attempt != 1 {
+		t.Fatalf("settlement %+v, want attempt 1 retried with ErrHandlerTimeout", failed)
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, settle.ErrHandlerTimeout) {
+		t.Fatalf("the hung handler's context cause is %v, want ErrHandlerTimeout", cause)
+	}
+	h.Advance(time.Second) // past the backoff
+	acked := onlyAction(t, h.WaitAction(settle.ActionAck, 1), settle.ActionAck)
+	if acked.Attempt != 2 {
+		t.Fatalf("ack %+v, want the retry at attempt 2 (on a second worker: the first is hung)", acked)
+	}
+}
+
+// onlyAction returns the one event of evs with action a.
+func onlyAction(t *testing.T, evs []settle.Settled, a settle.Action) settle.Settled {
+	t.Helper()
+	var out []settle.Settled
+	for _, e := range evs {
+		if e.Action == a {
+			out = append(out, e)
+		}
+	}
+	if len(out) != 1 {
+		t.Fatalf("%d %s settlements, want 1: %+v", len(out), a, evs)
+	}
+	return out[0]
+}
+
+// A recovered panic is logged at Error with its stack, and the dead letter's error header
+// carries the panic value and its stack, cut to the header's bound.
+func TestPanicKeepsItsStackInTheLogAndTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelError}))
+	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: logger}))
+	mem := settletest.NewMemory("jobs")
+	h.Mount(mem, settle.HandlerFunc(func(context.Context, *settle.Message) error {
+		panicDeepInAHandler()
+		return nil
+	}), settle.MaxAttempts(1), settle.DeadLetter("jobs.dead"))
+	h.Start()
+	mem.Publish([]byte("p"), nil)
+	h.WaitAction(settle.ActionDeadLetter, 1)
+	dead := mem.DeadLetters()
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dead))
+	}
+	e := dead[0].Headers[settle.HeaderDeadError]
+	if !strings.Contains(e, "handler panicked: card processor exploded") || !strings.Contains(e, "panicDeepInAHandler") || len(e) > 4096+len("…(truncated)") {
+		t.Fatalf("dead letter error header %q, want the panic value and its stack within 4 KiB", e)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "panicDeepInAHandler") {
+		t.Fatalf("log %q, want an Error line with the panic's stack", l)
+	}
+}
+
+//go:noinline
+func panicDeepInAHandler() { panic("card processor exploded") }
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -39,7 +39,7 @@ func TestWorkQueueStartsEveryQueuedDeliveryWhileTheHandlersBeforeItBlock(t *test
 	for _, d := range warm {
 		d.Attempt = 0
 	}
-	q.push(warm, n, &wg, handle)
+	q.push(warm, n, &wg, func() func(*source.Delivery) { return handle })
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		q.mu.Lock()
 		idle := q.idle
@@ -51,7 +51,7 @@ func TestWorkQueueStartsEveryQueuedDeliveryWhileTheHandlersBeforeItBlock(t *test
 			t.Fatalf("%d of %d workers parked", idle, n)
 		}
 	}
-	q.push(queuedDeliveries(n), n, &wg, handle)
+	q.push(queuedDeliveries(n), n, &wg, func() func(*source.Delivery) { return handle })
 	seen := map[string]bool{}
 	timeout := time.After(10 * time.Second)
 	for len(seen) < n {
@@ -77,8 +77,8 @@ func TestWorkQueueCloseEndsWorkersOnceEveryQueuedDeliveryIsHandled(t *testing.T)
 	var handled atomic.Int64
 	handle := func(*source.Delivery) { handled.Add(1) }
 	ds := queuedDeliveries(n)
-	q.push(ds[:10], 1, &wg, handle)
-	q.push(ds[10:], 2, &wg, handle)
+	q.push(ds[:10], 1, &wg, func() func(*source.Delivery) { return handle })
+	q.push(ds[10:], 2, &wg, func() func(*source.Delivery) { return handle })
 	q.close()
 	wg.Wait()
 	if got := handled.Load(); got != n {

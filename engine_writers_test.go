@@ -354,7 +354,7 @@ func TestAckReportsTheSameSettlementWithDebugOnAndOff(t *testing.T) {
 		m.prepare(a.eng)
 		acks := newAcker(context.Background(), m)
 		d := &source.Delivery{Attempt: 2, Headers: map[string]string{}, HasPayload: true, ID: "7-0", Key: "orders", Payload: []byte("p")}
-		m.handle(context.Background(), d, acks, nil)
+		m.handle(context.Background(), d, acks, nil, nil)
 		acks.close()
 		mu.Lock()
 		defer mu.Unlock()

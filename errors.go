@@ -13,6 +13,11 @@ var ErrAppClosed = errors.New("settle: app closed")
 // from other cancellations with errors.Is(context.Cause(ctx), settle.ErrDrainTimeout).
 var ErrDrainTimeout = errors.New("settle: shutdown: drain timeout passed")
 
+// ErrHandlerTimeout is the cause of a handler's context cancelled because the mount's
+// Timeout passed before the handler returned. The delivery is settled as a failure at
+// that moment, whatever the handler returns later.
+var ErrHandlerTimeout = errors.New("settle: handler timeout passed")
+
 // PanicError is the error a handler's panic becomes: the delivery is retried, and the
 // panic value and stack are kept for logs and the dead letter.
 type PanicError struct {

@@ -41,6 +41,7 @@ type mountConfig struct {
 	name             string
 	prefetch         int
 	prefetchSet      bool // Prefetch was given; else the source's Batch
+	timeout          time.Duration
 }
 
 // DefaultConcurrency is how many handlers of one mount run at once unless Concurrency
@@ -48,7 +49,7 @@ type mountConfig struct {
 const DefaultConcurrency = 10
 
 func defaultMountConfig() mountConfig {
-	return mountConfig{backoff: DefaultBackoff, codec: Msgpack, concurrency: DefaultConcurrency, delay: delayed.InProcess{}}
+	return mountConfig{backoff: DefaultBackoff, codec: Msgpack, concurrency: DefaultConcurrency, delay: delayed.InProcess{}, timeout: DefaultTimeout}
 }
 
 type mountOptionFunc func(*mountConfig)
@@ -109,6 +110,19 @@ func Prefetch(n int) MountOption {
 // does. Defaults to DefaultBackoff.
 func Backoff(f func(attempt int, err error) time.Duration) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.backoff = f })
+}
+
+// DefaultTimeout is how long a handler may run unless Timeout says otherwise.
+const DefaultTimeout = 10 * time.Minute
+
+// Timeout bounds how long one handler call may run: past d (on the App's clock) its
+// context is cancelled with the cause ErrHandlerTimeout and the delivery is settled at
+// once as a failure (retried after the backoff, counted toward MaxAttempts), so that a
+// hung handler cannot hold a message forever: it stops being heartbeated, and whatever
+// the handler returns later is ignored (logged). d must be positive. Defaults to
+// DefaultTimeout.
+func Timeout(d time.Duration) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.timeout = d })
 }
 
 // DelayIn chooses where RetryAfter delays wait. Defaults to delayed.InProcess{}.

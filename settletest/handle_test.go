@@ -3,6 +3,9 @@ package settletest_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +78,37 @@ func TestHandleReturnsTheOutcomeOfOneHandlerCall(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// fatalTB records a Fatalf and ends the goroutine as testing.T does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// On a real server the paused clock cannot move a claiming stream's min-idle: the
+// harness refuses the mount, saying why, rather than let the test wait forever.
+func TestHarnessRefusesAClaimingStreamOnARealServerUnderItsPausedClock(t *testing.T) {
+	t.Parallel()
+	srv := settletest.Redis(t)
+	real := &settletest.Server{Client: srv.Client, Prefix: srv.Prefix} // Mini nil: taken for a real server
+	ft := &fatalTB{TB: t}
+	h := settletest.New(ft, settletest.WithRedis(real))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.Mount(settle.ClaimingStream(srv.Client, srv.Key("in"), "g", 30*time.Second), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+	}()
+	<-done
+	if !strings.Contains(ft.msg, "min-idle runs on the Redis server's clock") || !strings.Contains(ft.msg, "Live") {
+		t.Fatalf("refusal %q, want it to say why and what to do", ft.msg)
 	}
 }

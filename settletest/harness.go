@@ -1,7 +1,9 @@
 // Package settletest runs settle Apps inside tests: on an embedded miniredis (or the
 // real server named by SETTLE_REDIS_URL) and a paused fake clock that Advance moves, so
-// in-process delays, durable delays and claiming min-idle all come due without waiting;
-// or live, on the wall clock. It also offers Memory, an in-memory source that runs
+// in-process delays, durable delays, handler timeouts and backoffs come due without
+// waiting, and on miniredis a claiming stream's min-idle too (on a real server Redis's
+// own clock governs idle times: the harness refuses a ClaimingStream there unless
+// Live); or live, on the wall clock. It also offers Memory, an in-memory source that runs
 // handlers through the same engine with no Redis at all.
 //
 // A test mounts its handlers, starts the App, publishes, advances the clock and waits
@@ -149,7 +151,17 @@ func (h *Harness) Events() []settle.Settled {
 }
 
 // Mount mounts h on the App; see settle.App.Mount.
+//
+// On a real server (SETTLE_REDIS_URL) under the paused clock it refuses a
+// ClaimingStream, failing the test: the stream's idle times, and so its min-idle, run on
+// the server's own clock, which Advance cannot move. Run such a test on miniredis or with
+// Live.
 func (h *Harness) Mount(src settle.Source, handler settle.Handler, opts ...settle.MountOption) {
+	h.t.Helper()
+	if _, claiming := src.(*settle.ClaimingStreamSource); claiming && h.Clock != nil && h.Redis != nil && h.Redis.Real() {
+		h.t.Fatalf("settletest: a ClaimingStream's min-idle runs on the Redis server's clock, which Advance cannot move on a real server (%s): run this test on miniredis, or with settletest.Live()", EnvRedisURL)
+		return
+	}
 	h.App.Mount(src, handler, opts...)
 }
 

@@ -500,7 +500,9 @@ func testDrainTimeoutCancelsHandlers(t *testing.T, f Features, s *Subject) {
 	started := make(chan struct{})
 	var cause error
 	c := newCalls(&ds)
-	opts := []settle.MountOption{settle.MaxAttempts(3), settle.DeadLetter(s.DeadLetter)}
+	// A handler timeout beyond any drain: on a fake clock the nudges that end the drain
+	// would otherwise pass the default one first.
+	opts := []settle.MountOption{settle.MaxAttempts(3), settle.DeadLetter(s.DeadLetter), settle.Timeout(24 * time.Hour)}
 	run := Start(t, &ds, c.handler(func(ctx context.Context, _ *settle.Message, n int) error {
 		if n != 1 {
 			return nil
@@ -590,7 +592,7 @@ func testStopHandsBackWhatNeverStarted(t *testing.T, f Features, s *Subject) {
 			<-ctx.Done() // held until the drain timeout: the stop comes while the others wait
 		}
 		return nil
-	}), settle.Concurrency(1))
+	}), settle.Concurrency(1), settle.Timeout(24*time.Hour))
 	waitClosed(t, started, "the first handler to start")
 	run.Cancel()
 	stopNudging := func() {}
