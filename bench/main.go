@@ -81,6 +81,7 @@ type system struct {
 func systems() []system {
 	return []system{
 		{name: "raw", run: runRaw},
+		{name: "raw-copy", run: runRawCopy},
 		{name: "settle-stream", settle: true, run: runSettle(settleStream)},
 		{name: "settle-stream-zset", settle: true, run: runSettle(settleStreamZset)},
 		{name: "settle-claiming", settle: true, run: runSettle(settleClaiming)},
