@@ -30,6 +30,17 @@ type sample struct {
 	note    string          // something the run saw that the figures do not show
 }
 
+// rate is the run's messages per second.
+func (s *sample) rate() float64 { return float64(s.msgs) / s.elapsed.Seconds() }
+
+// perMsg is x per message of the run (0 when none was done).
+func (s *sample) perMsg(x float64) float64 {
+	if s.msgs == 0 {
+		return 0
+	}
+	return x / float64(s.msgs)
+}
+
 func (s *sample) totalCmds() int64 {
 	var n int64
 	for _, v := range s.cmds {

@@ -19,9 +19,6 @@ func runRaw(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
 }
 
 func runRawCopy(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
-	if sc.kind != kindRetry {
-		return nil, errNA("the same as raw outside retry-once")
-	}
 	return rawLoop(ctx, rc, sc, true)
 }
 
