@@ -26,13 +26,15 @@ type figures struct {
 	late                               bool
 	backP99                            time.Duration // retry copies written to the stream, after due
 	back                               bool
+	capped                             int // runs that ended at the cap
+	done                               float64
 }
 
 func (r row) ok() bool { return r.na == "" && r.err == nil && len(r.samples) > 0 }
 
 func (r row) figures() figures {
 	var f figures
-	var rate, cmds, srv, cli, allocs, p50, p99, pmax, back []float64
+	var rate, cmds, srv, cli, allocs, p50, p99, pmax, back, done []float64
 	f.srvOK = true
 	for _, s := range r.samples {
 		rate = append(rate, s.rate())
@@ -41,6 +43,10 @@ func (r row) figures() figures {
 		srv = append(srv, s.perMsg(float64(s.srvCPU.Microseconds()))) // µs per msg = ms per 1k
 		cli = append(cli, s.perMsg(float64(s.cliCPU.Microseconds())))
 		allocs = append(allocs, s.perMsg(float64(s.mallocs)))
+		done = append(done, float64(s.msgs))
+		if s.capped {
+			f.capped++
+		}
 		if len(s.late) > 0 {
 			f.late = true
 			p50 = append(p50, float64(percentile(s.late, 0.50)))
@@ -55,6 +61,7 @@ func (r row) figures() figures {
 	f.rate, f.cmds, f.srvCPU, f.cliCPU, f.allocs = median(rate), median(cmds), median(srv), median(cli), median(allocs)
 	f.p50, f.p99, f.pmax = time.Duration(median(p50)), time.Duration(median(p99)), time.Duration(median(pmax))
 	f.backP99 = time.Duration(median(back))
+	f.done = median(done)
 	return f
 }
 
@@ -72,8 +79,13 @@ func (rs results) find(system, scenario string) (row, bool) {
 func (rs results) printScenario(w io.Writer, sc scenario) {
 	fmt.Fprintf(w, "== %s: %s\n", sc.name, sc.about)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	const cols = 9 // after the name: the figures' columns
-	fmt.Fprintln(tw, "system\tmsgs/s\tcmds/msg\tredis CPU ms/1k\tclient CPU ms/1k\tallocs/msg\tlate p50\tp99\tmax\tcopy written p99\t  options")
+	cols := 9 // after the name: the figures' columns
+	if sc.sql {
+		cols = 5
+		fmt.Fprintln(tw, "system\trows/s\tdb CPU ms/1k\tclient CPU ms/1k\tallocs/row\trows done\t  options")
+	} else {
+		fmt.Fprintln(tw, "system\tmsgs/s\tcmds/msg\tredis CPU ms/1k\tclient CPU ms/1k\tallocs/msg\tlate p50\tp99\tmax\tcopy written p99\t  options")
+	}
 	for _, r := range rs {
 		if r.scenario.name != sc.name {
 			continue
@@ -90,6 +102,14 @@ func (rs results) printScenario(w io.Writer, sc scenario) {
 		srv := "?"
 		if f.srvOK {
 			srv = fmt.Sprintf("%.1f", f.srvCPU)
+		}
+		if sc.sql {
+			done := fmt.Sprintf("%.0f", f.done)
+			if f.capped > 0 {
+				done = fmt.Sprintf("%.0f (%d of %d runs capped)", f.done, f.capped, len(r.samples))
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.1f\t%.1f\t%s\t  %s\n", r.system.name, f.rate, srv, f.cliCPU, f.allocs, done, r.options)
+			continue
 		}
 		late := "\t\t\t"
 		if f.late {
@@ -117,46 +137,78 @@ func (rs results) printScenario(w io.Writer, sc scenario) {
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
 
 // printRatios prints each settle row ÷ the raw loop with as many goroutines handling
-// (the raw row of its scenario) and ÷ each peer; then the targets.
+// (the raw row of its scenario) and ÷ each peer; then settle's inbox ÷ each River row;
+// then the targets.
 func (rs results) printRatios(w io.Writer) {
-	fmt.Fprintln(w, "== RATIOS: settle ÷ other (msgs/s: higher is better; Redis CPU and commands per message: lower is better); raw has as many goroutines as the row's scenario has workers")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tsettle\tbeside\t÷raw msgs/s\t÷raw redis CPU/msg\t÷raw cmds/msg\t÷asynq msgs/s\t÷asynq redis CPU/msg\t÷watermill msgs/s\t÷watermill redis CPU/msg\t")
-	seen := map[string]bool{}
+	redis, sql := false, false
 	for _, r := range rs {
-		if !r.system.settle || !r.ok() {
-			continue
-		}
-		sc := r.scenario.name
-		f := r.figures()
-		cols := []string{fmt.Sprintf("raw K=%d", r.scenario.workers)}
-		for _, peer := range []string{"raw", "asynq", "watermill"} {
-			p, ok := rs.find(peer, sc)
-			if !ok {
-				n := 2
-				if peer == "raw" {
-					n = 3
-				}
-				for range n {
-					cols = append(cols, "n/a")
-				}
+		redis = redis || !r.scenario.sql
+		sql = sql || r.scenario.sql
+	}
+	if redis {
+		fmt.Fprintln(w, "== RATIOS: settle ÷ other (msgs/s: higher is better; Redis CPU and commands per message: lower is better); raw has as many goroutines as the row's scenario has workers")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\tsettle\tbeside\t÷raw msgs/s\t÷raw redis CPU/msg\t÷raw cmds/msg\t÷asynq msgs/s\t÷asynq redis CPU/msg\t÷watermill msgs/s\t÷watermill redis CPU/msg\t")
+		seen := map[string]bool{}
+		for _, r := range rs {
+			if !r.system.settle || r.scenario.sql || !r.ok() {
 				continue
 			}
-			pf := p.figures()
-			cols = append(cols, rateRatio(f, pf), cpuRatio(f, pf))
-			if peer == "raw" {
-				cols = append(cols, fmt.Sprintf("%.2fx", f.cmds/pf.cmds))
+			sc := r.scenario.name
+			f := r.figures()
+			cols := []string{fmt.Sprintf("raw K=%d", r.scenario.workers)}
+			for _, peer := range []string{"raw", "asynq", "watermill"} {
+				p, ok := rs.find(peer, sc)
+				if !ok {
+					n := 2
+					if peer == "raw" {
+						n = 3
+					}
+					for range n {
+						cols = append(cols, "n/a")
+					}
+					continue
+				}
+				pf := p.figures()
+				cols = append(cols, rateRatio(f, pf), cpuRatio(f, pf))
+				if peer == "raw" {
+					cols = append(cols, fmt.Sprintf("%.2fx", f.cmds/pf.cmds))
+				}
 			}
+			name := sc
+			if seen[sc] {
+				name = ""
+			}
+			seen[sc] = true
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", name, r.system.name, strings.Join(cols, "\t"))
 		}
-		name := sc
-		if seen[sc] {
-			name = ""
-		}
-		seen[sc] = true
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", name, r.system.name, strings.Join(cols, "\t"))
+		_ = tw.Flush()
+		fmt.Fprintln(w)
 	}
-	_ = tw.Flush()
-	fmt.Fprintln(w)
+	if sql {
+		fmt.Fprintln(w, "== RATIOS: settle-inbox ÷ River on PostgreSQL, same Concurrency and MaxWorkers (rows/s: higher is better; database CPU per row: lower is better)")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\t÷river-cooldown-1ms rows/s\t÷river-cooldown-1ms db CPU/row\t÷river-default rows/s\t÷river-default db CPU/row\t")
+		for _, r := range rs {
+			if r.system.name != "settle-inbox" || !r.ok() {
+				continue
+			}
+			f := r.figures()
+			var cols []string
+			for _, peer := range []string{"river-cooldown-1ms", "river-default"} {
+				p, ok := rs.find(peer, r.scenario.name)
+				if !ok {
+					cols = append(cols, "n/a", "n/a")
+					continue
+				}
+				pf := p.figures()
+				cols = append(cols, rateRatio(f, pf), cpuRatio(f, pf))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t\n", r.scenario.name, strings.Join(cols, "\t"))
+		}
+		_ = tw.Flush()
+		fmt.Fprintln(w)
+	}
 	rs.printTargets(w)
 }
 
@@ -174,8 +226,8 @@ func cpuRatio(f, pf figures) string {
 	return fmt.Sprintf("%.2fx", f.srvCPU/pf.srvCPU)
 }
 
-// printTargets checks the targets of issue 9 ("Fast and safe by default") on Redis, then
-// those of issue 6 that concern the peers and durable delays, at the tuned rows.
+// printTargets checks the targets of issue 9 ("Fast and safe by default"), then those
+// of issue 6 that concern the peers and durable delays, at the tuned rows.
 func (rs results) printTargets(w io.Writer) {
 	fmt.Fprintln(w, "== TARGETS")
 	check := func(what string, got float64, ok bool, met bool, format string) {
@@ -229,6 +281,17 @@ func (rs results) printTargets(w io.Writer) {
 	}
 	r, _, ok := ratio("settle-stream-default", "raw", "retry-once")
 	check(fmt.Sprintf("settle-stream-default retry-once msgs/s ÷ %s retry >= 0.5", workers("retry-once")), r, ok, r >= 0.5, "%.2fx")
+
+	// The inbox on PostgreSQL ÷ each River row, and on its own at Concurrency(1).
+	for _, sc := range []string{"sql-drain-8", "sql-drain-100", "sql-retry-once-100"} {
+		for _, peer := range []string{"river-cooldown-1ms", "river-default"} {
+			r, _, ok := ratio("settle-inbox", peer, sc)
+			check(fmt.Sprintf("settle-inbox %s rows/s ÷ %s >= 1.0", sc, peer), r, ok, r >= 1.0, "%.2fx")
+		}
+	}
+	in, ok := rs.find("settle-inbox", "sql-drain-1")
+	rate := in.figures().rate
+	check("settle-inbox sql-drain-1 (Concurrency(1)) rows/s >= 2000", rate, ok, rate >= 2000, "%.0f")
 
 	// Issue 6, at the tuned rows (one mount per worker).
 	tuned := ""

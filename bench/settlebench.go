@@ -144,7 +144,7 @@ func runSettle(kind settleKind, o settleOpts) runFunc {
 			}
 			app.Mount(src, h, opts...)
 		}
-		return b.run(ctx, rc, app)
+		return b.run(ctx, rc, sc, app)
 	}
 }
 
@@ -179,6 +179,8 @@ func (b *appBench) app() (*settle.App, error) {
 			if s.Err != nil {
 				b.failed.Add(1)
 				b.firstErr.CompareAndSwap(nil, s.Err)
+			} else {
+				b.cnt.settled.Add(1)
 			}
 			if s.Final() {
 				b.cnt.add(1)
@@ -187,8 +189,10 @@ func (b *appBench) app() (*settle.App, error) {
 	})
 }
 
-// run validates and runs app until every message is final or its timeout; then stops it.
-func (b *appBench) run(ctx context.Context, rc *runCtx, app *settle.App) (*sample, error) {
+// run validates and runs app until every message is final, the run's cap passes (SQL
+// rows: the rate is then over the messages done, see runCtx.done), or its timeout; then
+// stops it.
+func (b *appBench) run(ctx context.Context, rc *runCtx, sc scenario, app *settle.App) (*sample, error) {
 	if err := app.Validate(); err != nil {
 		return nil, err
 	}
@@ -200,16 +204,18 @@ func (b *appBench) run(ctx context.Context, rc *runCtx, app *settle.App) (*sampl
 	ran := make(chan error, 1)
 	go func() { ran <- app.Run(runCtx) }()
 	var err error
-	ranDone := false
+	ranDone, capped := false, false
 	select {
 	case <-b.cnt.done:
 	case err = <-ran:
 		ranDone = true
 		err = fmt.Errorf("run returned early: %v", err)
+	case <-rc.capTimer():
+		capped = true
 	case <-time.After(rc.timeout):
 		err = fmt.Errorf("timed out with %d of %d done", b.cnt.n.Load(), rc.n)
 	}
-	s, serr := rc.meter.stop(ctx, rc.n)
+	s, serr := rc.meter.stop(ctx, rc.done(b.cnt, sc, capped))
 	cancel()
 	if !ranDone {
 		if rerr := <-ran; rerr != nil {
@@ -218,6 +224,7 @@ func (b *appBench) run(ctx context.Context, rc *runCtx, app *settle.App) (*sampl
 	}
 	if s != nil {
 		s.late, s.back = b.late.values()
+		s.capped = capped
 		if n := b.failed.Load(); n > 0 {
 			// Not a failed run when every message still reached its final state: e.g. a
 			// claiming stream's entry taken over by another consumer after min-idle, whose
