@@ -1,15 +1,18 @@
-// Command bench measures settle's Redis consumers against the raw go-redis loop (the
-// practical limit of a stream consumer) and against peer libraries (asynq,
-// watermill-redisstream), in one process against one Redis, and prints a table per
-// scenario and a table of ratios.
+// Command bench measures settle's consumers as users run them (the defaults,
+// Concurrency(1), Concurrency(8)) and tuned, against the raw go-redis loop (the practical
+// limit of a stream consumer) and against peer libraries: asynq and watermill-redisstream
+// on Redis, in one process against one Redis; and settle's SQL inbox against River on
+// PostgreSQL. It prints a table per scenario, a table of ratios and the targets.
 //
-//	cd bench && go run . -n 50000
-//	cd bench && go run . -spawn -n 50000        # its own redis-server, nothing else on it
-//	cd bench && go run . -n 2000 -runs 1 -only settle-stream,raw -scenarios drain-8
+//	cd bench && go run . -spawn -n 50000        # everything; its own redis-server
+//	cd bench && go run . -n 50000               # the Redis at -redis
+//	cd bench && go run . -n 2000 -runs 1 -only 'raw,settle-stream-*' -scenarios drain-8
+//	cd bench && go run . -only 'settle-inbox,river-*' -scenarios 'sql-*'   # PostgreSQL only
 //
-// Every run uses keys of its own (a unique token in every name) and deletes them after;
-// nothing is flushed, so a shared server is safe, but other clients' commands and CPU
-// then count in the Redis figures: use -spawn for clean ones.
+// Every Redis run uses keys of its own (a unique token in every name) and deletes them
+// after; nothing is flushed, so a shared server is safe, but other clients' commands and
+// CPU then count in the Redis figures: use -spawn for clean ones. Every SQL run creates a
+// schema of its own (settle's table, or River's migrations) and drops it after.
 package main
 
 import (
@@ -19,13 +22,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/settlekit/settle"
 )
 
 // kind is what a scenario's handler does.
@@ -42,24 +46,50 @@ const (
 type scenario struct {
 	name    string
 	kind    kind
+	sql     bool // a PostgreSQL scenario: workers is the Concurrency (River's MaxWorkers)
 	workers int
 	about   string
 }
 
 // runCtx is what one run of one system gets.
 type runCtx struct {
-	concurrency int
-	meter       *meter
-	n           int
-	pool        int
-	prefix      string // every key of the run starts with it
-	srv         *server
-	timeout     time.Duration
-	tok         string // in every key of the run
+	capAfter time.Duration // SQL rows: stop after this long and rate what was done; 0: none
+	meter    *meter
+	n        int
+	pg       *pgServer // SQL rows
+	pool     int
+	prefix   string  // every key of the run starts with it
+	schema   string  // SQL rows: the run's own schema, created before and dropped after
+	srv      *server // Redis rows
+	timeout  time.Duration
+	tok      string // in every key and schema name of the run
 }
 
 // client returns a new client of the server with the -pool size.
 func (rc *runCtx) client() *redis.Client { return rc.srv.client(rc.pool) }
+
+// capTimer fires when the run's cap passes (never without one).
+func (rc *runCtx) capTimer() <-chan time.Time {
+	if rc.capAfter <= 0 {
+		return nil
+	}
+	return time.After(rc.capAfter)
+}
+
+// done is how many messages a run counts: all of them; or, when it ended at its cap, those
+// final by then, and in retry-once half the deliveries settled by then (each message
+// takes two): a queue that takes retries after every first delivery (River) has none
+// final until its first pass ends, one that takes them first (the inbox) has many.
+func (rc *runCtx) done(cnt *counter, sc scenario, capped bool) int {
+	switch {
+	case !capped:
+		return rc.n
+	case sc.kind == kindRetry:
+		return int(min(cnt.settled.Load()/2, int64(rc.n)))
+	default:
+		return int(min(cnt.n.Load(), int64(rc.n)))
+	}
+}
 
 // runFunc runs one system on one scenario once.
 type runFunc func(ctx context.Context, rc *runCtx, sc scenario) (*sample, error)
@@ -71,56 +101,114 @@ func (e naError) Error() string { return "n/a: " + string(e) }
 
 func errNA(why string) error { return naError(why) }
 
-// system is one consumer under test.
+// system is one consumer under test, with the options its name says.
 type system struct {
-	name   string
-	settle bool
-	run    runFunc
+	name    string
+	settle  bool
+	sql     bool                     // runs in the PostgreSQL scenarios only
+	fits    func(sc scenario) bool   // whether it runs in sc at all; nil: every scenario
+	options func(sc scenario) string // what it runs with in sc, printed beside its figures
+	run     runFunc
 }
 
-func systems() []system {
-	return []system{
-		{name: "raw", run: runRaw},
-		{name: "settle-stream", settle: true, run: runSettle(settleStream)},
-		{name: "settle-stream-zset", settle: true, run: runSettle(settleStreamZset)},
-		{name: "settle-claiming", settle: true, run: runSettle(settleClaiming)},
-		{name: "settle-reliable-list", settle: true, run: runSettle(settleReliableList)},
-		{name: "asynq", run: runAsynq},
-		{name: "watermill", run: runWatermill},
+func systems(cfg config) []system {
+	k := func(format string) func(sc scenario) string {
+		return func(sc scenario) string { return fmt.Sprintf(format, sc.workers) }
 	}
+	out := []system{
+		{name: "raw", options: k("K=%d goroutines, XREADGROUP COUNT 100"), run: runRaw},
+		{name: "raw-copy", fits: func(sc scenario) bool { return sc.kind == kindRetry },
+			options: k("K=%d goroutines, a retry is XADD copy + XACK, pipelined"), run: runRawCopy},
+	}
+	for _, src := range []struct {
+		name string
+		kind settleKind
+	}{
+		{"settle-stream", settleStream},
+		{"settle-stream-zset", settleStreamZset},
+		{"settle-claiming", settleClaiming},
+		{"settle-reliable-list", settleReliableList},
+	} {
+		for _, o := range settleOptionRows(cfg.concurrency) {
+			out = append(out, system{
+				name: src.name + "-" + o.name, settle: true,
+				fits:    func(sc scenario) bool { return o.fits(src.kind, sc) },
+				options: func(sc scenario) string { return o.describe(src.kind, sc) },
+				run:     runSettle(src.kind, o),
+			})
+		}
+	}
+	out = append(out,
+		system{name: "asynq", options: k("%d server(s), Concurrency 50 each"), run: runAsynq},
+		system{name: "watermill", options: k("%d subscriber(s), one group"), run: runWatermill},
+		system{name: "settle-inbox", settle: true, sql: true, options: func(sc scenario) string {
+			return fmt.Sprintf("1 mount, Concurrency(%d), inbox defaults", sc.workers)
+		}, run: runInbox},
+		system{name: "river-cooldown-1ms", sql: true, options: func(sc scenario) string {
+			return fmt.Sprintf("MaxWorkers %d, FetchCooldown 1ms", sc.workers)
+		}, run: runRiver(time.Millisecond)},
+		system{name: "river-default", sql: true, options: func(sc scenario) string {
+			return fmt.Sprintf("MaxWorkers %d, FetchCooldown 100ms (default)", sc.workers)
+		}, run: runRiver(0)},
+	)
+	return out
 }
 
-func scenarios(k int) []scenario {
-	return []scenario{
+func scenarios(k int, sqlConc []int) []scenario {
+	out := []scenario{
 		{name: "drain-1", kind: kindDrain, workers: 1, about: "drain N published messages, 1 worker"},
 		{name: "drain-8", kind: kindDrain, workers: 8, about: "drain N published messages, 8 workers"},
 		{name: "retry-once", kind: kindRetry, workers: k, about: fmt.Sprintf("every message retried once at once, %d workers", k)},
 		{name: "delay-1s", kind: kindDelay, workers: k, about: fmt.Sprintf("every message retried once after 1s, %d workers", k)},
 		{name: "dlq-10pct", kind: kindDLQ, workers: k, about: fmt.Sprintf("10%% of messages fail every time, dead-lettered at attempt 3, %d workers", k)},
 	}
+	for _, kd := range []kind{kindDrain, kindRetry} {
+		for _, c := range sqlConc {
+			sc := scenario{kind: kd, sql: true, workers: c}
+			if kd == kindDrain {
+				sc.name, sc.about = fmt.Sprintf("sql-drain-%d", c), fmt.Sprintf("drain N published rows, Concurrency %d", c)
+			} else {
+				sc.name, sc.about = fmt.Sprintf("sql-retry-once-%d", c), fmt.Sprintf("every row retried once at once, Concurrency %d", c)
+			}
+			out = append(out, sc)
+		}
+	}
+	return out
 }
 
 func main() {
 	var (
-		n           = flag.Int("n", 50000, "messages per run")
-		runs        = flag.Int("runs", 3, "runs per row; every figure is the median")
+		n           = flag.Int("n", 50000, "messages per Redis run")
+		runs        = flag.Int("runs", 3, "runs per Redis row; every figure is the median")
 		redisURL    = flag.String("redis", "redis://127.0.0.1:6379/0", "the Redis to run against")
 		spawnFlag   = flag.Bool("spawn", false, "start a redis-server of its own on a free loopback port (no persistence) instead of -redis")
 		k           = flag.Int("k", 8, "workers of the retry, delay and dead-letter scenarios")
-		concurrency = flag.Int("concurrency", 200, "settle: Concurrency of each worker's mount; 2×Batch lets a full read start while the last batch finishes (reads ask for at most the free slots)")
+		concurrency = flag.Int("concurrency", 200, "settle's tuned rows: Concurrency of each worker's mount (one mount per worker); 2×Batch lets a full read start while the last batch finishes")
 		pool        = flag.Int("pool", 0, "go-redis PoolSize of every system's client (0: the go-redis default, 10 per CPU)")
-		only        = flag.String("only", "", "comma-separated systems to run (default all)")
-		scens       = flag.String("scenarios", "", "comma-separated scenarios to run (default all)")
+		pg          = flag.String("pg", "postgres://root@127.0.0.1:5432/test?sslmode=disable", "the PostgreSQL of the SQL rows (skipped when it does not connect)")
+		pgConns     = flag.Int("pgconns", 10, "connections of each SQL row's pool (database/sql MaxOpenConns, pgxpool MaxConns)")
+		sqlN        = flag.Int("sqln", 10000, "rows per SQL run")
+		sqlRuns     = flag.Int("sqlruns", 3, "runs per SQL row; every figure is the median")
+		sqlCap      = flag.Duration("sqlcap", 5*time.Second, "end a SQL run after this long and rate the rows done by then (River's FetchCooldown bounds its rate at low MaxWorkers)")
+		sqlConc     = flag.String("sqlconc", "1,8,100", "comma-separated Concurrency (River: MaxWorkers) of the SQL scenarios")
+		only        = flag.String("only", "", "comma-separated systems to run, each a name or a pattern (path.Match: settle-stream-*) (default all)")
+		scens       = flag.String("scenarios", "", "comma-separated scenarios to run, names or patterns (sql-*) (default all)")
 		cpuprofile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		memprofile  = flag.String("memprofile", "", "write an allocation profile of the whole run to this file at the end")
 		timeout     = flag.Duration("timeout", 5*time.Minute, "give up on one run after this long")
 		verbose     = flag.Bool("v", false, "print each run and its commands per message")
 	)
 	flag.Parse()
+	conc, err := ints(*sqlConc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -sqlconc:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, config{
 		n: *n, runs: *runs, redisURL: *redisURL, spawn: *spawnFlag, k: *k, concurrency: *concurrency, pool: *pool,
+		pg: *pg, pgConns: *pgConns, sqlN: *sqlN, sqlRuns: *sqlRuns, sqlCap: *sqlCap, sqlConc: conc,
 		only: split(*only), scenarios: split(*scens), cpuprofile: *cpuprofile, memprofile: *memprofile, timeout: *timeout, verbose: *verbose,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -131,6 +219,10 @@ func main() {
 type config struct {
 	n, runs, k, concurrency, pool int
 	redisURL                      string
+	pg                            string
+	pgConns, sqlN, sqlRuns        int
+	sqlCap                        time.Duration
+	sqlConc                       []int
 	spawn, verbose                bool
 	only, scenarios               []string
 	cpuprofile, memprofile        string
@@ -144,20 +236,70 @@ func split(s string) []string {
 	return strings.Split(s, ",")
 }
 
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range split(s) {
+		var v int
+		if _, err := fmt.Sscan(f, &v); err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// selected reports whether name is one of the names or patterns (none: all are).
+func selected(patterns []string, name string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok || p == name {
+			return true
+		}
+	}
+	return false
+}
+
+// plan is what a run runs: the scenarios selected, each with its systems.
+type plan struct {
+	sc      scenario
+	systems []system
+}
+
+func makePlan(cfg config) []plan {
+	var out []plan
+	for _, sc := range scenarios(cfg.k, cfg.sqlConc) {
+		if !selected(cfg.scenarios, sc.name) {
+			continue
+		}
+		p := plan{sc: sc}
+		for _, sys := range systems(cfg) {
+			if sys.sql != sc.sql || !selected(cfg.only, sys.name) || (sys.fits != nil && !sys.fits(sc)) {
+				continue
+			}
+			p.systems = append(p.systems, sys)
+		}
+		if len(p.systems) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func run(ctx context.Context, cfg config) error {
-	var srv *server
-	var err error
-	if cfg.spawn {
-		srv, err = spawn(ctx)
-	} else {
-		srv, err = connect(ctx, cfg.redisURL)
+	plans := makePlan(cfg)
+	if len(plans) == 0 {
+		return errors.New("no scenario and system selected (see -only, -scenarios)")
 	}
-	if err != nil {
-		return err
+	var redisPlans, sqlPlans []plan
+	for _, p := range plans {
+		if p.sc.sql {
+			sqlPlans = append(sqlPlans, p)
+		} else {
+			redisPlans = append(redisPlans, p)
+		}
 	}
-	defer srv.stop()
-	admin := srv.client(2)
-	defer admin.Close()
 
 	if cfg.cpuprofile != "" {
 		f, err := os.Create(cfg.cpuprofile)
@@ -183,56 +325,105 @@ func run(ctx context.Context, cfg config) error {
 		}()
 	}
 
-	printHeader(ctx, cfg, srv, admin)
 	res := results{}
-	for _, sc := range scenarios(cfg.k) {
-		if len(cfg.scenarios) > 0 && !slices.Contains(cfg.scenarios, sc.name) {
-			continue
+	if len(redisPlans) > 0 {
+		if err := runRedis(ctx, cfg, redisPlans, &res); err != nil {
+			return err
 		}
-		for _, sys := range systems() {
-			if len(cfg.only) > 0 && !slices.Contains(cfg.only, sys.name) {
-				continue
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r := row{system: sys, scenario: sc}
-			for i := range cfg.runs {
-				tok := token()
-				rc := &runCtx{
-					concurrency: cfg.concurrency, meter: &meter{admin: admin, pid: srv.pid}, n: cfg.n, pool: cfg.pool,
-					prefix: "bench:{" + tok + "}:", srv: srv, timeout: cfg.timeout, tok: tok,
-				}
-				s, err := sys.run(ctx, rc, sc)
-				if _, err := deleteKeys(context.WithoutCancel(ctx), admin, tok); err != nil {
-					fmt.Fprintf(os.Stderr, "bench: delete keys of %s: %v\n", tok, err)
-				}
-				var na naError
-				if errors.As(err, &na) {
-					r.na = string(na)
-					break
-				}
-				if err != nil {
-					r.err = err
-					fmt.Fprintf(os.Stderr, "bench: %s %s run %d: %v\n", sys.name, sc.name, i+1, err)
-					break
-				}
-				r.samples = append(r.samples, s)
-				if cfg.verbose {
-					late := ""
-					if len(s.late) > 0 {
-						late = fmt.Sprintf(" late p50 %s p99 %s;", percentile(s.late, 0.50).Round(100*time.Microsecond), percentile(s.late, 0.99).Round(100*time.Microsecond))
-					}
-					fmt.Fprintf(os.Stderr, "  %-20s %-10s run %d: %8.0f msgs/s%s %6.3f cmds/msg:%s\n", sys.name, sc.name, i+1,
-						float64(s.msgs)/s.elapsed.Seconds(), late, float64(s.totalCmds())/float64(s.msgs), topCommands(s.cmds, s.msgs))
-				}
-			}
-			res = append(res, r)
+	}
+	if len(sqlPlans) > 0 {
+		if err := runSQL(ctx, cfg, sqlPlans, &res); err != nil {
+			return err
 		}
-		res.printScenario(os.Stdout, sc)
 	}
 	res.printRatios(os.Stdout)
 	return nil
+}
+
+// runRedis runs the Redis scenarios against -redis or a spawned server.
+func runRedis(ctx context.Context, cfg config, plans []plan, res *results) error {
+	var srv *server
+	var err error
+	if cfg.spawn {
+		srv, err = spawn(ctx)
+	} else {
+		srv, err = connect(ctx, cfg.redisURL)
+	}
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	admin := srv.client(2)
+	defer admin.Close()
+
+	printHeader(ctx, cfg, srv, admin)
+	for _, p := range plans {
+		for _, sys := range p.systems {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			*res = append(*res, runRow(ctx, cfg, cfg.runs, sys, p.sc, func() (*runCtx, func(), error) {
+				tok := token()
+				rc := &runCtx{
+					meter: &meter{admin: admin, serverCPU: func() (time.Duration, error) { return serverCPU(srv.pid) }},
+					n:     cfg.n, pool: cfg.pool, prefix: "bench:{" + tok + "}:", srv: srv, timeout: cfg.timeout, tok: tok,
+				}
+				return rc, func() {
+					if _, err := deleteKeys(context.WithoutCancel(ctx), admin, tok); err != nil {
+						fmt.Fprintf(os.Stderr, "bench: delete keys of %s: %v\n", tok, err)
+					}
+				}, nil
+			}))
+		}
+		res.printScenario(os.Stdout, p.sc)
+	}
+	return nil
+}
+
+// runRow runs one system on one scenario runs times; fresh gives each run its context and
+// what cleans up after it.
+func runRow(ctx context.Context, cfg config, runs int, sys system, sc scenario, fresh func() (*runCtx, func(), error)) row {
+	r := row{system: sys, scenario: sc}
+	if sys.options != nil {
+		r.options = sys.options(sc)
+	}
+	for i := range runs {
+		if ctx.Err() != nil {
+			r.err = ctx.Err()
+			break
+		}
+		rc, cleanup, err := fresh()
+		var s *sample
+		if err == nil {
+			s, err = sys.run(ctx, rc, sc)
+			cleanup()
+		}
+		var na naError
+		if errors.As(err, &na) {
+			r.na = string(na)
+			break
+		}
+		if err != nil {
+			r.err = err
+			fmt.Fprintf(os.Stderr, "bench: %s %s run %d: %v\n", sys.name, sc.name, i+1, err)
+			break
+		}
+		r.samples = append(r.samples, s)
+		if cfg.verbose {
+			late := ""
+			if len(s.late) > 0 {
+				late = fmt.Sprintf(" late p50 %s p99 %s;", percentile(s.late, 0.50).Round(100*time.Microsecond), percentile(s.late, 0.99).Round(100*time.Microsecond))
+			}
+			if sc.sql {
+				fmt.Fprintf(os.Stderr, "  %-28s %-18s run %d: %8.0f rows/s, %d rows in %s, db CPU %s\n", sys.name, sc.name, i+1,
+					s.rate(), s.msgs, s.elapsed.Round(time.Millisecond), s.srvCPU)
+			} else {
+				fmt.Fprintf(os.Stderr, "  %-28s %-18s run %d: %8.0f msgs/s%s %6.3f cmds/msg:%s\n", sys.name, sc.name, i+1,
+					s.rate(), late, s.perMsg(float64(s.totalCmds())), topCommands(s.cmds, s.msgs))
+			}
+		}
+	}
+	return r
 }
 
 func printHeader(ctx context.Context, cfg config, srv *server, admin *redis.Client) {
@@ -245,13 +436,24 @@ func printHeader(ctx context.Context, cfg config, srv *server, admin *redis.Clie
 	if srv.pid == 0 {
 		cpuNote = "redis-server CPU unknown (server not local)"
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("settle bench: N=%d messages of %d bytes, median of %d runs; Redis %s (%s); %s\n",
 		cfg.n, payloadSize, cfg.runs, infoField(info, "redis_version"), where, cpuNote)
-	fmt.Printf("machine: %s/%s, %d CPUs (%s), %s; load average %s\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), runtime.Version(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
-	fmt.Printf("settle: one mount per worker, Concurrency(%d) each; asynq: one server per worker, Concurrency 50, DelayedTaskCheckInterval %s; watermill: one subscriber per worker, one group; claiming stream min-idle %s\n\n",
-		cfg.concurrency, asynqCheckInterval, claimMinIdle)
+	fmt.Printf("machine: %s\n", machine())
+	fmt.Printf("settle rows, by options: default = 1 mount, no option but what the scenario needs (Concurrency %d, Batch %d, Block %s, settle's consumer name); "+
+		"c1, c8 = 1 mount, Concurrency(1), Concurrency(8); tuned-c%d = one mount per worker, each its own consumer, Concurrency(%d) each. "+
+		"c1 runs beside raw K=1 (1-worker scenarios), default and c8 beside raw K=%d; the tuned row in every scenario\n",
+		settle.DefaultConcurrency, settle.DefaultBatch, settle.DefaultBlock, cfg.concurrency, cfg.concurrency, cfg.k)
+	fmt.Printf("raw: K goroutines, one consumer each (retry-once: failed ids left unacked and read back from the consumer's pending entries); "+
+		"asynq: one server per worker, Concurrency 50, DelayedTaskCheckInterval %s; watermill: one subscriber per worker, one group; claiming stream min-idle %s\n\n",
+		asynqCheckInterval, claimMinIdle)
+}
+
+// machine describes the machine and its load.
+func machine() string {
+	load, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(load))
+	return fmt.Sprintf("%s/%s, %d CPUs (%s), %s; load average %s",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), runtime.Version(), strings.Join(f[:min(3, len(f))], " "))
 }
 
 func cpuModel() string {

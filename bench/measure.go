@@ -27,7 +27,19 @@ type sample struct {
 	mallocs uint64        // heap allocations in this process
 	late    []time.Duration
 	back    []time.Duration // stream rows: how long after due each retry copy was written (its id's ms)
+	capped  bool            // ended at the run's cap (SQL rows): msgs is what was done by then
 	note    string          // something the run saw that the figures do not show
+}
+
+// rate is the run's messages per second.
+func (s *sample) rate() float64 { return float64(s.msgs) / s.elapsed.Seconds() }
+
+// perMsg is x per message of the run (0 when none was done).
+func (s *sample) perMsg(x float64) float64 {
+	if s.msgs == 0 {
+		return 0
+	}
+	return x / float64(s.msgs)
 }
 
 func (s *sample) totalCmds() int64 {
@@ -40,8 +52,8 @@ func (s *sample) totalCmds() int64 {
 
 // meter takes the snapshots a sample is the difference of.
 type meter struct {
-	admin *redis.Client
-	pid   int
+	admin     *redis.Client                 // INFO commandstats; nil: no command counts (SQL rows)
+	serverCPU func() (time.Duration, error) // the server's CPU so far; nil: unknown
 
 	t0    time.Time
 	cmds0 map[string]int64
@@ -54,11 +66,16 @@ type meter struct {
 func (m *meter) start(ctx context.Context) error {
 	runtime.GC()
 	var err error
-	if m.cmds0, err = commandStats(ctx, m.admin); err != nil {
-		return fmt.Errorf("info commandstats: %w", err)
+	if m.admin != nil {
+		if m.cmds0, err = commandStats(ctx, m.admin); err != nil {
+			return fmt.Errorf("info commandstats: %w", err)
+		}
 	}
-	m.srv0, err = serverCPU(m.pid)
-	m.srvOK = err == nil
+	m.srvOK = false
+	if m.serverCPU != nil {
+		m.srv0, err = m.serverCPU()
+		m.srvOK = err == nil
+	}
 	m.cli0 = rusageCPU()
 	m.mem0 = mallocs()
 	m.t0 = time.Now()
@@ -70,15 +87,18 @@ func (m *meter) stop(ctx context.Context, msgs int) (*sample, error) {
 	s.mallocs = mallocs() - m.mem0
 	s.cliCPU = rusageCPU() - m.cli0
 	if m.srvOK {
-		if srv, err := serverCPU(m.pid); err == nil {
+		if srv, err := m.serverCPU(); err == nil {
 			s.srvCPU, s.srvOK = srv-m.srv0, true
 		}
+	}
+	s.cmds = map[string]int64{}
+	if m.admin == nil {
+		return s, nil
 	}
 	cmds, err := commandStats(ctx, m.admin)
 	if err != nil {
 		return nil, fmt.Errorf("info commandstats: %w", err)
 	}
-	s.cmds = map[string]int64{}
 	for k, v := range cmds {
 		if d := v - m.cmds0[k]; d > 0 {
 			s.cmds[k] = d
@@ -101,10 +121,11 @@ func mallocs() uint64 {
 
 // counter counts messages reaching their final state and closes done at the target.
 type counter struct {
-	n      atomic.Int64
-	target int64
-	once   sync.Once
-	done   chan struct{}
+	n       atomic.Int64
+	settled atomic.Int64 // deliveries settled, final or not (a capped retry run rates these)
+	target  int64
+	once    sync.Once
+	done    chan struct{}
 }
 
 func newCounter(target int) *counter {

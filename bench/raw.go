@@ -11,11 +11,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// runRaw is the practical limit of a stream consumer: K goroutines, each one consumer of
-// one group, reading XREADGROUP COUNT 100 and sending one XACK per batch. A retry appends
-// a copy (field rc = retry count) and a dead letter appends to the dead-letter stream, in
-// the same pipeline as the batch's XACK (not atomic: the limit, not a safe consumer).
+// runRaw is the raw loop; runRawCopy the same, but a retry-once retry appends a copy and
+// acks the original, pipelined (what settle's Stream does, atomically; the raw retry
+// before issue 9).
 func runRaw(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
+	return rawLoop(ctx, rc, sc, false)
+}
+
+func runRawCopy(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
+	return rawLoop(ctx, rc, sc, true)
+}
+
+// rawLoop is the practical limit of a stream consumer: K goroutines, each one consumer of
+// one group, reading XREADGROUP COUNT 100 and sending one XACK per batch. A retry
+// (retry-once) leaves the failed ids unacked, and the consumer's next read takes them
+// back from its own pending entries (XREADGROUP … 0) before reading new ones. Under an
+// attempts cap (dlq-10pct) a retry appends a copy (field rc = retry count) and a dead
+// letter appends to the dead-letter stream, in the same pipeline as the batch's XACK
+// (not atomic: the limit, not a safe consumer).
+func rawLoop(ctx context.Context, rc *runCtx, sc scenario, copyRetry bool) (*sample, error) {
 	if sc.kind == kindDelay {
 		return nil, errNA("a raw loop has no delay queue")
 	}
@@ -38,7 +52,7 @@ func runRaw(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
 	errs := make(chan error, sc.workers)
 	for w := range sc.workers {
 		wg.Go(func() {
-			if err := rawWorker(runCtx, rdb, key, dlq, group, fmt.Sprintf("c%d", w), sc, cnt); err != nil {
+			if err := rawWorker(runCtx, rdb, key, dlq, group, fmt.Sprintf("c%d", w), sc, copyRetry, cnt); err != nil {
 				errs <- err
 			}
 		})
@@ -56,11 +70,16 @@ func runRaw(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
 	return s, errors.Join(err, serr)
 }
 
-func rawWorker(ctx context.Context, rdb *redis.Client, key, dlq, group, consumer string, sc scenario, cnt *counter) error {
-	ids := make([]string, 0, 100)
+func rawWorker(ctx context.Context, rdb *redis.Client, key, dlq, group, consumer string, sc scenario, copyRetry bool, cnt *counter) error {
+	const count = 100
+	pending := 0 // entries this consumer left unacked to retry them: read back first
 	for ctx.Err() == nil {
+		start := ">"
+		if pending > 0 {
+			start = "0" // this consumer's own pending entries, oldest first
+		}
 		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: group, Consumer: consumer, Streams: []string{key, ">"}, Count: 100, Block: 100 * time.Millisecond,
+			Group: group, Consumer: consumer, Streams: []string{key, start}, Count: count, Block: 100 * time.Millisecond,
 		}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -71,39 +90,35 @@ func rawWorker(ctx context.Context, rdb *redis.Client, key, dlq, group, consumer
 			}
 			return fmt.Errorf("xreadgroup: %w", err)
 		}
-		ids = ids[:0]
-		var copies, dead [][]any
-		final := 0
-		for _, m := range res[0].Messages {
-			ids = append(ids, m.ID)
-			p, _ := m.Values["payload"].(string)
-			retries := 0
-			if v, ok := m.Values["rc"].(string); ok {
-				retries, _ = strconv.Atoi(v)
+		var b rawBatch
+		if start == "0" {
+			// Redeliveries of the entries left unacked: their second attempt succeeds.
+			for _, m := range res[0].Messages {
+				b.ack = append(b.ack, m.ID)
 			}
-			attempt := retries + 1
-			switch {
-			case sc.kind == kindRetry && attempt == 1,
-				sc.kind == kindDLQ && failing(index([]byte(p))) && attempt < 3:
-				copies = append(copies, []any{"payload", p, "rc", strconv.Itoa(attempt)})
-			case sc.kind == kindDLQ && failing(index([]byte(p))):
-				dead = append(dead, []any{"payload", p, "rc", strconv.Itoa(attempt)})
-				final++
-			default:
-				final++
+			b.final = len(b.ack)
+			pending -= len(b.ack)
+			if len(b.ack) == 0 {
+				pending = 0
 			}
-		}
-		if len(copies)+len(dead) == 0 {
-			err = rdb.XAck(ctx, key, group, ids...).Err()
 		} else {
+			b = sortBatch(res[0].Messages, sc, copyRetry)
+			pending += b.leftPending
+		}
+		switch {
+		case len(b.ack) == 0:
+			continue
+		case len(b.copies)+len(b.dead) == 0:
+			err = rdb.XAck(ctx, key, group, b.ack...).Err()
+		default:
 			_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, v := range copies {
+				for _, v := range b.copies {
 					p.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: v})
 				}
-				for _, v := range dead {
+				for _, v := range b.dead {
 					p.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: v})
 				}
-				p.XAck(ctx, key, group, ids...)
+				p.XAck(ctx, key, group, b.ack...)
 				return nil
 			})
 		}
@@ -113,7 +128,47 @@ func rawWorker(ctx context.Context, rdb *redis.Client, key, dlq, group, consumer
 			}
 			return fmt.Errorf("settle batch: %w", err)
 		}
-		cnt.add(final)
+		cnt.add(b.final)
 	}
 	return nil
+}
+
+// rawBatch is what the raw loop writes for one read of new entries.
+type rawBatch struct {
+	ack          []string // ids to XACK
+	copies, dead [][]any  // retry copies and dead letters to XADD, in the XACK's pipeline
+	final        int      // messages reaching their final state
+	leftPending  int      // ids left unacked, to be read back (retry-once)
+}
+
+// sortBatch decides each new entry of one read: first deliveries fail in retry-once (left
+// pending, or with copyRetry copied with rc + 1); in dlq-10pct the failing tenth is
+// copied with rc + 1, and dead-lettered at attempt 3; everything else is acked.
+func sortBatch(msgs []redis.XMessage, sc scenario, copyRetry bool) rawBatch {
+	var b rawBatch
+	for _, m := range msgs {
+		if sc.kind == kindRetry && !copyRetry {
+			b.leftPending++
+			continue
+		}
+		p, _ := m.Values["payload"].(string)
+		retries := 0
+		if v, ok := m.Values["rc"].(string); ok {
+			retries, _ = strconv.Atoi(v)
+		}
+		attempt := retries + 1
+		switch {
+		case sc.kind == kindRetry && attempt == 1:
+			b.copies = append(b.copies, []any{"payload", p, "rc", "1"})
+		case sc.kind == kindDLQ && failing(index([]byte(p))) && attempt < 3:
+			b.copies = append(b.copies, []any{"payload", p, "rc", strconv.Itoa(attempt)})
+		case sc.kind == kindDLQ && failing(index([]byte(p))):
+			b.dead = append(b.dead, []any{"payload", p, "rc", strconv.Itoa(attempt)})
+			b.final++
+		default:
+			b.final++
+		}
+		b.ack = append(b.ack, m.ID)
+	}
+	return b
 }

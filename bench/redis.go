@@ -172,28 +172,12 @@ func serverCPU(pid int) (time.Duration, error) {
 	if pid == 0 {
 		return 0, errors.New("server not local")
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := readProcStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces: count fields after its ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state): utime is field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
+	return st.utime + st.stime, nil
 }
-
-// clockTicks is USER_HZ, 100 on every Linux this runs on.
-const clockTicks = 100
 
 // token returns a fresh random token naming one run's keys.
 func token() string {

@@ -29,14 +29,71 @@ const claimMinIdle = 100 * time.Millisecond
 
 var errHandler = errors.New("bench: handler failed")
 
-// runSettle runs one settle App with one mount per worker (each its own consumer), every
-// mount with Concurrency(rc.concurrency), counting settlements that are Final.
-func runSettle(kind settleKind) runFunc {
+// settleOpts is how a settle row mounts its source: the options the row is named after.
+type settleOpts struct {
+	name        string // the row's name ends with it: default, c1, c8, tuned-c200
+	concurrency int    // Concurrency(n) of each mount; 0: none given (settle's default)
+	perWorker   bool   // one mount per scenario worker, each its own consumer (tuned)
+}
+
+// settleOptionRows are the option sets every settle source runs with: what users run
+// (the defaults, Concurrency(1), Concurrency(8), one mount each) and the tuned row.
+func settleOptionRows(tuned int) []settleOpts {
+	return []settleOpts{
+		{name: "default"},
+		{name: "c1", concurrency: 1},
+		{name: "c8", concurrency: 8},
+		{name: fmt.Sprintf("tuned-c%d", tuned), concurrency: tuned, perWorker: true},
+	}
+}
+
+// fits reports whether the row runs in sc: beside the raw loop with as many goroutines
+// handling (Concurrency(1) beside raw K=1; the defaults and Concurrency(8) beside raw
+// K>1, 8 unless -k says otherwise); the tuned row has one mount per worker, so it fits
+// every scenario. A durable delay set only matters in the delay scenario.
+func (o settleOpts) fits(kind settleKind, sc scenario) bool {
+	switch {
+	case kind == settleStreamZset && sc.kind != kindDelay:
+		return false // the same as settle-stream outside delays
+	case o.perWorker:
+		return true
+	case o.concurrency == 1:
+		return sc.workers == 1
+	default:
+		return sc.workers > 1
+	}
+}
+
+// describe says what the row runs with in sc: its mounts and options, including the
+// options the scenario needs.
+func (o settleOpts) describe(kind settleKind, sc scenario) string {
+	var d string
+	switch {
+	case o.perWorker:
+		d = fmt.Sprintf("%d mounts (one per worker), Concurrency(%d) each", sc.workers, o.concurrency)
+		if sc.workers == 1 {
+			d = fmt.Sprintf("1 mount, Concurrency(%d)", o.concurrency)
+		}
+	case o.concurrency == 0:
+		d = fmt.Sprintf("1 mount, defaults (Concurrency %d)", settle.DefaultConcurrency)
+	default:
+		d = fmt.Sprintf("1 mount, Concurrency(%d)", o.concurrency)
+	}
+	if sc.kind == kindDLQ {
+		d += ", MaxAttempts(3), DeadLetter"
+	}
+	if kind == settleStreamZset {
+		d += ", DelayIn(DurableZset)"
+	}
+	return d
+}
+
+// runSettle runs one settle App of kind with the row's options, counting settlements
+// that are Final. A one-mount row gives no option but what the scenario needs (no
+// Consumer, no Name); the tuned row mounts one consumer per worker.
+func runSettle(kind settleKind, o settleOpts) runFunc {
 	return func(ctx context.Context, rc *runCtx, sc scenario) (*sample, error) {
-		switch {
-		case kind == settleStreamZset && sc.kind != kindDelay:
-			return nil, errNA("same as settle-stream outside delays")
-		case kind == settleClaiming && sc.kind == kindDelay:
+		if kind == settleClaiming && sc.kind == kindDelay {
 			return nil, errNA("a claiming stream's delay is its min-idle")
 		}
 		rdb := rc.client()
@@ -52,84 +109,130 @@ func runSettle(kind settleKind) runFunc {
 			return nil, err
 		}
 
-		cnt := newCounter(rc.n)
-		late := newLateness(rc.n)
-		var failed atomic.Int64
-		var firstErr atomic.Value
-		app, err := settle.New(settle.Config{
-			Logger:       slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 1})),
-			DrainTimeout: 5 * time.Second,
-			OnSettled: func(_ context.Context, s settle.Settled) {
-				if s.Err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, s.Err)
-				}
-				if s.Final() {
-					cnt.add(1)
-				}
-			},
-		})
+		b := newAppBench(rc.n)
+		app, err := b.app()
 		if err != nil {
 			return nil, err
 		}
-		h := settleHandler(sc, late, make([]atomic.Bool, rc.n))
-		for w := range sc.workers {
-			opts := []settle.MountOption{settle.Concurrency(rc.concurrency), settle.Name(fmt.Sprintf("w%d", w))}
+		h := settleHandler(sc, b.late, make([]atomic.Bool, rc.n))
+		mounts := 1
+		if o.perWorker {
+			mounts = sc.workers
+		}
+		for w := range mounts {
+			var opts []settle.MountOption
+			if o.concurrency > 0 {
+				opts = append(opts, settle.Concurrency(o.concurrency))
+			}
+			if o.perWorker {
+				opts = append(opts, settle.Name(fmt.Sprintf("w%d", w)))
+			}
 			if sc.kind == kindDLQ {
 				opts = append(opts, settle.MaxAttempts(3), settle.DeadLetter(dlq))
 			}
 			if kind == settleStreamZset {
 				opts = append(opts, settle.DelayIn(delayed.DurableZset{Key: rc.prefix + "delayed"}))
 			}
-			consumer := settle.Consumer(fmt.Sprintf("c%d", w))
 			var src settle.Source
 			switch kind {
 			case settleStream, settleStreamZset:
-				src = settle.Stream(rdb, key, group, consumer)
+				src = settle.Stream(rdb, key, group, consumer[settle.StreamOption](o, w)...)
 			case settleClaiming:
-				src = settle.ClaimingStream(rdb, key, group, claimMinIdle, consumer)
+				src = settle.ClaimingStream(rdb, key, group, claimMinIdle, consumer[settle.ClaimingStreamOption](o, w)...)
 			case settleReliableList:
-				src = settle.ReliableList(rdb, key, consumer)
+				src = settle.ReliableList(rdb, key, consumer[settle.ReliableListOption](o, w)...)
 			}
 			app.Mount(src, h, opts...)
 		}
-		if err := app.Validate(); err != nil {
-			return nil, err
-		}
-		runCtx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if err := rc.meter.start(ctx); err != nil {
-			return nil, err
-		}
-		ran := make(chan error, 1)
-		go func() { ran <- app.Run(runCtx) }()
-		ranDone := false
-		select {
-		case <-cnt.done:
-		case err = <-ran:
-			ranDone = true
-			err = fmt.Errorf("run returned early: %v", err)
-		case <-time.After(rc.timeout):
-			err = fmt.Errorf("timed out with %d of %d done", cnt.n.Load(), rc.n)
-		}
-		s, serr := rc.meter.stop(ctx, rc.n)
-		cancel()
-		if !ranDone {
-			if rerr := <-ran; rerr != nil {
-				err = errors.Join(err, fmt.Errorf("run: %w", rerr))
+		return b.run(ctx, rc, sc, app)
+	}
+}
+
+// consumer is the Consumer option of the tuned row's mount w (each mount its own
+// consumer), or none: a one-mount row keeps settle's default consumer name.
+func consumer[T any](o settleOpts, w int) []T {
+	if !o.perWorker {
+		return nil
+	}
+	return []T{any(settle.Consumer(fmt.Sprintf("c%d", w))).(T)}
+}
+
+// appBench counts one settle App's final settlements and what went wrong.
+type appBench struct {
+	cnt      *counter
+	late     *lateness
+	failed   atomic.Int64
+	firstErr atomic.Value
+}
+
+func newAppBench(n int) *appBench {
+	return &appBench{cnt: newCounter(n), late: newLateness(n)}
+}
+
+// app returns an App whose settlements the bench counts; its logs are discarded (a
+// retry logs at Info, and printing 50,000 lines is not what is measured).
+func (b *appBench) app() (*settle.App, error) {
+	return settle.New(settle.Config{
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 1})),
+		DrainTimeout: 5 * time.Second,
+		OnSettled: func(_ context.Context, s settle.Settled) {
+			if s.Err != nil {
+				b.failed.Add(1)
+				b.firstErr.CompareAndSwap(nil, s.Err)
+			} else {
+				b.cnt.settled.Add(1)
 			}
+			if s.Final() {
+				b.cnt.add(1)
+			}
+		},
+	})
+}
+
+// run validates and runs app until every message is final, the run's cap passes (SQL
+// rows: the rate is then over the messages done, see runCtx.done), or its timeout; then
+// stops it.
+func (b *appBench) run(ctx context.Context, rc *runCtx, sc scenario, app *settle.App) (*sample, error) {
+	if err := app.Validate(); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := rc.meter.start(ctx); err != nil {
+		return nil, err
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(runCtx) }()
+	var err error
+	ranDone, capped := false, false
+	select {
+	case <-b.cnt.done:
+	case err = <-ran:
+		ranDone = true
+		err = fmt.Errorf("run returned early: %v", err)
+	case <-rc.capTimer():
+		capped = true
+	case <-time.After(rc.timeout):
+		err = fmt.Errorf("timed out with %d of %d done", b.cnt.n.Load(), rc.n)
+	}
+	s, serr := rc.meter.stop(ctx, rc.done(b.cnt, sc, capped))
+	cancel()
+	if !ranDone {
+		if rerr := <-ran; rerr != nil {
+			err = errors.Join(err, fmt.Errorf("run: %w", rerr))
 		}
-		if s != nil {
-			s.late, s.back = late.values()
-		}
-		if n := failed.Load(); n > 0 && s != nil {
+	}
+	if s != nil {
+		s.late, s.back = b.late.values()
+		s.capped = capped
+		if n := b.failed.Load(); n > 0 {
 			// Not a failed run when every message still reached its final state: e.g. a
 			// claiming stream's entry taken over by another consumer after min-idle, whose
 			// late settlement is then refused (and the new owner settles it).
-			s.note = fmt.Sprintf("%d settlements failed and were redelivered, first: %v", n, firstErr.Load())
+			s.note = fmt.Sprintf("%d settlements failed and were redelivered, first: %v", n, b.firstErr.Load())
 		}
-		return s, errors.Join(err, serr)
 	}
+	return s, errors.Join(err, serr)
 }
 
 // settleHandler is the scenario's handler: no-op, retry once, delay once, or fail the
