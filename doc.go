@@ -7,14 +7,17 @@
 //
 // A [Handler] returns an error, and the error is the outcome: nil acks; [Drop],
 // [Retry] and [RetryAfter] ask for those outcomes and survive %w wrapping; any other
-// error retries and is kept for the dead letter; a panic is recovered and retried.
+// error (a panic, an undecodable payload) retries after the mount's [Backoff] and is kept
+// for the dead letter. A handler that runs past the mount's [Timeout] is settled as a
+// failure at once.
 // [Typed] decodes msgpack (or JSON, or raw bytes: [WithCodec]) before calling a typed
 // function.
 //
 // # Mounts and the App
 //
 // An [App] mounts handlers on sources such as [Stream], each with its own policy:
-// [MaxAttempts], [DeadLetter], [Concurrency], [DelayIn]. [App.Run] validates every
+// [MaxAttempts], [DeadLetter], [Concurrency] (handlers running), [Prefetch] (deliveries
+// read ahead), [DelayIn]. [App.Run] validates every
 // mount, reporting every refusal at once, then consumes until its context is cancelled
 // and shuts down gracefully.
 //

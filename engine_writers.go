@@ -3,17 +3,22 @@ package settle
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/timerq"
 )
 
-// A mount's settlement writes go through batched writers, so that a handler's worker
+// A settlement is applied (apply) through batched writers, so that a handler's worker
 // does not wait for its write's round trip: the acker (every completion), the copier
 // (every move, for a transport that writes many in one call) and the writer of due
-// in-process delays. Each reports every settlement with its own error once written.
+// in-process delays. Each reports every settlement with its own error once written. The
+// watchdog settles, as failures, the deliveries whose handler ran past its timeout.
 
 // acker batches acks: one transport Ack call for all the acks waiting.
 type acker struct {
@@ -255,4 +260,248 @@ func (w *writeContexts) get() context.Context {
 		w.until = now.Add(time.Second)
 	}
 	return w.ctx
+}
+
+// apply carries out a settlement: a completion goes to the batched acker, any other to
+// the transport's Moves (see move), an in-process delay to the delay queue. It reports
+// whether the delivery's move was queued to the copier, which then frees its slot.
+func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s settlement, acks *acker, delays *timerq.Queue) (queued bool) {
+	ev := Settled{
+		Action:     s.Action,
+		Attempt:    d.Attempt,
+		HandlerErr: o.Err,
+		ID:         d.ID,
+		Key:        d.Key,
+		Mount:      m.name,
+		Outcome:    o.Kind,
+	}
+	switch s.Action {
+	case ActionAck:
+		m.logSettlement(ctx, slog.LevelDebug, "settle: ack", d, o, s)
+		acks.add(d, ev)
+		return false
+	case ActionDrop, ActionReject:
+		m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Any(attrError, o.Err))
+		acks.add(d, ev)
+		return false
+	case ActionLose:
+		// Warned once per mount, counted every time (reported again when the mount stops).
+		n := m.lost.Add(1)
+		m.warnOnce(ctx, "lose", "settle: "+s.Reason+"; declare MaxAttempts to retry with a copy (warned once per mount; every loss is counted)",
+			settlementAttrs(d, o, s, slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelDebug, "settle: "+s.Reason, d, o, s, slog.Int64("lost", n), slog.Any(attrError, o.Err))
+		acks.add(d, ev)
+		return false
+	case ActionLeave:
+		if o.Kind == OutcomeRetryAfter && o.Delay != s.Delay {
+			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
+				slog.Duration(attrDelay, o.Delay), slog.Duration("min_idle", s.Delay))
+		}
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
+		ev.Delay = s.Delay
+		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
+	case ActionPutBack:
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
+		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d}, ev)
+	case ActionCopy:
+		if o.Kind == OutcomeRetryAfter {
+			// The asked delay could not be kept (see delayRefusal): say why, loudly.
+			m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Duration(attrDelay, o.Delay), slog.Any(attrError, o.Err))
+		} else {
+			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
+		}
+		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+	case ActionPark:
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
+		ev.Delay = s.Delay
+		if m.info.Caps.Parks {
+			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+		}
+		// Reported once scheduled, so a test may advance its clock right after seeing it.
+		m.scheduleCopy(d, ev, s.Delay, delays)
+		m.settled(m.writes.get(), d, ev)
+		return false
+	default: // ActionDeadLetter
+		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
+		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
+	}
+}
+
+// move applies one move: queued to the mount's copier when its transport writes moves
+// in batches (the copier reports it and frees the delivery's slot once it is written),
+// else written now, from the handler's goroutine, so the writes of concurrent handlers
+// stay concurrent.
+func (m *mount) move(mv source.Move, ev Settled) (queued bool) {
+	if m.copies != nil {
+		m.copies.add(mv, ev)
+		return true
+	}
+	ctx := m.writes.get()
+	ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
+	m.settled(ctx, mv.Delivery, ev)
+	return false
+}
+
+// scheduleCopy keeps an in-process delay: the original stays unsettled until the copy
+// is written. Copies coming due go to the mount's writer of due copies, which writes
+// those due meanwhile together; without one (a transport that writes moves one at a
+// time), each is written on its own goroutine, so many coming due at once are written
+// concurrently. Run waits for every one before returning.
+func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
+	// A delivery may share its memory with the rest of its read (see
+	// streamTransport.deliveries): keep a copy of its own while it waits.
+	held := *d
+	d = &held
+	ev.Action = ActionCopy
+	mv := source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}
+	if w := m.due; w != nil {
+		delays.Schedule(delay, func() { w.add(copyReq{move: mv, ev: ev}) })
+		return
+	}
+	delays.Schedule(delay, func() {
+		m.eng.delayed.Go(func() {
+			ctx := m.writes.get()
+			ev := ev
+			ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
+			m.settled(ctx, d, ev)
+		})
+	})
+}
+
+// worker is one handler goroutine's state, as the mount's watchdog sees it: the delivery
+// its handler runs, since when, and the context it runs under. The context is made once
+// and kept from one delivery to the next, until a timeout cancels it.
+type worker struct {
+	parent context.Context
+
+	mu       sync.Mutex
+	cancel   context.CancelCauseFunc
+	ctx      context.Context
+	d        *source.Delivery // the delivery running; nil between deliveries
+	start    time.Time
+	timedOut bool // the watchdog settled d
+	watch    *watchdog
+}
+
+// begin marks d running from now and returns the context to run its handler under.
+func (w *worker) begin(d *source.Delivery) context.Context {
+	now := w.watch.m.eng.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx == nil {
+		w.ctx, w.cancel = context.WithCancelCause(w.parent)
+	}
+	w.d, w.start, w.timedOut = d, now, false
+	return w.ctx
+}
+
+// end marks the delivery done and reports whether it is still the worker's to settle
+// (false: the watchdog settled it at its timeout). A nil worker (tests of the engine's
+// path alone) always settles.
+func (w *worker) end() bool {
+	if w == nil {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	timedOut := w.timedOut
+	if timedOut {
+		w.ctx = nil // cancelled: the next delivery gets a new one
+		w.watch.hung.Add(-1)
+	}
+	w.d, w.timedOut = nil, false
+	return !timedOut
+}
+
+// watchdog enforces a mount's Timeout: every tick it settles, as a failure, each
+// delivery whose handler has run past the timeout, and cancels that handler's context
+// with ErrHandlerTimeout.
+type watchdog struct {
+	acks   *acker
+	delays *timerq.Queue
+	done   chan struct{}
+	m      *mount
+	parent context.Context
+	quit   chan struct{}
+	slots  chan struct{}
+	// hung counts the workers whose handler ran past its timeout and has not returned:
+	// the read loop starts as many more, so that Concurrency handlers still run.
+	hung atomic.Int32
+
+	mu      sync.Mutex
+	workers []*worker
+}
+
+// newWatchdog starts the mount's watchdog; stop ends it.
+func newWatchdog(m *mount, parent context.Context, acks *acker, delays *timerq.Queue, slots chan struct{}) *watchdog {
+	g := &watchdog{acks: acks, delays: delays, done: make(chan struct{}), m: m, parent: parent, quit: make(chan struct{}), slots: slots}
+	first := m.eng.clock.NewTimer(g.tick()) // before any handler starts: a test's clock may move at once
+	go g.run(first)
+	return g
+}
+
+// tick is how often the watchdog looks: a quarter of the timeout, between 1ms and 1s.
+func (g *watchdog) tick() time.Duration {
+	return min(max(g.m.cfg.timeout/4, time.Millisecond), time.Second)
+}
+
+// worker returns the state of a new worker, watched from now on.
+func (g *watchdog) worker() *worker {
+	w := &worker{parent: g.parent, watch: g}
+	g.mu.Lock()
+	g.workers = append(g.workers, w)
+	g.mu.Unlock()
+	return w
+}
+
+func (g *watchdog) stop() {
+	close(g.quit)
+	<-g.done
+}
+
+func (g *watchdog) run(t Timer) {
+	defer close(g.done)
+	for {
+		select {
+		case <-g.quit:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		g.check(g.m.eng.clock.Now(), g.m.cfg.timeout)
+		t = g.m.eng.clock.NewTimer(g.tick())
+	}
+}
+
+// check settles the deliveries running past timeout at now.
+func (g *watchdog) check(now time.Time, timeout time.Duration) {
+	g.mu.Lock()
+	workers := g.workers
+	g.mu.Unlock()
+	for _, w := range workers {
+		w.mu.Lock()
+		d := w.d
+		expired := d != nil && !w.timedOut && now.Sub(w.start) >= timeout
+		if expired {
+			w.timedOut = true
+			w.cancel(ErrHandlerTimeout)
+			g.hung.Add(1)
+		}
+		w.mu.Unlock()
+		if expired {
+			g.settle(d, timeout)
+		}
+	}
+}
+
+// settle settles d, whose handler ran past timeout, as a failed delivery.
+func (g *watchdog) settle(d *source.Delivery, timeout time.Duration) {
+	m := g.m
+	err := fmt.Errorf("%w (%s)", ErrHandlerTimeout, timeout)
+	m.logger.WarnContext(g.parent, "settle: a handler ran past its timeout: its delivery is settled as a failure",
+		slog.String(attrMsgID, d.ID), slog.Duration("timeout", timeout))
+	o := Outcome{Kind: OutcomeRetry, Err: err, Delay: m.backoff(d.Attempt, err)}
+	if !m.apply(g.parent, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), g.acks, g.delays) {
+		<-g.slots // else the copier frees it once the move is written
+	}
 }

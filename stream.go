@@ -225,40 +225,6 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 	return t.read(ctx, ">", max, wait)
 }
 
-// readOwnPending re-reads entries delivered to this consumer and not settled (after a
-// restart with a stable consumer name, a dropped connection or a failed settlement),
-// skipping those in flight here.
-func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*source.Delivery, error) {
-	for {
-		t.mu.Lock()
-		cursor, asked := t.cursor, t.rescans
-		t.fence.begin()
-		t.mu.Unlock()
-		msgs, err := t.xread(ctx, cursor, max, -1)
-		t.mu.Lock()
-		unsettled := t.fence.end(msgs)
-		if err != nil {
-			t.mu.Unlock()
-			return nil, err
-		}
-		if len(msgs) == 0 {
-			// Done, unless a settlement failed (or a read was lost) while this read was
-			// out: its entry may lie before the cursor, so the next Fetch reads again.
-			if t.rescans == asked {
-				t.rescan, t.cursor = false, "0"
-			}
-			t.mu.Unlock()
-			return nil, nil
-		}
-		t.cursor = msgs[len(msgs)-1].ID
-		t.mu.Unlock()
-		if ds := t.deliveries(ctx, unsettled); len(ds) > 0 {
-			t.countDeliveries(ctx, ds, len(msgs))
-			return ds, nil
-		}
-	}
-}
-
 // read reads entries after id (">" for new ones), blocking up to wait (-1: not at all).
 //
 // Redis times a block out only on its cron tick (see minServerBlock), so a wait that
