@@ -33,6 +33,9 @@ type dialect interface {
 	// extend moves a held lease to now + lease and returns the new token, or ok false
 	// when the lease was taken over.
 	extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (newToken any, ok bool, err error)
+	// fencedMany runs write, a batched write of n leased rows fenced by their leases
+	// (see batched), and returns the ids of the rows it changed.
+	fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error)
 	// moveToTable moves the leased row into the dead-letter table, its attempt set to
 	// attempt, in one transaction and reports whether the lease still held.
 	moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error)
@@ -73,7 +76,8 @@ type claimedRow struct {
 
 // statements are one queue's SQL, compiled for its dialect.
 type statements struct {
-	// ack deletes n leased rows; built per n (see ackN).
+	// ackN deletes n leased rows, each fenced by its lease; its arguments are each
+	// row's id and lease, in turn.
 	ackN func(n int) string
 	// claim leases due rows (one statement where the dialect allows it), adding one
 	// attempt to a row whose lease passed (see claimCount).
@@ -88,8 +92,9 @@ type statements struct {
 	claimUnlock stmt
 	// columns selects no row of a table, to read its column names.
 	columns func(table string) string
-	// deadGroup moves a leased row to the dead-letter group, its attempt set to :attempt.
-	deadGroup stmt
+	// deadGroupN moves n leased rows to the dead-letter group :dest, each row's attempt
+	// set to its :attempt<i> (see batched).
+	deadGroupN func(n int) stmt
 	// deadInsert and deadDelete move a leased row into the dead-letter table, its attempt
 	// set to :attempt.
 	deadInsert stmt
@@ -106,15 +111,19 @@ type statements struct {
 	extendRead stmt
 	// lockLeased locks a leased row for a user hook's transaction.
 	lockLeased stmt
-	// park hides a leased row until now + delay, clears its lease, adds one attempt.
-	park stmt
+	// lockN locks n leased rows, each fenced by its lease, and selects their ids: what a
+	// batched write changes, on a dialect whose UPDATE cannot return them (MySQL).
+	lockN func(n int) stmt
+	// parkN hides n leased rows, each until now + its :delay<i>, clears their leases and
+	// adds one attempt.
+	parkN func(n int) stmt
 	// publish inserts a row as the service would.
 	publish stmt
-	// putBack clears a leased row's lease and adds one attempt.
-	putBack stmt
-	// release clears a leased row's lease, its attempt unchanged: a row read and never
+	// putBackN clears n leased rows' leases and adds one attempt.
+	putBackN func(n int) stmt
+	// releaseN clears n leased rows' leases, their attempts unchanged: rows read and never
 	// started, handed back at a graceful stop.
-	release stmt
+	releaseN func(n int) stmt
 	// resend moves every row of one group to another, attempt reset.
 	resend stmt
 }
@@ -238,16 +247,6 @@ func (c quotedTable) claimCount() string {
 	return fmt.Sprintf("%s = CASE WHEN %s IS NULL THEN %s ELSE COALESCE(%s, 1) + 1 END, ", c.attempt, c.lease, c.attempt, c.attempt)
 }
 
-// setAttempt is the assignment a dead-letter move to a group adds: the attempt column
-// becomes the attempts the engine counted (the cap, for a row whose last claims
-// crashed). Empty for a table without an attempt column.
-func (c quotedTable) setAttempt(value string) string {
-	if c.attempt == "" {
-		return ""
-	}
-	return fmt.Sprintf(", %s = %s", c.attempt, value)
-}
-
 // rowColumns returns the columns a dead-letter move copies and the values it writes
 // for them: the lease cleared, the attempt the engine counted (attempt, an expression
 // of the dialect taking :attempt).
@@ -284,3 +283,84 @@ func (c quotedTable) publishInsert(now string) string {
 	}
 	return fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, c.table, strings.Join(cols, ", "), strings.Join(vals, ", "))
 }
+
+// batchSpec is what the batched settlements of a dialect differ in (see batched).
+type batchSpec struct {
+	// returning: the dialect's UPDATE returns the ids it changed (RETURNING); else a
+	// batch first locks and selects its rows with lockN, in the same transaction.
+	returning bool
+	// retryAt is retry_after's value delay from now (delay: an expression of the
+	// dialect's duration argument, see dialect.durArg).
+	retryAt func(delay string) string
+	style   placeholderStyle
+	// typed casts a statement argument whose type the dialect cannot infer (Postgres).
+	typed func(arg string) string
+}
+
+// batched sets the statements that settle n leased rows in one write, each row fenced by
+// its own lease (:id<i>, :token<i>): a row whose lease was taken over is not changed, and
+// the ids the write returns (or lockN selects) say which rows were.
+func (c quotedTable) batched(s *statements, b batchSpec) {
+	ret := ""
+	if b.returning {
+		ret = " RETURNING " + c.id
+	}
+	update := func(set func(n int) string) func(n int) stmt {
+		return func(n int) stmt {
+			return compile(fmt.Sprintf(`UPDATE %s SET %s WHERE %s%s`, c.table, set(n), c.fences(n), ret), b.style)
+		}
+	}
+	plusOne := ""
+	if c.attempt != "" {
+		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
+	}
+	s.ackN = func(n int) string {
+		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, c.fences(n)), b.style).text
+	}
+	s.putBackN = update(func(int) string { return c.lease + " = NULL" + plusOne })
+	s.releaseN = update(func(int) string { return c.lease + " = NULL" })
+	if c.retryAfter != "" {
+		s.parkN = update(func(n int) string {
+			return fmt.Sprintf("%s = NULL, %s = %s%s", c.lease, c.retryAfter, b.retryAt(c.byID(n, "delay", b.typed)), plusOne)
+		})
+	}
+	if c.group != "" {
+		s.deadGroupN = update(func(n int) string {
+			set := fmt.Sprintf("%s = :dest, %s = NULL", c.group, c.lease)
+			if c.attempt != "" {
+				set += fmt.Sprintf(", %s = %s", c.attempt, c.byID(n, "attempt", b.typed))
+			}
+			return set
+		})
+	}
+	if !b.returning {
+		s.lockN = func(n int) stmt {
+			return compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, c.fences(n)), b.style)
+		}
+	}
+}
+
+// fences returns the condition matching n leased rows, each by its id and its lease:
+// "(id = :id0 AND lease = :token0) OR …".
+func (c quotedTable) fences(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("(%s = :id%d AND %s = :token%d)", c.id, i, c.lease, i)
+	}
+	return strings.Join(parts, " OR ")
+}
+
+// byID returns the value of the argument name<i> of the row whose id is :id<i>, for n
+// rows: "CASE id WHEN :id0 THEN :name0 … END".
+func (c quotedTable) byID(n int, name string, typed func(string) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CASE %s", c.id)
+	for i := range n {
+		fmt.Fprintf(&b, " WHEN :id%d THEN %s", i, typed(fmt.Sprintf(":%s%d", name, i)))
+	}
+	b.WriteString(" END")
+	return b.String()
+}
+
+// untyped leaves an argument as it is (a dialect that infers its type).
+func untyped(arg string) string { return arg }

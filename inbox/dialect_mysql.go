@@ -64,13 +64,6 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
 			c.id, attempt, c.payload, c.lease, c.table, c.id, list("id", n), order), questionRepeated)
 	}
-	s.ackN = func(n int) string {
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = fmt.Sprintf("(%s = ? AND %s = ?)", c.id, c.lease)
-		}
-		return fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR "))
-	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '`'))
 	}
@@ -78,18 +71,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	s.extendLock = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
 	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s = :id`, c.table, c.lease, leaseUntil, c.id), questionRepeated)
 	s.extendRead = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = :id`, c.lease, c.table, c.id), questionRepeated)
-	plusOne := ""
-	if c.attempt != "" {
-		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
-	}
-	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), questionRepeated)
-	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), questionRepeated)
-	if c.retryAfter != "" {
-		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + INTERVAL :delay MICROSECOND%s WHERE %s`,
-			c.table, c.lease, c.retryAfter, myNow, plusOne, fence), questionRepeated)
-	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), questionRepeated)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -104,6 +86,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
 	s.publish = compile(c.publishInsert(myNow), questionRepeated)
+	c.batched(s, batchSpec{returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped})
 	return s
 }
 
@@ -178,6 +161,25 @@ func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, s
 		return nil, false, err
 	}
 	return next, true, tx.Commit()
+}
+
+// fencedMany locks the rows whose leases still hold, then writes them, in one
+// transaction: MySQL's UPDATE cannot return the rows it changed.
+func (mysql) fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	lock := s.lockN(n)
+	ids, err := queryIDs(ctx, tx, lock.text, lock.bind(vals))
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, write.text, write.bind(vals)...); err != nil {
+		return nil, err
+	}
+	return ids, tx.Commit()
 }
 
 func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {

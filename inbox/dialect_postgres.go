@@ -55,30 +55,12 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	s.claim = compile(fmt.Sprintf(
 		`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
 		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), dollarNumbered)
-	s.ackN = func(n int) string {
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = fmt.Sprintf("(%s = :id%d AND %s = :token%d)", c.id, i, c.lease, i)
-		}
-		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR ")), dollarNumbered).text
-	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '"'))
 	}
 	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
 	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s RETURNING %s`, c.table, c.lease, leaseUntil, fence, c.lease), dollarNumbered)
-	plusOne := ""
-	if c.attempt != "" {
-		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
-	}
-	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), dollarNumbered)
-	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), dollarNumbered)
-	if c.retryAfter != "" {
-		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + :delay::bigint * interval '1 microsecond'%s WHERE %s`,
-			c.table, c.lease, c.retryAfter, pgNow, plusOne, fence), dollarNumbered)
-	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), dollarNumbered)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -92,6 +74,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
 	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
+	c.batched(s, batchSpec{returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }})
 	return s
 }
 
@@ -128,6 +111,10 @@ func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token
 		return nil, false, nil
 	}
 	return next, err == nil, err
+}
+
+func (postgres) fencedMany(ctx context.Context, db *sql.DB, _ *statements, write stmt, _ int, vals map[string]any) ([]any, error) {
+	return queryIDs(ctx, db, write.text, write.bind(vals))
 }
 
 func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {

@@ -1,7 +1,8 @@
 // Package inbox consumes a SQL table whose rows are deliveries: the table inbox of
 // settle. It is one more transport of settle's engine: a [Queue] is a settle.Source,
-// mounted with settle.App.Mount like a Redis stream, and its rows settle with one
-// statement each.
+// mounted with settle.App.Mount like a Redis stream. Its settlements are written in
+// batches: the acks, the retries, the delayed retries and the moves to a dead-letter
+// group of many rows each take one statement.
 //
 // # Settlements
 //
@@ -68,13 +69,13 @@ type Inbox struct {
 	table   Table
 
 	mu   sync.Mutex
-	wake chan struct{} // closed when a row may have come due
+	wake map[string]chan struct{} // per group: closed when a row of it may have come due
 }
 
 // New returns the inbox of table t in db, spoken in dialect d. Nothing is checked
 // here: App.Validate checks the spec, and App.Run checks the table's columns.
 func New(db *sql.DB, d Dialect, t Table) *Inbox {
-	return &Inbox{db: db, dialect: d, table: t, wake: make(chan struct{})}
+	return &Inbox{db: db, dialect: d, table: t}
 }
 
 // Table returns the inbox's table spec.
@@ -104,7 +105,7 @@ func (ib *Inbox) PublishBytes(ctx context.Context, group string, payload []byte)
 	if err != nil {
 		return fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
 	}
-	ib.notify()
+	ib.notify(group)
 	return nil
 }
 
@@ -129,7 +130,7 @@ func (ib *Inbox) Resend(ctx context.Context, from, to string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("inbox: resend %q to %q: %w", from, to, err)
 	}
-	ib.notify()
+	ib.notify(to)
 	return n, nil
 }
 
@@ -151,17 +152,27 @@ func (ib *Inbox) checked(group string) (dialect, error) {
 	return d, nil
 }
 
-// notify wakes queues waiting for a row.
-func (ib *Inbox) notify() {
+// notify wakes the queues of group waiting for a row.
+func (ib *Inbox) notify(group string) {
 	ib.mu.Lock()
-	close(ib.wake)
-	ib.wake = make(chan struct{})
+	if ch, ok := ib.wake[group]; ok {
+		close(ch)
+		delete(ib.wake, group)
+	}
 	ib.mu.Unlock()
 }
 
-// woken returns a channel closed at the next notify.
-func (ib *Inbox) woken() <-chan struct{} {
+// woken returns a channel closed at the next notify of group.
+func (ib *Inbox) woken(group string) <-chan struct{} {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	return ib.wake
+	ch, ok := ib.wake[group]
+	if !ok {
+		if ib.wake == nil {
+			ib.wake = map[string]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		ib.wake[group] = ch
+	}
+	return ch
 }

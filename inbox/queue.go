@@ -44,8 +44,10 @@ type optionFunc func(*queueConfig)
 
 func (f optionFunc) applyQueue(c *queueConfig) { f(c) }
 
-// Batch sets the most rows one claim leases; a claim never takes more than the mount has
-// free handler slots. Defaults to DefaultBatch.
+// Batch sets the most rows one claim leases. The engine asks for a full batch whenever
+// the mount has room for one (see settle.Prefetch): the rows claimed and not yet started
+// stay leased, their leases extended like those of the rows running. Defaults to
+// DefaultBatch.
 func Batch(n int) Option { return optionFunc(func(c *queueConfig) { c.batch = n }) }
 
 // FIFO makes the queue's group first-in first-out: at most one row of the group is in
@@ -170,6 +172,8 @@ type held struct {
 func (t *transport) Info() source.Info {
 	info := source.Info{
 		Batch: t.q.cfg.batch,
+		// Moves writes a batch of put-backs, parks or dead letters in one statement.
+		BatchesMoves: true,
 		// The longest one Fetch waits for a due row (it also bounds how long a shutdown
 		// waits for a Fetch in progress).
 		Block: min(time.Second, 2*t.q.cfg.poll),
@@ -314,7 +318,7 @@ func (t *transport) skew() any {
 func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		woken := t.q.ib.woken()
+		woken := t.q.ib.woken(t.q.group)
 		ds, err := t.claim(ctx, max)
 		if err != nil || len(ds) > 0 {
 			return ds, err
@@ -469,14 +473,11 @@ func (t *transport) forget(h *held) {
 	t.mu.Unlock()
 }
 
-// maxAckRows bounds the rows one DELETE names.
-const maxAckRows = 200
-
 // Ack deletes the rows (Ack and Drop), each fenced by its lease, in batches.
 func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	var errs []error
 	for len(ds) > 0 {
-		n := min(len(ds), maxAckRows)
+		n := min(len(ds), maxBatchRows)
 		if err := t.ackBatch(ctx, ds[:n]); err != nil {
 			errs = append(errs, err)
 		}
@@ -521,66 +522,162 @@ func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
 	return nil
 }
 
-// Moves applies each move with its own statement (the engine calls it one move at a
-// time, from the handlers' goroutines, so that the statements stay concurrent).
+// Moves applies the moves in as few statements as it can: the put-backs (Retry, and a
+// retry under a cap, which a table writes in place), the parks (RetryAfter), the
+// releases and the moves to a dead-letter group each go in one UPDATE per up to
+// maxBatchRows rows, each row fenced by its own lease; a move into a dead-letter table
+// or through an OnDeadLetter hook is one transaction per row, a few at a time. The
+// kinds are written concurrently, and each move is answered on its own.
 func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
-	return source.EachMove(ms, func(m source.Move) error {
+	errs := make([]error, len(ms))
+	var puts, parks, releases, singles []int
+	deadGroups := map[string][]int{}
+	for i, m := range ms {
 		switch m.Action {
 		case source.ActionPutBack, source.ActionCopy:
 			// A table has no copy: a retry under a cap is the same in-place statement as a
 			// put-back, the attempt column carrying the count a copy's header carries
 			// elsewhere.
-			return t.putBack(ctx, m.Delivery)
+			puts = append(puts, i)
 		case source.ActionPark:
-			return t.park(ctx, m.Delivery, m.Delay)
-		case source.ActionRelease:
-			err := t.fenced(ctx, m.Delivery, "release", func(h *held) (bool, error) {
-				return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.release.text, t.s.release.bind(map[string]any{"id": h.id, "token": h.token})...))
-			})
-			if err == nil {
-				t.q.ib.notify()
+			if t.s.parkN == nil {
+				t.warnOnce.Do(func() {
+					t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
+						slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", m.Delay))
+				})
+				puts = append(puts, i)
+				continue
 			}
-			return err
+			parks = append(parks, i)
+		case source.ActionRelease:
+			releases = append(releases, i)
 		case source.ActionDeadLetter:
-			return t.deadLetter(ctx, m.Delivery, m.Dest, m.Headers)
+			if t.q.cfg.deadLetter == nil && t.q.ib.table.Group != "" {
+				deadGroups[m.Dest] = append(deadGroups[m.Dest], i)
+				continue
+			}
+			singles = append(singles, i)
 		default:
-			return source.UnsupportedMove(source.KindTable, m)
+			errs[i] = source.UnsupportedMove(source.KindTable, m)
 		}
-	})
-}
-
-// putBack (Retry) clears the lease and adds one attempt: the row is due again at once,
-// in place.
-func (t *transport) putBack(ctx context.Context, d *source.Delivery) error {
-	err := t.fenced(ctx, d, "put back", func(h *held) (bool, error) {
-		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.putBack.text, t.s.putBack.bind(map[string]any{"id": h.id, "token": h.token})...))
-	})
-	if err == nil {
-		t.q.ib.notify()
 	}
-	return err
-}
-
-// park (RetryAfter) sets retry_after = now + delay, clears the lease and adds one
-// attempt. A table without a retry_after column returns the row at once, with a
-// warning logged once per mount.
-func (t *transport) park(ctx context.Context, d *source.Delivery, delay time.Duration) error {
-	if t.s.park.text == "" {
-		t.warnOnce.Do(func() {
-			t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
-				slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", delay))
+	var wg sync.WaitGroup
+	// batch writes the moves at idx in the background; rows written come due at once in
+	// the group wake (nil: not at once, a park), whose queues it wakes.
+	batch := func(idx []int, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any), wake *string) {
+		if len(idx) > 0 {
+			wg.Go(func() {
+				if t.writeBatch(ctx, ms, idx, errs, what, build, args) && wake != nil {
+					t.q.ib.notify(*wake)
+				}
+			})
+		}
+	}
+	batch(puts, "put back", t.s.putBackN, nil, &t.q.group)
+	batch(parks, "retry after", t.s.parkN, func(m source.Move, i int, args map[string]any) {
+		args[fmt.Sprintf("delay%d", i)] = t.d.durArg(m.Delay)
+	}, nil)
+	batch(releases, "release", t.s.releaseN, nil, &t.q.group)
+	for dest, idx := range deadGroups {
+		batch(idx, "dead letter", t.s.deadGroupN, func(m source.Move, i int, args map[string]any) {
+			args["dest"] = dest
+			args[fmt.Sprintf("attempt%d", i)] = int64(m.Delivery.Attempt)
+		}, &dest)
+	}
+	if len(singles) > 0 {
+		wg.Go(func() {
+			var each sync.WaitGroup
+			sem := make(chan struct{}, maxSingleMoves)
+			for _, i := range singles {
+				sem <- struct{}{}
+				each.Go(func() {
+					defer func() { <-sem }()
+					errs[i] = t.deadLetter(ctx, ms[i].Delivery, ms[i].Dest, ms[i].Headers)
+				})
+			}
+			each.Wait()
 		})
-		return t.putBack(ctx, d)
 	}
-	return t.fenced(ctx, d, "retry after", func(h *held) (bool, error) {
-		args := t.s.park.bind(map[string]any{"id": h.id, "token": h.token, "skew": t.skew(), "delay": t.d.durArg(delay)})
-		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.park.text, args...))
-	})
+	wg.Wait()
+	return errs
 }
 
-// deadLetter moves the row at the cap: to the dead-letter group (payload kept, lease
-// cleared), or into the dead-letter table in one transaction, or through the user's
-// OnDeadLetter hook. The dead row's attempt is d.Attempt, the attempts the engine
+// maxBatchRows bounds the rows one batched statement names; maxSingleMoves bounds the
+// moves of one Moves call written one row at a time that run at once.
+const (
+	maxBatchRows   = 200
+	maxSingleMoves = 8
+)
+
+// writeBatch applies one batched, fenced write (build: see batched) to the moves of ms
+// at idx, at most maxBatchRows rows a statement, sets each one's error in errs (nil:
+// applied; ErrLeaseLost: its lease was taken over, nothing changed) and forgets their
+// rows. args adds a move's own arguments (those of the statement's i-th row). It
+// reports whether any row was written.
+func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int, errs []error, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any)) bool {
+	table := t.q.ib.table.Name
+	wrote := false
+	for len(idx) > 0 {
+		// One statement names a row once: a row delivered twice (a lease lost and the row
+		// claimed again) waits for the next statement.
+		var chunk, later []int
+		hs := map[int]*held{}
+		seen := map[string]bool{}
+		for _, i := range idx {
+			d := ms[i].Delivery
+			h, ok := d.Raw.(*held)
+			switch {
+			case !ok:
+				errs[i] = fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
+			case seen[idString(h.id)] || len(chunk) == maxBatchRows:
+				later = append(later, i)
+			default:
+				seen[idString(h.id)] = true
+				chunk = append(chunk, i)
+				hs[i] = h
+			}
+		}
+		idx = later
+		if len(chunk) == 0 {
+			continue
+		}
+		vals := map[string]any{"skew": t.skew()}
+		for k, i := range chunk {
+			h := hs[i]
+			h.mu.Lock()
+			vals[fmt.Sprintf("id%d", k)] = h.id
+			vals[fmt.Sprintf("token%d", k)] = h.token
+			if args != nil {
+				args(ms[i], k, vals)
+			}
+		}
+		st := build(len(chunk))
+		db := t.q.ib.db
+		ids, err := retry(ctx, t.d, db, func() ([]any, error) { return t.d.fencedMany(ctx, db, t.s, st, len(chunk), vals) })
+		changed := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			changed[idString(id)] = true
+		}
+		for _, i := range chunk {
+			h, d := hs[i], ms[i].Delivery
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, d.ID, err)
+			case !changed[idString(h.id)]:
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, d.ID, ErrLeaseLost)
+			default:
+				wrote = true
+			}
+			t.forget(h)
+			h.mu.Unlock()
+		}
+	}
+	return wrote
+}
+
+// deadLetter moves the row at the cap into the dead-letter table in one transaction, or
+// through the user's OnDeadLetter hook (a move to a dead-letter group is batched: see
+// Moves). The dead row's attempt is d.Attempt, the attempts the engine
 // counted: the cap, also for a row whose last claim counted one more attempt because
 // the delivery at the cap crashed its worker (the engine dead-letters such a row without
 // running its handler).
@@ -591,15 +688,6 @@ func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest str
 		return t.fenced(ctx, d, "dead letter (hook)", func(h *held) (bool, error) {
 			return t.deadLetterHook(ctx, h, d.Attempt, dest, headers[settle.HeaderDeadError])
 		})
-	case t.q.ib.table.Group != "":
-		err := t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
-			args := t.s.deadGroup.bind(map[string]any{"id": h.id, "token": h.token, "dest": dest, "attempt": int64(d.Attempt)})
-			return affectedOne(db.ExecContext(ctx, t.s.deadGroup.text, args...))
-		})
-		if err == nil {
-			t.q.ib.notify()
-		}
-		return err
 	default:
 		return t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
 			return t.d.moveToTable(ctx, db, t.s, h.id, h.token, int64(d.Attempt))

@@ -1,0 +1,94 @@
+package sqltest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
+)
+
+// benchRows is how many rows each benchmark of one consumer settles.
+const benchRows = 10_000
+
+// BenchmarkOneConsumer reports rows/s for one App reading a table of 10,000 rows at
+// Concurrency(100) on a pool opened as a user would (sql.Open, database/sql's default
+// pool settings): Drain acks every row; RetryOnce retries every row once (settle.Retry:
+// put back, due again at once) and acks it on its second delivery.
+//
+//	cd internal/sqltest && SETTLE_POSTGRES_URL=… go test -run '^$' -bench OneConsumer -benchtime 1x -count 3 .
+func BenchmarkOneConsumer(b *testing.B) {
+	for _, be := range backends() {
+		for _, sc := range []struct {
+			name    string
+			handler func(ctx context.Context, m *settle.Message) error
+		}{
+			{"Drain", func(context.Context, *settle.Message) error { return nil }},
+			{"RetryOnce", func(_ context.Context, m *settle.Message) error {
+				if m.Attempt == 1 {
+					return settle.Retry(errors.New("once"))
+				}
+				return nil
+			}},
+		} {
+			b.Run(be.name+"/"+sc.name, func(b *testing.B) {
+				db := be.open(b)
+				for b.Loop() {
+					b.StopTimer()
+					tb := createTable(b, be, db, cols{})
+					bulkInsert(b, be, db, tb, "load", benchRows)
+					b.StartTimer()
+					elapsed := settleAll(b, be, db, tb, sc.handler)
+					b.ReportMetric(benchRows/elapsed.Seconds(), "rows/s")
+				}
+			})
+		}
+	}
+}
+
+// settleAll runs one App at Concurrency(100) on a pool of its own with database/sql's
+// defaults until every row of tb is acked, and returns the time it took.
+func settleAll(b *testing.B, be backend, shared *sql.DB, tb inbox.Table, h func(context.Context, *settle.Message) error) time.Duration {
+	b.Helper()
+	db := shared
+	if be.d != inbox.SQLite {
+		db = ownPool(b, be)
+	}
+	var acked, failed atomic.Int64
+	done := make(chan struct{})
+	app, err := settle.New(settle.Config{Logger: quietLogger(b), OnSettled: func(_ context.Context, s settle.Settled) {
+		if s.Err != nil {
+			failed.Add(1)
+			return
+		}
+		if s.Action == settle.ActionAck && acked.Add(1) == benchRows {
+			close(done)
+		}
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	app.Mount(inbox.New(db, be.d, tb).Queue("load"), settle.HandlerFunc(h), settle.Concurrency(100))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- app.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Errorf("timed out: %d of %d rows acked", acked.Load(), benchRows)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-errc; err != nil {
+		b.Errorf("Run: %v", err)
+	}
+	if n := failed.Load(); n > 0 {
+		b.Logf("%d settlements failed (their rows came back once their lease passed)", n)
+	}
+	return elapsed
+}
