@@ -109,6 +109,10 @@ type statements struct {
 	extend     stmt
 	extendLock stmt
 	extendRead stmt
+	// nextDue selects how long until the queue's earliest row that waits for its
+	// retry_after comes due, in microseconds (NULL: none waits); empty for a table
+	// without a retry_after column.
+	nextDue stmt
 	// lockLeased locks a leased row for a user hook's transaction.
 	lockLeased stmt
 	// lockN locks n leased rows, each fenced by its lease, and selects their ids: what a

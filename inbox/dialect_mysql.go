@@ -84,6 +84,9 @@ func (mysql) build(t Table, q queueSpec) *statements {
 			quoteWith(q.deadTable, '`'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionRepeated)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionRepeated)
 	}
+	if c.retryAfter != "" {
+		s.nextDue = compile(fmt.Sprintf(`SELECT TIMESTAMPDIFF(MICROSECOND, %[2]s, MIN(%[1]s)) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, myNow, c.table, groupIs("")), questionRepeated)
+	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
 	s.publish = compile(c.publishInsert(myNow), questionRepeated)
 	c.batched(s, batchSpec{returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped})

@@ -72,6 +72,9 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		s.deadMove = compile(fmt.Sprintf(`WITH moved AS (DELETE FROM %s WHERE %s RETURNING %s) INSERT INTO %s (%s) SELECT %s FROM moved`,
 			c.table, fence, strings.Join(cols, ", "), quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", ")), dollarNumbered)
 	}
+	if c.retryAfter != "" {
+		s.nextDue = compile(fmt.Sprintf(`SELECT CAST(EXTRACT(EPOCH FROM MIN(%[1]s) - %[2]s) * 1000000 AS BIGINT) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, pgNow, c.table, groupIs("")), dollarNumbered)
+	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
 	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
 	c.batched(s, batchSpec{returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }})

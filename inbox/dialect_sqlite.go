@@ -81,6 +81,9 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 			quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionNumbered)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionNumbered)
 	}
+	if c.retryAfter != "" {
+		s.nextDue = compile(fmt.Sprintf(`SELECT CAST((julianday(MIN(%[1]s)) - julianday(%[2]s)) * 86400000000 AS INTEGER) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, sqliteNow, c.table, groupIs("")), questionNumbered)
+	}
 	// BEGIN IMMEDIATE already holds the only write lock.
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, c.id, c.table, fence), questionNumbered)
 	s.publish = compile(c.publishInsert(sqliteNow), questionNumbered)

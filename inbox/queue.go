@@ -22,8 +22,8 @@ const (
 	// DefaultLease is how long a claimed row stays hidden from other workers; a
 	// handler running longer has its lease extended while it runs.
 	DefaultLease = 30 * time.Second
-	// DefaultPoll is how often an idle queue looks for due rows (a Publish through the
-	// same Inbox wakes it at once).
+	// DefaultPoll is how often an idle queue looks for due rows it was not told of (see
+	// Poll).
 	DefaultPoll = 200 * time.Millisecond
 )
 
@@ -63,7 +63,12 @@ func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
 // Defaults to DefaultLease.
 func Lease(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.lease = d }) }
 
-// Poll sets how often an idle queue looks for due rows. Defaults to DefaultPoll.
+// Poll sets how often an idle queue looks for due rows it was not told of. A queue is
+// woken at once by the rows its own Inbox writes (Publish, a Retry's put-back, a
+// release, Resend) for its group, and claims a row parked by RetryAfter as it comes due
+// (the idle queue asks the database when the next one does), so Poll bounds only how
+// soon it sees rows other code inserted and leases that passed. Defaults to
+// DefaultPoll.
 func Poll(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.poll = d }) }
 
 // OnDeadLetter replaces the dead-letter move with the user's own SQL: at the cap, fn
@@ -150,6 +155,7 @@ type transport struct {
 	s        *statements
 	base     context.Context // Open's context without its cancel, for heartbeat writes
 	extended func()          // test hook: called after each heartbeat pass
+	idle     idleState       // Fetch's own: what it knows of the queue being idle
 	origin   time.Time       // under a test clock: its time when it met the database's (see testSkew)
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -318,10 +324,14 @@ func (t *transport) skew() any {
 func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		woken := t.q.ib.woken(t.q.group)
-		ds, err := t.claim(ctx, max)
-		if err != nil || len(ds) > 0 {
-			return ds, err
+		if wait <= 0 || t.idle.over(t.q.cfg.poll) {
+			woken := t.q.ib.woken(t.q.group)
+			ds, err := t.claim(ctx, max)
+			if err != nil || len(ds) > 0 {
+				t.idle = idleState{}
+				return ds, err
+			}
+			t.idle = idleState{since: time.Now(), wake: woken, due: t.nextDue(ctx)}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -329,16 +339,64 @@ func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*
 		}
 		// Polling runs on the wall clock: it only bounds how soon a due row is seen (a
 		// test's fake clock decides what is due).
-		timer := time.NewTimer(min(left, t.q.cfg.poll))
+		timer := time.NewTimer(min(left, time.Until(t.idle.until(t.q.cfg.poll))))
 		select {
 		case <-timer.C:
-		case <-woken:
+		case <-t.idle.wake:
 			timer.Stop()
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, nil
 		}
 	}
+}
+
+// idleState is what Fetch knows of an idle queue: when its last claim found nothing, the
+// wake channel its group had before that claim (closed since: a row may have come due),
+// and when the earliest row waiting for its retry_after comes due (zero: none, or not
+// known). The zero idleState claims at once.
+type idleState struct {
+	due   time.Time
+	since time.Time
+	wake  <-chan struct{}
+}
+
+// over reports whether the queue should claim again: it has not found itself idle, or
+// it was woken, or its poll interval has passed, or a waiting row has come due.
+func (s idleState) over(poll time.Duration) bool {
+	if s.since.IsZero() {
+		return true
+	}
+	select {
+	case <-s.wake:
+		return true
+	default:
+	}
+	return time.Until(s.until(poll)) <= 0
+}
+
+// until returns when the idle queue claims again unless woken first.
+func (s idleState) until(poll time.Duration) time.Time {
+	next := s.since.Add(poll)
+	if !s.due.IsZero() && s.due.Before(next) {
+		return s.due
+	}
+	return next
+}
+
+// nextDue returns when the queue's earliest row waiting for its retry_after comes due,
+// by the database's clock, as a wall-clock time (zero: none waits, the table has no
+// retry_after column, the query failed, or a test clock decides what is due).
+func (t *transport) nextDue(ctx context.Context) time.Time {
+	if t.s.nextDue.text == "" || t.env.TestClock != nil {
+		return time.Time{}
+	}
+	var micros sql.NullInt64
+	vals := map[string]any{"skew": t.skew(), "group": t.q.group}
+	if err := t.q.ib.db.QueryRowContext(ctx, t.s.nextDue.text, t.s.nextDue.bind(vals)...).Scan(&micros); err != nil || !micros.Valid {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(max(micros.Int64, 0)) * time.Microsecond)
 }
 
 // claim leases up to max due rows.
@@ -562,27 +620,28 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 		}
 	}
 	var wg sync.WaitGroup
-	// batch writes the moves at idx in the background; rows written come due at once in
-	// the group wake (nil: not at once, a park), whose queues it wakes.
-	batch := func(idx []int, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any), wake *string) {
+	// batch writes the moves at idx in the background and wakes the idle queues of the
+	// group the rows are now in: a row put back or released is due at once, and a
+	// parked one may come due before anything their Fetch waits for (see nextDue).
+	batch := func(idx []int, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any), group string) {
 		if len(idx) > 0 {
 			wg.Go(func() {
-				if t.writeBatch(ctx, ms, idx, errs, what, build, args) && wake != nil {
-					t.q.ib.notify(*wake)
+				if t.writeBatch(ctx, ms, idx, errs, what, build, args) {
+					t.q.ib.notify(group)
 				}
 			})
 		}
 	}
-	batch(puts, "put back", t.s.putBackN, nil, &t.q.group)
+	batch(puts, "put back", t.s.putBackN, nil, t.q.group)
 	batch(parks, "retry after", t.s.parkN, func(m source.Move, i int, args map[string]any) {
 		args[fmt.Sprintf("delay%d", i)] = t.d.durArg(m.Delay)
-	}, nil)
-	batch(releases, "release", t.s.releaseN, nil, &t.q.group)
+	}, t.q.group)
+	batch(releases, "release", t.s.releaseN, nil, t.q.group)
 	for dest, idx := range deadGroups {
 		batch(idx, "dead letter", t.s.deadGroupN, func(m source.Move, i int, args map[string]any) {
 			args["dest"] = dest
 			args[fmt.Sprintf("attempt%d", i)] = int64(m.Delivery.Attempt)
-		}, &dest)
+		}, dest)
 	}
 	if len(singles) > 0 {
 		wg.Go(func() {
