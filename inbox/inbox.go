@@ -41,6 +41,12 @@
 // delayed by d also comes due after d of real time (use delays longer than the test
 // runs to assert that a row is not yet due).
 //
+// Advance(d) passes d for the leases' heartbeats too: under a test clock, before each
+// claim, the leases held by the Apps running on that clock (of rows running or waiting
+// for a handler) are extended to the claim's "now", so advancing the clock past a lease
+// never delivers a held row a second time. The rows of a worker that stopped without
+// settling them still come back with one more attempt once Advance passes their lease.
+//
 // # Dialects
 //
 // [SQLite], [Postgres] and [MySQL] (MySQL 8 and MariaDB 10.6+). The package depends on

@@ -154,7 +154,6 @@ type transport struct {
 	q        *Queue
 	s        *statements
 	base     context.Context // Open's context without its cancel, for heartbeat writes
-	extended func()          // test hook: called after each heartbeat pass
 	idle     idleState       // Fetch's own: what it knows of the queue being idle
 	origin   time.Time       // under a test clock: its time when it met the database's (see testSkew)
 	stop     chan struct{}
@@ -172,7 +171,9 @@ type held struct {
 
 	mu      sync.Mutex
 	settled bool
-	token   any // the lease as stored: the fence of every write
+	skew    time.Duration // the test clock's skew the lease was written at (see catchUp)
+	token   any           // the lease as stored: the fence of every write
+	wrote   time.Time     // when the lease was written, on the wall clock
 }
 
 func (t *transport) Info() source.Info {
@@ -279,6 +280,7 @@ func (t *transport) Open(ctx context.Context) error {
 	t.base = context.WithoutCancel(ctx)
 	t.stop, t.stopped = make(chan struct{}), make(chan struct{})
 	go t.heartbeat()
+	joinLive(t)
 	return nil
 }
 
@@ -312,13 +314,13 @@ func (t *transport) checkColumns(ctx context.Context, table string, want []strin
 	return nil
 }
 
-// skew is what the statements add to the database's clock: nothing in production, how
+// skew is how far the statements move the database's clock: nothing in production, how
 // far the test clock has moved under a test (see testSkew).
-func (t *transport) skew() any {
+func (t *transport) skew() time.Duration {
 	if t.env.TestClock == nil {
-		return t.d.skewArg(0)
+		return 0
 	}
-	return t.d.skewArg(testSkew(t.env.TestClock, t.origin))
+	return testSkew(t.env.TestClock, t.origin)
 }
 
 func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
@@ -392,7 +394,7 @@ func (t *transport) nextDue(ctx context.Context) time.Time {
 		return time.Time{}
 	}
 	var micros sql.NullInt64
-	vals := map[string]any{"skew": t.skew(), "group": t.q.group}
+	vals := map[string]any{"skew": t.d.skewArg(t.skew()), "group": t.q.group}
 	if err := t.q.ib.db.QueryRowContext(ctx, t.s.nextDue.text, t.s.nextDue.bind(vals)...).Scan(&micros); err != nil || !micros.Valid {
 		return time.Time{}
 	}
@@ -403,8 +405,9 @@ func (t *transport) nextDue(ctx context.Context) time.Time {
 func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
 	db := t.q.ib.db
 	skew := t.skew()
+	catchUp(t, skew)
 	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
-		return t.d.claim(ctx, db, t.s, skew, t.q.cfg.lease, max)
+		return t.d.claim(ctx, db, t.s, t.d.skewArg(skew), t.q.cfg.lease, max)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: table %s: claim: %w", t.q.ib.table.Name, err)
@@ -413,10 +416,13 @@ func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, err
 		return nil, nil
 	}
 	ds := make([]*source.Delivery, len(rows))
+	now := time.Now()
 	t.mu.Lock()
 	for i, r := range rows {
 		ds[i] = r.delivery(t.q.ib.table.Name)
-		t.inflight[ds[i].Raw.(*held)] = struct{}{}
+		h := ds[i].Raw.(*held)
+		h.skew, h.wrote = skew, now
+		t.inflight[h] = struct{}{}
 	}
 	t.mu.Unlock()
 	return ds, nil
@@ -445,8 +451,8 @@ func idString(id any) string {
 	return fmt.Sprint(id)
 }
 
-// heartbeat extends the leases of rows in flight every third of the lease, on the
-// App's clock, until Close.
+// heartbeat extends the leases of rows in flight (running, or claimed and waiting for a
+// handler) every third of the lease, on the App's clock, until Close.
 func (t *transport) heartbeat() {
 	defer close(t.stopped)
 	every := t.q.cfg.lease / 3
@@ -458,17 +464,32 @@ func (t *transport) heartbeat() {
 			return
 		case <-timer.C():
 		}
-		t.mu.Lock()
-		hs := make([]*held, 0, len(t.inflight))
-		for h := range t.inflight {
-			hs = append(hs, h)
-		}
-		t.mu.Unlock()
-		for _, h := range hs {
+		for _, h := range t.held() {
 			t.extend(h)
 		}
-		if t.extended != nil {
-			t.extended()
+	}
+}
+
+// held returns the rows in flight.
+func (t *transport) held() []*held {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hs := make([]*held, 0, len(t.inflight))
+	for h := range t.inflight {
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// extendStale extends the leases of the rows in flight written at a skew before skew,
+// or a third of the lease ago or longer (see catchUp).
+func (t *transport) extendStale(skew time.Duration) {
+	for _, h := range t.held() {
+		h.mu.Lock()
+		stale := !h.settled && (h.skew < skew || time.Since(h.wrote) >= t.q.cfg.lease/3)
+		h.mu.Unlock()
+		if stale {
+			t.extend(h)
 		}
 	}
 }
@@ -487,8 +508,9 @@ func (t *transport) extend(h *held) {
 		next any
 		ok   bool
 	}
+	skew := t.skew()
 	r, err := retry(ctx, t.d, db, func() (result, error) {
-		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.skew(), t.q.cfg.lease)
+		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.d.skewArg(skew), t.q.cfg.lease)
 		return result{ownValue(next), ok}, err
 	})
 	switch {
@@ -499,7 +521,7 @@ func (t *transport) extend(h *held) {
 		t.env.Logger.WarnContext(ctx, "settle: inbox: a lease was taken over while the handler ran; its settlement will change nothing",
 			slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)))
 	default:
-		h.token = r.next
+		h.token, h.skew, h.wrote = r.next, skew, time.Now()
 	}
 }
 
@@ -700,7 +722,7 @@ func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int,
 		if len(chunk) == 0 {
 			continue
 		}
-		vals := map[string]any{"skew": t.skew()}
+		vals := map[string]any{"skew": t.d.skewArg(t.skew())}
 		for k, i := range chunk {
 			h := hs[i]
 			h.mu.Lock()
@@ -774,6 +796,7 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 }
 
 func (t *transport) Close(context.Context) error {
+	leaveLive(t)
 	if t.stop != nil {
 		close(t.stop)
 		<-t.stopped

@@ -252,34 +252,56 @@ func readRows(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []row {
 	return out
 }
 
-// leaseOf returns the lease column of the table's only row, as the driver reads it.
-func leaseOf(t testing.TB, b backend, db *sql.DB, tb inbox.Table) string {
+// leases returns the lease column of the table's rows by id order, as the driver reads
+// it.
+func leases(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []string {
 	t.Helper()
 	q := quoteFor(b.d)
-	var lease any
-	if err := db.QueryRowContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s", q(tb.LockedUntil), q(tb.Name))).Scan(&lease); err != nil {
-		t.Fatalf("read the lease: %v", err)
+	rows, err := db.QueryContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", q(tb.LockedUntil), q(tb.Name), q(tb.ID)))
+	if err != nil {
+		t.Fatalf("read the leases: %v", err)
 	}
-	if bs, ok := lease.([]byte); ok {
-		return string(bs)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var lease any
+		if err := rows.Scan(&lease); err != nil {
+			t.Fatalf("read the leases: %v", err)
+		}
+		if bs, ok := lease.([]byte); ok {
+			lease = string(bs)
+		}
+		out = append(out, fmt.Sprint(lease))
 	}
-	return fmt.Sprint(lease)
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read the leases: %v", err)
+	}
+	return out
 }
 
-// waitLeaseMoved waits until the lease of the table's only row is no longer before:
-// a heartbeat has written it. Nothing outside the inbox signals a heartbeat's write, so
-// it reads the row again every few milliseconds, for at most waitLong.
-func waitLeaseMoved(t testing.TB, b backend, db *sql.DB, tb inbox.Table, before string) {
+// waitLeasesMoved waits until every lease of the table's rows differs from before (the
+// same rows, by id order): a heartbeat has written them all. Nothing outside the inbox
+// signals a heartbeat's write, so it reads the rows again every few milliseconds, for
+// at most waitLong.
+func waitLeasesMoved(t testing.TB, b backend, db *sql.DB, tb inbox.Table, before []string) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.NewTimer(waitLong)
 	defer deadline.Stop()
-	for leaseOf(t, b, db, tb) == before {
+	for {
+		now := leases(t, b, db, tb)
+		moved := len(now) == len(before)
+		for i := range now {
+			moved = moved && now[i] != before[i]
+		}
+		if moved {
+			return
+		}
 		select {
 		case <-tick.C:
 		case <-deadline.C:
-			t.Fatalf("the lease %s was not extended within %s", before, waitLong)
+			t.Fatalf("the leases %v were not all extended within %s (now %v)", before, waitLong, now)
 		}
 	}
 }
