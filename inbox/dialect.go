@@ -25,6 +25,10 @@ type dialect interface {
 	build(t Table, q queueSpec) *statements
 	// begin starts a write transaction (BEGIN IMMEDIATE on SQLite).
 	begin(ctx context.Context, db *sql.DB) (txn, error)
+	// checkTimes returns a problem for each time column of table t whose values would not
+	// compare in time order with the statements' "now" (SQLite, whose columns take any
+	// type); nil elsewhere, where the columns have a time type.
+	checkTimes(ctx context.Context, db *sql.DB, t Table) []error
 	// claim leases up to n due rows of the queue and returns them.
 	// skew is skewArg's value (see testSkew).
 	claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error)

@@ -143,6 +143,8 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 	return rows, tx.Commit()
 }
 
+func (mysql) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
+
 func (mysql) durArg(d time.Duration) any { return d.Microseconds() }
 
 func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {

@@ -105,6 +105,8 @@ func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any
 	return rows, tx.Commit()
 }
 
+func (postgres) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
+
 func (postgres) durArg(d time.Duration) any { return d.Microseconds() }
 
 func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {

@@ -138,6 +138,115 @@ func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, skew any, le
 	return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
 }
 
+// sqliteTimeGlob matches the text of a time as sqliteFormat writes it.
+const sqliteTimeGlob = `'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9]+00:00'`
+
+// sqliteTimeForm says what a SQLite time column must hold, for the errors that refuse one.
+const sqliteTimeForm = `a SQLite time column of the inbox holds text in the form strftime('%Y-%m-%dT%H:%M:%f+00:00') writes (UTC, e.g. '2026-12-01T09:44:00.000+00:00'), the only one that compares in time order with the inbox's own times`
+
+// checkTimes refuses a retry_after or locked_until column whose values would not compare
+// in time order with the statements' text times (a row parked for an hour would be due at
+// once): one declared with a numeric type (INTEGER or REAL affinity), one whose DEFAULT
+// writes anything but the text form (CURRENT_TIMESTAMP writes '2026-12-01 09:44:00'),
+// and one holding a value not in it (the first found, with its row's id).
+func (sqlite) checkTimes(ctx context.Context, db *sql.DB, t Table) []error {
+	schema, name, qualified := strings.Cut(t.Name, ".")
+	if !qualified {
+		schema, name = "main", t.Name
+	}
+	rows, err := db.QueryContext(ctx, `SELECT name, type, dflt_value FROM pragma_table_info(?1, ?2)`, name, schema)
+	if err != nil {
+		return []error{fmt.Errorf("inbox: table %s: read its column types: %w", t.Name, err)}
+	}
+	type column struct {
+		declared string
+		dflt     sql.NullString
+	}
+	declared := map[string]column{}
+	for rows.Next() {
+		var col string
+		var c column
+		if err := rows.Scan(&col, &c.declared, &c.dflt); err != nil {
+			_ = rows.Close()
+			return []error{fmt.Errorf("inbox: table %s: read its column types: %w", t.Name, err)}
+		}
+		declared[strings.ToLower(col)] = c
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return []error{fmt.Errorf("inbox: table %s: read its column types: %w", t.Name, err)}
+	}
+	var errs []error
+	for _, col := range []struct{ name, dflt string }{
+		{t.RetryAfter, "DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'))"},
+		{t.LockedUntil, "no DEFAULT (NULL: not leased)"},
+	} {
+		c, ok := declared[strings.ToLower(col.name)]
+		if col.name == "" || !ok {
+			continue // no such column (checkColumns names a missing one)
+		}
+		if a := sqliteAffinity(c.declared); a == "INTEGER" || a == "REAL" {
+			errs = append(errs, fmt.Errorf("inbox: table %s: column %s is declared %s, so SQLite compares its values as numbers, not as the inbox's times; %s: declare it TEXT",
+				t.Name, col.name, c.declared, sqliteTimeForm))
+			continue
+		}
+		if c.dflt.Valid {
+			var inForm bool
+			var wrote any
+			q := fmt.Sprintf(`SELECT x IS NULL OR (typeof(x) = 'text' AND x GLOB %s), x FROM (SELECT (%s) AS x)`, sqliteTimeGlob, c.dflt.String)
+			if err := db.QueryRowContext(ctx, q).Scan(&inForm, &wrote); err != nil {
+				errs = append(errs, fmt.Errorf("inbox: table %s: column %s: evaluate its DEFAULT %s: %w", t.Name, col.name, c.dflt.String, err))
+			} else if !inForm {
+				errs = append(errs, fmt.Errorf("inbox: table %s: column %s: its DEFAULT %s writes %s; %s: give it %s",
+					t.Name, col.name, c.dflt.String, sqliteShow(wrote), sqliteTimeForm, col.dflt))
+			}
+		}
+		var id, bad any
+		q := fmt.Sprintf(`SELECT %[1]s, %[2]s FROM %[3]s WHERE %[2]s IS NOT NULL AND NOT (typeof(%[2]s) = 'text' AND %[2]s GLOB %[4]s) LIMIT 1`,
+			`"`+t.ID+`"`, `"`+col.name+`"`, quoteWith(t.Name, '"'), sqliteTimeGlob)
+		switch err := db.QueryRowContext(ctx, q).Scan(&id, &bad); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("inbox: table %s: column %s: read its values: %w", t.Name, col.name, err))
+		default:
+			errs = append(errs, fmt.Errorf("inbox: table %s: column %s holds %s (row %s, and maybe others); %s: rewrite such values, e.g. with strftime('%%Y-%%m-%%dT%%H:%%M:%%f+00:00', %s) for text SQLite reads as UTC",
+				t.Name, col.name, sqliteShow(bad), idString(ownValue(id)), sqliteTimeForm, col.name))
+		}
+	}
+	return errs
+}
+
+// sqliteAffinity is the type affinity SQLite gives a column declared decl (the rules of
+// its "Determination Of Column Affinity").
+func sqliteAffinity(decl string) string {
+	d := strings.ToUpper(decl)
+	switch {
+	case strings.Contains(d, "INT"):
+		return "INTEGER"
+	case strings.Contains(d, "CHAR"), strings.Contains(d, "CLOB"), strings.Contains(d, "TEXT"):
+		return "TEXT"
+	case d == "", strings.Contains(d, "BLOB"):
+		return "BLOB"
+	case strings.Contains(d, "REAL"), strings.Contains(d, "FLOA"), strings.Contains(d, "DOUB"):
+		return "REAL"
+	default:
+		return "NUMERIC"
+	}
+}
+
+// sqliteShow shows a column value in an error: text quoted, anything else with its type.
+func sqliteShow(v any) string {
+	switch v := v.(type) {
+	case string:
+		return "'" + v + "'"
+	case []byte:
+		return fmt.Sprintf("the blob %q", v)
+	case nil:
+		return "NULL"
+	default:
+		return fmt.Sprintf("the number %v", v)
+	}
+}
+
 // sqliteModifier is a strftime modifier adding d.
 func sqliteModifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds", d.Seconds()) }
 

@@ -274,6 +274,9 @@ func (t *transport) Open(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		errs = t.d.checkTimes(ctx, t.q.ib.db, tb)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
