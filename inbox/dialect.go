@@ -125,6 +125,9 @@ type statements struct {
 	// parkN hides n leased rows, each until now + its :delay<i>, clears their leases and
 	// adds one attempt.
 	parkN func(n int) stmt
+	// notify announces to the processes listening that rows of :group came due on the
+	// table's :channel (PostgreSQL's pg_notify); empty elsewhere.
+	notify stmt
 	// publish inserts a row as the service would.
 	publish stmt
 	// putBackN clears n leased rows' leases and adds one attempt.

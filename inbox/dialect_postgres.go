@@ -77,6 +77,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
 	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
+	s.notify = compile(`SELECT pg_notify(:channel, :group)`, dollarNumbered)
 	c.batched(s, batchSpec{returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }})
 	return s
 }

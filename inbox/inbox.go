@@ -47,6 +47,23 @@
 // never delivers a held row a second time. The rows of a worker that stopped without
 // settling them still come back with one more attempt once Advance passes their lease.
 //
+// # Waking up
+//
+// An idle queue claims again when it is told a row of its group came due, when the
+// earliest row parked by RetryAfter comes due, and every [Poll] otherwise. The rows
+// an Inbox writes itself (Publish, a Retry's put-back, a release, Resend) wake its own
+// queues at once. On PostgreSQL an Inbox whose queues run also holds one connection
+// of its pool that LISTENs on the channel named after the table (Table.Name, as
+// written), and wakes the queues of the group each notification's payload names:
+// Publish, a graceful stop's release and Resend send one (pg_notify, just after their
+// statement; the table's own trigger can send one for rows your code inserts, see the
+// README), so a row published by any process is claimed at once whatever the Poll.
+// While that connection is lost the queues poll, and it connects again. database/sql
+// cannot wait for a notification, and this package imports no driver: the connection
+// is reached with (*sql.Conn).Raw and recognised by the method set of pgx's stdlib
+// connection (pgx v5 or v4); with another driver, or a pool limited to one connection,
+// the queues poll only (logged once). [PollOnly] opts a queue out.
+//
 // # Dialects
 //
 // [SQLite], [Postgres] and [MySQL] (MySQL 8 and MariaDB 10.6+). The package depends on
@@ -74,8 +91,14 @@ type Inbox struct {
 	dialect Dialect
 	table   Table
 
-	mu   sync.Mutex
-	wake map[string]chan struct{} // per group: closed when a row of it may have come due
+	once  sync.Once // builds stmts, the statements of Publish and Resend
+	stmts *statements
+
+	mu       sync.Mutex
+	pending  map[string]bool          // PostgreSQL: the groups to announce (see announce)
+	sending  bool                     // an announcer goroutine runs
+	listener *listener                // PostgreSQL: the LISTEN connection of the inbox's queues
+	wake     map[string]chan struct{} // per group: closed when a row of it may have come due
 }
 
 // New returns the inbox of table t in db, spoken in dialect d. Nothing is checked
@@ -105,13 +128,13 @@ func (ib *Inbox) PublishBytes(ctx context.Context, group string, payload []byte)
 	if err != nil {
 		return err
 	}
-	s := d.build(ib.table, queueSpec{})
+	s := ib.statements(d)
 	args := s.publish.bind(map[string]any{"group": group, "payload": payload, "skew": d.skewArg(0)})
 	_, err = retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.publish.text, args...) })
 	if err != nil {
 		return fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
 	}
-	ib.notify(group)
+	ib.announce(ctx, s, group)
 	return nil
 }
 
@@ -126,7 +149,7 @@ func (ib *Inbox) Resend(ctx context.Context, from, to string) (int64, error) {
 	if ib.table.Group == "" {
 		return 0, fmt.Errorf("inbox: resend: table %s has no group column", ib.table.Name)
 	}
-	s := d.build(ib.table, queueSpec{})
+	s := ib.statements(d)
 	args := s.resend.bind(map[string]any{"from": from, "to": to})
 	res, err := retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.resend.text, args...) })
 	if err != nil {
@@ -136,8 +159,16 @@ func (ib *Inbox) Resend(ctx context.Context, from, to string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("inbox: resend %q to %q: %w", from, to, err)
 	}
-	ib.notify(to)
+	if n > 0 {
+		ib.announce(ctx, s, to)
+	}
 	return n, nil
+}
+
+// statements returns the statements of Publish and Resend, built once.
+func (ib *Inbox) statements(d dialect) *statements {
+	ib.once.Do(func() { ib.stmts = d.build(ib.table, queueSpec{}) })
+	return ib.stmts
 }
 
 // checked returns the dialect after checking what a direct call needs.
@@ -162,6 +193,16 @@ func (ib *Inbox) checked(group string) (dialect, error) {
 func (ib *Inbox) notify(group string) {
 	ib.mu.Lock()
 	if ch, ok := ib.wake[group]; ok {
+		close(ch)
+		delete(ib.wake, group)
+	}
+	ib.mu.Unlock()
+}
+
+// notifyAll wakes every queue of the inbox waiting for a row.
+func (ib *Inbox) notifyAll() {
+	ib.mu.Lock()
+	for group, ch := range ib.wake {
 		close(ch)
 		delete(ib.wake, group)
 	}

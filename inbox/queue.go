@@ -38,6 +38,7 @@ type queueConfig struct {
 	fifo       bool
 	lease      time.Duration
 	poll       time.Duration
+	pollOnly   bool
 }
 
 type optionFunc func(*queueConfig)
@@ -63,11 +64,17 @@ func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
 // Defaults to DefaultLease.
 func Lease(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.lease = d }) }
 
+// PollOnly keeps the queue from listening for PostgreSQL notifications: it finds the
+// rows of other processes by polling only. Use it where LISTEN cannot work (a pooler in
+// transaction mode). Defaults to listening on PostgreSQL (see the package doc).
+func PollOnly() Option { return optionFunc(func(c *queueConfig) { c.pollOnly = true }) }
+
 // Poll sets how often an idle queue looks for due rows it was not told of. A queue is
 // woken at once by the rows its own Inbox writes (Publish, a Retry's put-back, a
-// release, Resend) for its group, and claims a row parked by RetryAfter as it comes due
-// (the idle queue asks the database when the next one does), so Poll bounds only how
-// soon it sees rows other code inserted and leases that passed. Defaults to
+// release, Resend) for its group, on PostgreSQL by those any process announces (see
+// the package doc), and claims a row parked by RetryAfter as it comes due (the idle
+// queue asks the database when the next one does), so Poll bounds only how soon it
+// sees rows inserted without a notification and leases that passed. Defaults to
 // DefaultPoll.
 func Poll(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.poll = d }) }
 
@@ -154,6 +161,7 @@ type transport struct {
 	q        *Queue
 	s        *statements
 	base     context.Context // Open's context without its cancel, for heartbeat writes
+	unlisten func()          // stops listening for notifications (nil: the queue polls only)
 	idle     idleState       // Fetch's own: what it knows of the queue being idle
 	origin   time.Time       // under a test clock: its time when it met the database's (see testSkew)
 	stop     chan struct{}
@@ -284,6 +292,9 @@ func (t *transport) Open(ctx context.Context) error {
 	t.stop, t.stopped = make(chan struct{}), make(chan struct{})
 	go t.heartbeat()
 	joinLive(t)
+	if _, pg := t.d.(postgres); pg && !t.q.cfg.pollOnly {
+		t.unlisten = t.q.ib.listen(ctx, t.env)
+	}
 	return nil
 }
 
@@ -661,7 +672,14 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 	batch(parks, "retry after", t.s.parkN, func(m source.Move, i int, args map[string]any) {
 		args[fmt.Sprintf("delay%d", i)] = t.d.durArg(m.Delay)
 	}, t.q.group)
-	batch(releases, "release", t.s.releaseN, nil, t.q.group)
+	if len(releases) > 0 {
+		// Rows handed back at a graceful stop are for the other processes: tell them.
+		wg.Go(func() {
+			if t.writeBatch(ctx, ms, releases, errs, "release", t.s.releaseN, nil) {
+				t.q.ib.announce(ctx, t.s, t.q.group)
+			}
+		})
+	}
 	for dest, idx := range deadGroups {
 		batch(idx, "dead letter", t.s.deadGroupN, func(m source.Move, i int, args map[string]any) {
 			args["dest"] = dest
@@ -800,6 +818,9 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 
 func (t *transport) Close(context.Context) error {
 	leaveLive(t)
+	if t.unlisten != nil {
+		t.unlisten()
+	}
 	if t.stop != nil {
 		close(t.stop)
 		<-t.stopped

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,4 +93,34 @@ func settleAll(b *testing.B, be backend, shared *sql.DB, tb inbox.Table, h func(
 		b.Logf("%d settlements failed (their rows came back once their lease passed)", n)
 	}
 	return elapsed
+}
+
+// BenchmarkPublish reports rows/s inserted by Publish from 1 and from 16 goroutines
+// (on PostgreSQL each also announces its group to the listening processes):
+//
+//	cd internal/sqltest && SETTLE_POSTGRES_URL=… go test -run '^$' -bench Publish -benchtime 4000x .
+func BenchmarkPublish(b *testing.B) {
+	for _, be := range backends() {
+		for _, publishers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/Publishers%d", be.name, publishers), func(b *testing.B) {
+				db := be.open(b)
+				ib := inbox.New(db, be.d, createTable(b, be, db, cols{}))
+				var next atomic.Int64
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range publishers {
+					wg.Go(func() {
+						for next.Add(1) <= int64(b.N) {
+							if err := ib.PublishBytes(context.Background(), "jobs", []byte("payload")); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
+			})
+		}
+	}
 }

@@ -252,58 +252,74 @@ func readRows(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []row {
 	return out
 }
 
-// leases returns the lease column of the table's rows by id order, as the driver reads
-// it.
-func leases(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []string {
+// column returns the first column of every row query selects, as the driver reads it
+// (bytes as a string).
+func column(t testing.TB, db *sql.DB, query string, args ...any) []any {
 	t.Helper()
-	q := quoteFor(b.d)
-	rows, err := db.QueryContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", q(tb.LockedUntil), q(tb.Name), q(tb.ID)))
+	rows, err := db.QueryContext(context.Background(), query, args...)
 	if err != nil {
-		t.Fatalf("read the leases: %v", err)
+		t.Fatalf("%s: %v", query, err)
 	}
 	defer rows.Close()
-	var out []string
+	var out []any
 	for rows.Next() {
-		var lease any
-		if err := rows.Scan(&lease); err != nil {
-			t.Fatalf("read the leases: %v", err)
+		var v any
+		if err := rows.Scan(&v); err != nil {
+			t.Fatalf("%s: %v", query, err)
 		}
-		if bs, ok := lease.([]byte); ok {
-			lease = string(bs)
+		if bs, ok := v.([]byte); ok {
+			v = string(bs)
 		}
-		out = append(out, fmt.Sprint(lease))
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		t.Fatalf("read the leases: %v", err)
+		t.Fatalf("%s: %v", query, err)
 	}
 	return out
 }
 
-// waitLeasesMoved waits until every lease of the table's rows differs from before (the
-// same rows, by id order): a heartbeat has written them all. Nothing outside the inbox
-// signals a heartbeat's write, so it reads the rows again every few milliseconds, for
-// at most waitLong.
-func waitLeasesMoved(t testing.TB, b backend, db *sql.DB, tb inbox.Table, before []string) {
+// eventually waits until cond holds, for what nothing outside the inbox signals (a
+// heartbeat's write, a LISTEN connection): it asks again every few milliseconds, for at
+// most waitLong.
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.NewTimer(waitLong)
 	defer deadline.Stop()
-	for {
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %s", waitLong, what)
+		}
+	}
+}
+
+// leases returns the lease column of the table's rows by id order, as the driver reads
+// it.
+func leases(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []string {
+	t.Helper()
+	q := quoteFor(b.d)
+	var out []string
+	for _, v := range column(t, db, fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", q(tb.LockedUntil), q(tb.Name), q(tb.ID))) {
+		out = append(out, fmt.Sprint(v))
+	}
+	return out
+}
+
+// waitLeasesMoved waits until every lease of the table's rows differs from before (the
+// same rows, by id order): a heartbeat has written them all.
+func waitLeasesMoved(t testing.TB, b backend, db *sql.DB, tb inbox.Table, before []string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the leases %v to be extended", before), func() bool {
 		now := leases(t, b, db, tb)
 		moved := len(now) == len(before)
 		for i := range now {
 			moved = moved && now[i] != before[i]
 		}
-		if moved {
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("the leases %v were not all extended within %s (now %v)", before, waitLong, now)
-		}
-	}
+		return moved
+	})
 }
 
 // probe opens a bare transport of q, for a claim outside any App: a claim that finds
