@@ -245,6 +245,16 @@ func (t Table) quoted(q byte) quotedTable {
 	}
 }
 
+// claimOrder is the order a claim takes due rows in: earliest due first (retry_after,
+// then id), so that an index on (group, retry_after, id) finds the due rows without
+// reading past the rows parked for later; id order for a table without retry_after.
+func (c quotedTable) claimOrder() string {
+	if c.retryAfter == "" {
+		return c.id
+	}
+	return c.retryAfter + ", " + c.id
+}
+
 // claimCount is the assignment a claim puts before its new lease: one more attempt for a
 // row whose lease is set (a claimed row is due, so its lease has passed: the worker it
 // was leased to never settled it, as every settlement clears the lease or deletes the

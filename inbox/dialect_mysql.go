@@ -44,11 +44,8 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, myNow)
 	}
-	order, limit := c.id, ":n"
+	order, limit := c.claimOrder(), ":n"
 	if q.fifo {
-		if c.retryAfter != "" {
-			order = c.retryAfter + ", " + c.id
-		}
 		limit = "1"
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, myNow)
 		s.claimLock = compile(`SELECT GET_LOCK(:lock_key, 30)`, questionRepeated)

@@ -41,11 +41,8 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, pgNow)
 	}
-	order, limit := c.id, ":n::bigint"
+	order, limit := c.claimOrder(), ":n::bigint"
 	if q.fifo {
-		if c.retryAfter != "" {
-			order = c.retryAfter + ", " + c.id
-		}
 		limit = "1"
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)",
 			c.table, groupIs("o."), c.lease, pgNow)

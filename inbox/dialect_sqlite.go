@@ -50,11 +50,8 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, sqliteNow)
 	}
-	order, limit := c.id, ":n"
+	order, limit := c.claimOrder(), ":n"
 	if q.fifo {
-		if c.retryAfter != "" {
-			order = c.retryAfter + ", " + c.id
-		}
 		limit = "1"
 		// One statement is atomic on SQLite: no lock beyond its own is needed.
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, sqliteNow)

@@ -54,7 +54,7 @@ func Batch(n int) Option { return optionFunc(func(c *queueConfig) { c.batch = n 
 // FIFO makes the queue's group first-in first-out: at most one row of the group is in
 // flight at a time, taken in (retry_after, id) order. Retry keeps a row at the head of
 // its group; RetryAfter(d) lets rows due before it pass. Defaults to off (rows are
-// claimed in id order, in batches, by any number of workers).
+// claimed earliest due first, in batches, by any number of workers).
 func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
 
 // Lease sets how long a claimed row stays hidden from other workers. While a handler

@@ -19,18 +19,22 @@ const benchRows = 10_000
 
 // BenchmarkOneConsumer reports rows/s for one App reading a table of 10,000 rows at
 // Concurrency(100) on a pool opened as a user would (sql.Open, database/sql's default
-// pool settings): Drain acks every row; RetryOnce retries every row once (settle.Retry:
-// put back, due again at once) and acks it on its second delivery.
+// pool settings): Drain acks every row; DrainBehindParked does so with 50,000 rows of
+// lower ids parked an hour ahead (a backlog of delayed retries); RetryOnce retries every
+// row once (settle.Retry: put back, due again at once) and acks it on its second
+// delivery.
 //
 //	cd internal/sqltest && SETTLE_POSTGRES_URL=… go test -run '^$' -bench OneConsumer -benchtime 1x -count 3 .
 func BenchmarkOneConsumer(b *testing.B) {
 	for _, be := range backends() {
 		for _, sc := range []struct {
 			name    string
+			parked  int // rows parked for an hour ahead of the rows to settle (lower ids)
 			handler func(ctx context.Context, m *settle.Message) error
 		}{
-			{"Drain", func(context.Context, *settle.Message) error { return nil }},
-			{"RetryOnce", func(_ context.Context, m *settle.Message) error {
+			{"Drain", 0, func(context.Context, *settle.Message) error { return nil }},
+			{"DrainBehindParked", 50_000, func(context.Context, *settle.Message) error { return nil }},
+			{"RetryOnce", 0, func(_ context.Context, m *settle.Message) error {
 				if m.Attempt == 1 {
 					return settle.Retry(errors.New("once"))
 				}
@@ -42,6 +46,10 @@ func BenchmarkOneConsumer(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
 					tb := createTable(b, be, db, cols{})
+					if sc.parked > 0 {
+						bulkInsert(b, be, db, tb, "load", sc.parked)
+						parkAll(b, be, db, tb)
+					}
 					bulkInsert(b, be, db, tb, "load", benchRows)
 					b.StartTimer()
 					elapsed := settleAll(b, be, db, tb, sc.handler)
@@ -49,6 +57,20 @@ func BenchmarkOneConsumer(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// parkAll parks every row of tb an hour ahead.
+func parkAll(b *testing.B, be backend, db *sql.DB, tb inbox.Table) {
+	b.Helper()
+	q := quoteFor(be.d)
+	later := map[inbox.Dialect]string{
+		inbox.SQLite:   "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+1 hour')",
+		inbox.Postgres: "now() + interval '1 hour'",
+		inbox.MySQL:    "NOW(6) + INTERVAL 1 HOUR",
+	}[be.d]
+	if _, err := db.ExecContext(context.Background(), fmt.Sprintf("UPDATE %s SET %s = %s", q(tb.Name), q(tb.RetryAfter), later)); err != nil {
+		b.Fatalf("park: %v", err)
 	}
 }
 
