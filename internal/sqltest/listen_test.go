@@ -116,42 +116,6 @@ func TestPostgresRowPublishedByAnotherPoolWakesAnIdleQueue(t *testing.T) {
 	}
 }
 
-// TestPostgresRowInsertedThroughTheReadmeTriggerWakesAnIdleQueue: a row the service
-// inserts with its own SQL wakes an idle queue through the trigger the README's schema
-// shows.
-func TestPostgresRowInsertedThroughTheReadmeTriggerWakesAnIdleQueue(t *testing.T) {
-	t.Parallel()
-	x := setupListen(t)
-	fn := x.tb.Name + "_notify"
-	ctx := context.Background()
-	for _, ddl := range []string{
-		fmt.Sprintf(`CREATE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM pg_notify('%[2]s', NEW.name);
-  RETURN NULL;
-END $$`, fn, x.tb.Name),
-		fmt.Sprintf(`CREATE TRIGGER %[1]s AFTER INSERT ON %[2]s FOR EACH ROW EXECUTE FUNCTION %[1]s()`, fn, x.tb.Name),
-	} {
-		if _, err := x.db.ExecContext(ctx, ddl); err != nil {
-			t.Fatalf("create the trigger: %v", err)
-		}
-	}
-	t.Cleanup(func() {
-		if _, err := x.db.ExecContext(ctx, fmt.Sprintf(`DROP FUNCTION %s() CASCADE`, fn)); err != nil {
-			t.Errorf("drop the trigger's function: %v", err)
-		}
-	})
-	waitListening(t, x.db, x.tb, nil)
-	other := ownPool(t, x.b)
-	for _, p := range []string{"first", "second"} {
-		x.sent[p] = time.Now()
-		if _, err := other.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %q (name, payload) VALUES ('jobs', $1)`, x.tb.Name), []byte(p)); err != nil {
-			t.Fatalf("insert: %v", err)
-		}
-		x.waitHandled(t, p)
-	}
-}
-
 // TestPostgresListenerReconnectsAfterItsConnectionIsKilled: pg_terminate_backend on the
 // LISTEN connection loses it; the queue keeps finding rows (it polls, and the listener,
 // once it listens again, wakes every queue of the Inbox for the rows it may have
