@@ -156,17 +156,17 @@ func (q *Queue) Transport(env source.Env) source.Transport {
 
 // transport is one mount's consumer of a queue.
 type transport struct {
-	d        dialect
-	env      source.Env
-	q        *Queue
-	s        *statements
-	base     context.Context // Open's context without its cancel, for heartbeat writes
-	unlisten func()          // stops listening for notifications (nil: the queue polls only)
-	idle     idleState       // Fetch's own: what it knows of the queue being idle
-	origin   time.Time       // under a test clock: its time when it met the database's (see testSkew)
-	stop     chan struct{}
-	stopped  chan struct{}
-	warnOnce sync.Once
+	d            dialect
+	env          source.Env
+	q            *Queue
+	s            *statements
+	base         context.Context // Open's context without its cancel, for heartbeat writes
+	unlistenFunc func()          // stops listening for notifications (nil: the queue polls only)
+	idle         idleState       // Fetch's own: what it knows of the queue being idle
+	origin       time.Time       // under a test clock: its time when it met the database's (see testSkew)
+	stop         chan struct{}
+	stopped      chan struct{}
+	warnOnce     sync.Once
 
 	mu       sync.Mutex
 	inflight map[*held]struct{}
@@ -293,7 +293,7 @@ func (t *transport) Open(ctx context.Context) error {
 	go t.heartbeat()
 	joinLive(t)
 	if _, pg := t.d.(postgres); pg && !t.q.cfg.pollOnly {
-		t.unlisten = t.q.ib.listen(ctx, t.env)
+		t.unlistenFunc = t.q.ib.listen(ctx, t.env)
 	}
 	return nil
 }
@@ -818,8 +818,8 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 
 func (t *transport) Close(context.Context) error {
 	leaveLive(t)
-	if t.unlisten != nil {
-		t.unlisten()
+	if t.unlistenFunc != nil {
+		t.unlistenFunc()
 	}
 	if t.stop != nil {
 		close(t.stop)
