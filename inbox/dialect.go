@@ -32,6 +32,8 @@ type dialect interface {
 	// claim leases up to n due rows of the queue and returns them.
 	// skew is skewArg's value (see testSkew).
 	claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error)
+	// indexes returns the column names of each index of table, in index order.
+	indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error)
 	// durArg is how a duration is passed to the statements.
 	durArg(d time.Duration) any
 	// extend moves a held lease to now + lease and returns the new token, or ok false
@@ -58,7 +60,10 @@ type dialect interface {
 // queueSpec is what a queue adds to its table for its statements.
 type queueSpec struct {
 	deadTable string // dead-letter table (a table without a group column)
-	fifo      bool
+	// dueOrder: claim in (retry_after, id) order, for a table with an index led by
+	// (group, retry_after) (see claimOrder); else in id order.
+	dueOrder bool
+	fifo     bool
 }
 
 // txn is a write transaction: *sql.Tx, or a connection inside BEGIN IMMEDIATE.
@@ -245,14 +250,39 @@ func (t Table) quoted(q byte) quotedTable {
 	}
 }
 
-// claimOrder is the order a claim takes due rows in: earliest due first (retry_after,
-// then id), so that an index on (group, retry_after, id) finds the due rows without
-// reading past the rows parked for later; id order for a table without retry_after.
-func (c quotedTable) claimOrder() string {
-	if c.retryAfter == "" {
+// claimOrder is the order a claim takes due rows in. A FIFO queue takes them in
+// (retry_after, id) order, its promise. A plain queue does so too where an index led by
+// (group, retry_after) can hand them out in that order (q.dueOrder), without reading
+// past the rows parked for later; else in id order, which the primary key serves
+// (walking past parked rows, but never sorting the whole group per claim, as the
+// earliest-due order would without its index).
+func (c quotedTable) claimOrder(q queueSpec) string {
+	if c.retryAfter == "" || (!q.fifo && !q.dueOrder) {
 		return c.id
 	}
 	return c.retryAfter + ", " + c.id
+}
+
+// dueIndex reports whether one of the indexes (each its column names, in order) is led
+// by the group column (when the table has one) then retry_after: what dueOrder needs.
+func (t Table) dueIndex(indexes [][]string) bool {
+	lead := []string{t.RetryAfter}
+	if t.Group != "" {
+		lead = []string{t.Group, t.RetryAfter}
+	}
+	for _, cols := range indexes {
+		if len(cols) < len(lead) {
+			continue
+		}
+		ok := true
+		for i, c := range lead {
+			ok = ok && strings.EqualFold(cols[i], c)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }
 
 // claimCount is the assignment a claim puts before its new lease: one more attempt for a
@@ -385,3 +415,20 @@ func (c quotedTable) byID(n int, name string, typed func(string) string) string 
 
 // untyped leaves an argument as it is (a dialect that infers its type).
 func untyped(arg string) string { return arg }
+
+// splitIndexes turns rows of (index, comma-separated columns) into column lists.
+func splitIndexes(rows *sql.Rows, err error) ([][]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]string
+	for rows.Next() {
+		var name, cols string
+		if err := rows.Scan(&name, &cols); err != nil {
+			return nil, err
+		}
+		out = append(out, strings.Split(cols, ","))
+	}
+	return out, rows.Err()
+}

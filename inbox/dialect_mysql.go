@@ -44,7 +44,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, myNow)
 	}
-	order, limit := c.claimOrder(), ":n"
+	order, limit := c.claimOrder(q), ":n"
 	if q.fifo {
 		limit = "1"
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, myNow)
@@ -141,6 +141,16 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 }
 
 func (mysql) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
+
+func (mysql) indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error) {
+	schema, name, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema, name = "", table
+	}
+	return splitIndexes(db.QueryContext(ctx, `SELECT INDEX_NAME, COALESCE(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ','), '')
+FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? GROUP BY INDEX_NAME`, schema, name))
+}
 
 func (mysql) durArg(d time.Duration) any { return d.Microseconds() }
 

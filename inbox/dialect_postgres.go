@@ -41,7 +41,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, pgNow)
 	}
-	order, limit := c.claimOrder(), ":n::bigint"
+	order, limit := c.claimOrder(q), ":n::bigint"
 	if q.fifo {
 		limit = "1"
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)",
@@ -104,6 +104,13 @@ func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any
 }
 
 func (postgres) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
+
+func (postgres) indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error) {
+	return splitIndexes(db.QueryContext(ctx, `SELECT i.indexrelid::regclass::text, COALESCE(string_agg(a.attname, ',' ORDER BY k.n), '')
+FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = $1::regclass GROUP BY i.indexrelid`, quoteWith(table, '"')))
+}
 
 func (postgres) durArg(d time.Duration) any { return d.Microseconds() }
 

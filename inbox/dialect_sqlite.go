@@ -50,7 +50,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, sqliteNow)
 	}
-	order, limit := c.claimOrder(), ":n"
+	order, limit := c.claimOrder(q), ":n"
 	if q.fifo {
 		limit = "1"
 		// One statement is atomic on SQLite: no lock beyond its own is needed.
@@ -242,6 +242,15 @@ func sqliteShow(v any) string {
 	default:
 		return fmt.Sprintf("the number %v", v)
 	}
+}
+
+func (sqlite) indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error) {
+	schema, name, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema, name = "main", table
+	}
+	return splitIndexes(db.QueryContext(ctx, `SELECT l.name, COALESCE((SELECT group_concat(name, ',') FROM (SELECT name FROM pragma_index_info(l.name, ?2) ORDER BY seqno)), '')
+FROM pragma_index_list(?1, ?2) AS l`, name, schema))
 }
 
 // sqliteModifier is a strftime modifier adding d.

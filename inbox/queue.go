@@ -54,7 +54,8 @@ func Batch(n int) Option { return optionFunc(func(c *queueConfig) { c.batch = n 
 // FIFO makes the queue's group first-in first-out: at most one row of the group is in
 // flight at a time, taken in (retry_after, id) order. Retry keeps a row at the head of
 // its group; RetryAfter(d) lets rows due before it pass. Defaults to off (rows are
-// claimed earliest due first, in batches, by any number of workers).
+// claimed in batches by any number of workers: earliest due first where an index led by
+// the group and retry_after columns serves that order, else in id order).
 func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
 
 // Lease sets how long a claimed row stays hidden from other workers. While a handler
@@ -266,11 +267,8 @@ func (t *transport) deadTable() string {
 
 func (t *transport) Open(ctx context.Context) error {
 	tb := t.q.ib.table
-	t.s = t.d.build(tb, queueSpec{deadTable: t.deadTable(), fifo: t.q.cfg.fifo})
-	t.s.group = t.q.group
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("settle-inbox\x00" + tb.Name + "\x00" + t.q.group))
-	t.s.lockKey = fmt.Sprintf("settle:%x", h.Sum64())
+	spec := queueSpec{deadTable: t.deadTable(), fifo: t.q.cfg.fifo}
+	t.build(spec)
 
 	var errs []error
 	want := tb.columnNames()
@@ -288,6 +286,10 @@ func (t *transport) Open(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if tb.RetryAfter != "" && !t.q.cfg.fifo && t.dueIndexed(ctx) {
+		spec.dueOrder = true
+		t.build(spec)
+	}
 	t.base = context.WithoutCancel(ctx)
 	t.stop, t.stopped = make(chan struct{}), make(chan struct{})
 	go t.heartbeat()
@@ -296,6 +298,37 @@ func (t *transport) Open(ctx context.Context) error {
 		t.unlistenFunc = t.q.ib.listen(ctx, t.env)
 	}
 	return nil
+}
+
+// build compiles the queue's statements.
+func (t *transport) build(spec queueSpec) {
+	tb := t.q.ib.table
+	t.s = t.d.build(tb, spec)
+	t.s.group = t.q.group
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("settle-inbox\x00" + tb.Name + "\x00" + t.q.group))
+	t.s.lockKey = fmt.Sprintf("settle:%x", h.Sum64())
+}
+
+// dueIndexed reports whether the table has an index led by (group, retry_after), with
+// which a plain queue claims the earliest due rows first (see claimOrder); without one
+// it says once, at Info, that claims take rows in id order.
+func (t *transport) dueIndexed(ctx context.Context) bool {
+	tb := t.q.ib.table
+	indexes, err := t.d.indexes(ctx, t.q.ib.db, tb.Name)
+	if err == nil && tb.dueIndex(indexes) {
+		return true
+	}
+	lead := tb.RetryAfter
+	if tb.Group != "" {
+		lead = tb.Group + ", " + tb.RetryAfter
+	}
+	attrs := []any{slog.String("mount", t.env.Mount), slog.String("key", tb.Name), slog.String("index", "("+lead+", "+tb.ID+")")}
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	t.env.Logger.InfoContext(ctx, "settle: inbox: the table has no index led by its group and retry_after columns: claims take rows in id order, reading past the rows parked for later; add the index to claim the earliest due first without reading them (see the README's schema)", attrs...)
+	return false
 }
 
 // checkColumns returns one error naming every column of want that table lacks.
