@@ -25,14 +25,23 @@ type dialect interface {
 	build(t Table, q queueSpec) *statements
 	// begin starts a write transaction (BEGIN IMMEDIATE on SQLite).
 	begin(ctx context.Context, db *sql.DB) (txn, error)
+	// checkTimes returns a problem for each time column of table t whose values would not
+	// compare in time order with the statements' "now" (SQLite, whose columns take any
+	// type); nil elsewhere, where the columns have a time type.
+	checkTimes(ctx context.Context, db *sql.DB, t Table) []error
 	// claim leases up to n due rows of the queue and returns them.
 	// skew is skewArg's value (see testSkew).
 	claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error)
+	// indexes returns the column names of each index of table, in index order.
+	indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error)
 	// durArg is how a duration is passed to the statements.
 	durArg(d time.Duration) any
 	// extend moves a held lease to now + lease and returns the new token, or ok false
 	// when the lease was taken over.
 	extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (newToken any, ok bool, err error)
+	// fencedMany runs write, a batched write of n leased rows fenced by their leases
+	// (see batched), and returns the ids of the rows it changed.
+	fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error)
 	// moveToTable moves the leased row into the dead-letter table, its attempt set to
 	// attempt, in one transaction and reports whether the lease still held.
 	moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error)
@@ -51,7 +60,10 @@ type dialect interface {
 // queueSpec is what a queue adds to its table for its statements.
 type queueSpec struct {
 	deadTable string // dead-letter table (a table without a group column)
-	fifo      bool
+	// dueOrder: claim in (retry_after, id) order, for a table with an index led by
+	// (group, retry_after) (see claimOrder); else in id order.
+	dueOrder bool
+	fifo     bool
 }
 
 // txn is a write transaction: *sql.Tx, or a connection inside BEGIN IMMEDIATE.
@@ -73,7 +85,8 @@ type claimedRow struct {
 
 // statements are one queue's SQL, compiled for its dialect.
 type statements struct {
-	// ack deletes n leased rows; built per n (see ackN).
+	// ackN deletes n leased rows, each fenced by its lease; its arguments are each
+	// row's id and lease, in turn.
 	ackN func(n int) string
 	// claim leases due rows (one statement where the dialect allows it), adding one
 	// attempt to a row whose lease passed (see claimCount).
@@ -88,8 +101,9 @@ type statements struct {
 	claimUnlock stmt
 	// columns selects no row of a table, to read its column names.
 	columns func(table string) string
-	// deadGroup moves a leased row to the dead-letter group, its attempt set to :attempt.
-	deadGroup stmt
+	// deadGroupN moves n leased rows to the dead-letter group :dest, each row's attempt
+	// set to its :attempt<i> (see batched).
+	deadGroupN func(n int) stmt
 	// deadInsert and deadDelete move a leased row into the dead-letter table, its attempt
 	// set to :attempt.
 	deadInsert stmt
@@ -104,17 +118,28 @@ type statements struct {
 	extend     stmt
 	extendLock stmt
 	extendRead stmt
+	// nextDue selects how long until the queue's earliest row that waits for its
+	// retry_after comes due, in microseconds (NULL: none waits); empty for a table
+	// without a retry_after column.
+	nextDue stmt
 	// lockLeased locks a leased row for a user hook's transaction.
 	lockLeased stmt
-	// park hides a leased row until now + delay, clears its lease, adds one attempt.
-	park stmt
+	// lockN locks n leased rows, each fenced by its lease, and selects their ids: what a
+	// batched write changes, on a dialect whose UPDATE cannot return them (MySQL).
+	lockN func(n int) stmt
+	// parkN hides n leased rows, each until now + its :delay<i>, clears their leases and
+	// adds one attempt.
+	parkN func(n int) stmt
+	// notify announces to the processes listening that rows of :group came due on the
+	// table's :channel (PostgreSQL's pg_notify); empty elsewhere.
+	notify stmt
 	// publish inserts a row as the service would.
 	publish stmt
-	// putBack clears a leased row's lease and adds one attempt.
-	putBack stmt
-	// release clears a leased row's lease, its attempt unchanged: a row read and never
+	// putBackN clears n leased rows' leases and adds one attempt.
+	putBackN func(n int) stmt
+	// releaseN clears n leased rows' leases, their attempts unchanged: rows read and never
 	// started, handed back at a graceful stop.
-	release stmt
+	releaseN func(n int) stmt
 	// resend moves every row of one group to another, attempt reset.
 	resend stmt
 }
@@ -225,6 +250,41 @@ func (t Table) quoted(q byte) quotedTable {
 	}
 }
 
+// claimOrder is the order a claim takes due rows in. A FIFO queue takes them in
+// (retry_after, id) order, its promise. A plain queue does so too where an index led by
+// (group, retry_after) can hand them out in that order (q.dueOrder), without reading
+// past the rows parked for later; else in id order, which the primary key serves
+// (walking past parked rows, but never sorting the whole group per claim, as the
+// earliest-due order would without its index).
+func (c quotedTable) claimOrder(q queueSpec) string {
+	if c.retryAfter == "" || (!q.fifo && !q.dueOrder) {
+		return c.id
+	}
+	return c.retryAfter + ", " + c.id
+}
+
+// dueIndex reports whether one of the indexes (each its column names, in order) is led
+// by the group column (when the table has one) then retry_after: what dueOrder needs.
+func (t Table) dueIndex(indexes [][]string) bool {
+	lead := []string{t.RetryAfter}
+	if t.Group != "" {
+		lead = []string{t.Group, t.RetryAfter}
+	}
+	for _, cols := range indexes {
+		if len(cols) < len(lead) {
+			continue
+		}
+		ok := true
+		for i, c := range lead {
+			ok = ok && strings.EqualFold(cols[i], c)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 // claimCount is the assignment a claim puts before its new lease: one more attempt for a
 // row whose lease is set (a claimed row is due, so its lease has passed: the worker it
 // was leased to never settled it, as every settlement clears the lease or deletes the
@@ -236,16 +296,6 @@ func (c quotedTable) claimCount() string {
 		return ""
 	}
 	return fmt.Sprintf("%s = CASE WHEN %s IS NULL THEN %s ELSE COALESCE(%s, 1) + 1 END, ", c.attempt, c.lease, c.attempt, c.attempt)
-}
-
-// setAttempt is the assignment a dead-letter move to a group adds: the attempt column
-// becomes the attempts the engine counted (the cap, for a row whose last claims
-// crashed). Empty for a table without an attempt column.
-func (c quotedTable) setAttempt(value string) string {
-	if c.attempt == "" {
-		return ""
-	}
-	return fmt.Sprintf(", %s = %s", c.attempt, value)
 }
 
 // rowColumns returns the columns a dead-letter move copies and the values it writes
@@ -283,4 +333,102 @@ func (c quotedTable) publishInsert(now string) string {
 		cols, vals = append(cols, c.retryAfter), append(vals, now)
 	}
 	return fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, c.table, strings.Join(cols, ", "), strings.Join(vals, ", "))
+}
+
+// batchSpec is what the batched settlements of a dialect differ in (see batched).
+type batchSpec struct {
+	// returning: the dialect's UPDATE returns the ids it changed (RETURNING); else a
+	// batch first locks and selects its rows with lockN, in the same transaction.
+	returning bool
+	// retryAt is retry_after's value delay from now (delay: an expression of the
+	// dialect's duration argument, see dialect.durArg).
+	retryAt func(delay string) string
+	style   placeholderStyle
+	// typed casts a statement argument whose type the dialect cannot infer (Postgres).
+	typed func(arg string) string
+}
+
+// batched sets the statements that settle n leased rows in one write, each row fenced by
+// its own lease (:id<i>, :token<i>): a row whose lease was taken over is not changed, and
+// the ids the write returns (or lockN selects) say which rows were.
+func (c quotedTable) batched(s *statements, b batchSpec) {
+	ret := ""
+	if b.returning {
+		ret = " RETURNING " + c.id
+	}
+	update := func(set func(n int) string) func(n int) stmt {
+		return func(n int) stmt {
+			return compile(fmt.Sprintf(`UPDATE %s SET %s WHERE %s%s`, c.table, set(n), c.fences(n), ret), b.style)
+		}
+	}
+	plusOne := ""
+	if c.attempt != "" {
+		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
+	}
+	s.ackN = func(n int) string {
+		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, c.fences(n)), b.style).text
+	}
+	s.putBackN = update(func(int) string { return c.lease + " = NULL" + plusOne })
+	s.releaseN = update(func(int) string { return c.lease + " = NULL" })
+	if c.retryAfter != "" {
+		s.parkN = update(func(n int) string {
+			return fmt.Sprintf("%s = NULL, %s = %s%s", c.lease, c.retryAfter, b.retryAt(c.byID(n, "delay", b.typed)), plusOne)
+		})
+	}
+	if c.group != "" {
+		s.deadGroupN = update(func(n int) string {
+			set := fmt.Sprintf("%s = :dest, %s = NULL", c.group, c.lease)
+			if c.attempt != "" {
+				set += fmt.Sprintf(", %s = %s", c.attempt, c.byID(n, "attempt", b.typed))
+			}
+			return set
+		})
+	}
+	if !b.returning {
+		s.lockN = func(n int) stmt {
+			return compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, c.fences(n)), b.style)
+		}
+	}
+}
+
+// fences returns the condition matching n leased rows, each by its id and its lease:
+// "(id = :id0 AND lease = :token0) OR …".
+func (c quotedTable) fences(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("(%s = :id%d AND %s = :token%d)", c.id, i, c.lease, i)
+	}
+	return strings.Join(parts, " OR ")
+}
+
+// byID returns the value of the argument name<i> of the row whose id is :id<i>, for n
+// rows: "CASE id WHEN :id0 THEN :name0 … END".
+func (c quotedTable) byID(n int, name string, typed func(string) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CASE %s", c.id)
+	for i := range n {
+		fmt.Fprintf(&b, " WHEN :id%d THEN %s", i, typed(fmt.Sprintf(":%s%d", name, i)))
+	}
+	b.WriteString(" END")
+	return b.String()
+}
+
+// untyped leaves an argument as it is (a dialect that infers its type).
+func untyped(arg string) string { return arg }
+
+// splitIndexes turns rows of (index, comma-separated columns) into column lists.
+func splitIndexes(rows *sql.Rows, err error) ([][]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]string
+	for rows.Next() {
+		var name, cols string
+		if err := rows.Scan(&name, &cols); err != nil {
+			return nil, err
+		}
+		out = append(out, strings.Split(cols, ","))
+	}
+	return out, rows.Err()
 }

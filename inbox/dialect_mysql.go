@@ -44,11 +44,8 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, myNow)
 	}
-	order, limit := c.id, ":n"
+	order, limit := c.claimOrder(q), ":n"
 	if q.fifo {
-		if c.retryAfter != "" {
-			order = c.retryAfter + ", " + c.id
-		}
 		limit = "1"
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, myNow)
 		s.claimLock = compile(`SELECT GET_LOCK(:lock_key, 30)`, questionRepeated)
@@ -64,13 +61,6 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
 			c.id, attempt, c.payload, c.lease, c.table, c.id, list("id", n), order), questionRepeated)
 	}
-	s.ackN = func(n int) string {
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = fmt.Sprintf("(%s = ? AND %s = ?)", c.id, c.lease)
-		}
-		return fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR "))
-	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '`'))
 	}
@@ -78,18 +68,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	s.extendLock = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
 	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s = :id`, c.table, c.lease, leaseUntil, c.id), questionRepeated)
 	s.extendRead = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = :id`, c.lease, c.table, c.id), questionRepeated)
-	plusOne := ""
-	if c.attempt != "" {
-		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
-	}
-	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), questionRepeated)
-	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), questionRepeated)
-	if c.retryAfter != "" {
-		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + INTERVAL :delay MICROSECOND%s WHERE %s`,
-			c.table, c.lease, c.retryAfter, myNow, plusOne, fence), questionRepeated)
-	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), questionRepeated)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -102,8 +81,12 @@ func (mysql) build(t Table, q queueSpec) *statements {
 			quoteWith(q.deadTable, '`'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionRepeated)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionRepeated)
 	}
+	if c.retryAfter != "" {
+		s.nextDue = compile(fmt.Sprintf(`SELECT TIMESTAMPDIFF(MICROSECOND, %[2]s, MIN(%[1]s)) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, myNow, c.table, groupIs("")), questionRepeated)
+	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
 	s.publish = compile(c.publishInsert(myNow), questionRepeated)
+	c.batched(s, batchSpec{returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped})
 	return s
 }
 
@@ -157,6 +140,18 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 	return rows, tx.Commit()
 }
 
+func (mysql) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
+
+func (mysql) indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error) {
+	schema, name, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema, name = "", table
+	}
+	return splitIndexes(db.QueryContext(ctx, `SELECT INDEX_NAME, COALESCE(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ','), '')
+FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? GROUP BY INDEX_NAME`, schema, name))
+}
+
 func (mysql) durArg(d time.Duration) any { return d.Microseconds() }
 
 func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
@@ -178,6 +173,25 @@ func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, s
 		return nil, false, err
 	}
 	return next, true, tx.Commit()
+}
+
+// fencedMany locks the rows whose leases still hold, then writes them, in one
+// transaction: MySQL's UPDATE cannot return the rows it changed.
+func (mysql) fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	lock := s.lockN(n)
+	ids, err := queryIDs(ctx, tx, lock.text, lock.bind(vals))
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, write.text, write.bind(vals)...); err != nil {
+		return nil, err
+	}
+	return ids, tx.Commit()
 }
 
 func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {

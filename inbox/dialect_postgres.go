@@ -41,11 +41,8 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, pgNow)
 	}
-	order, limit := c.id, ":n::bigint"
+	order, limit := c.claimOrder(q), ":n::bigint"
 	if q.fifo {
-		if c.retryAfter != "" {
-			order = c.retryAfter + ", " + c.id
-		}
 		limit = "1"
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)",
 			c.table, groupIs("o."), c.lease, pgNow)
@@ -55,30 +52,12 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	s.claim = compile(fmt.Sprintf(
 		`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
 		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), dollarNumbered)
-	s.ackN = func(n int) string {
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = fmt.Sprintf("(%s = :id%d AND %s = :token%d)", c.id, i, c.lease, i)
-		}
-		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR ")), dollarNumbered).text
-	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '"'))
 	}
 	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
 	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s RETURNING %s`, c.table, c.lease, leaseUntil, fence, c.lease), dollarNumbered)
-	plusOne := ""
-	if c.attempt != "" {
-		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
-	}
-	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), dollarNumbered)
-	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), dollarNumbered)
-	if c.retryAfter != "" {
-		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = %s + :delay::bigint * interval '1 microsecond'%s WHERE %s`,
-			c.table, c.lease, c.retryAfter, pgNow, plusOne, fence), dollarNumbered)
-	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), dollarNumbered)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -90,8 +69,13 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		s.deadMove = compile(fmt.Sprintf(`WITH moved AS (DELETE FROM %s WHERE %s RETURNING %s) INSERT INTO %s (%s) SELECT %s FROM moved`,
 			c.table, fence, strings.Join(cols, ", "), quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", ")), dollarNumbered)
 	}
+	if c.retryAfter != "" {
+		s.nextDue = compile(fmt.Sprintf(`SELECT CAST(EXTRACT(EPOCH FROM MIN(%[1]s) - %[2]s) * 1000000 AS BIGINT) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, pgNow, c.table, groupIs("")), dollarNumbered)
+	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
 	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
+	s.notify = compile(`SELECT pg_notify(:channel, :group)`, dollarNumbered)
+	c.batched(s, batchSpec{returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }})
 	return s
 }
 
@@ -119,6 +103,15 @@ func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any
 	return rows, tx.Commit()
 }
 
+func (postgres) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
+
+func (postgres) indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error) {
+	return splitIndexes(db.QueryContext(ctx, `SELECT i.indexrelid::regclass::text, COALESCE(string_agg(a.attname, ',' ORDER BY k.n), '')
+FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = $1::regclass GROUP BY i.indexrelid`, quoteWith(table, '"')))
+}
+
 func (postgres) durArg(d time.Duration) any { return d.Microseconds() }
 
 func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
@@ -128,6 +121,10 @@ func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token
 		return nil, false, nil
 	}
 	return next, err == nil, err
+}
+
+func (postgres) fencedMany(ctx context.Context, db *sql.DB, _ *statements, write stmt, _ int, vals map[string]any) ([]any, error) {
+	return queryIDs(ctx, db, write.text, write.bind(vals))
 }
 
 func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {

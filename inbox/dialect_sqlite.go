@@ -50,11 +50,8 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	if c.retryAfter != "" {
 		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, sqliteNow)
 	}
-	order, limit := c.id, ":n"
+	order, limit := c.claimOrder(q), ":n"
 	if q.fifo {
-		if c.retryAfter != "" {
-			order = c.retryAfter + ", " + c.id
-		}
 		limit = "1"
 		// One statement is atomic on SQLite: no lock beyond its own is needed.
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, sqliteNow)
@@ -63,30 +60,12 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	s.claim = compile(fmt.Sprintf(
 		`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
 		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), questionNumbered)
-	s.ackN = func(n int) string {
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = fmt.Sprintf("(%s = :id%d AND %s = :token%d)", c.id, i, c.lease, i)
-		}
-		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, strings.Join(parts, " OR ")), questionNumbered).text
-	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE 0`, quoteWith(table, '"'))
 	}
 	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
 	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s RETURNING CAST(%s AS TEXT)`, c.table, c.lease, leaseUntil, fence, c.lease), questionNumbered)
-	plusOne := ""
-	if c.attempt != "" {
-		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
-	}
-	s.putBack = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL%s WHERE %s`, c.table, c.lease, plusOne, fence), questionNumbered)
-	s.release = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL WHERE %s`, c.table, c.lease, fence), questionNumbered)
-	if c.retryAfter != "" {
-		s.park = compile(fmt.Sprintf(`UPDATE %s SET %s = NULL, %s = strftime(%s, %s, :delay)%s WHERE %s`,
-			c.table, c.lease, c.retryAfter, sqliteFormat, sqliteNow, plusOne, fence), questionNumbered)
-	}
 	if c.group != "" {
-		s.deadGroup = compile(fmt.Sprintf(`UPDATE %s SET %s = :dest, %s = NULL%s WHERE %s`, c.table, c.group, c.lease, c.setAttempt(":attempt"), fence), questionNumbered)
 		reset := ""
 		if c.attempt != "" {
 			reset = fmt.Sprintf(", %s = 1", c.attempt)
@@ -99,9 +78,13 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 			quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionNumbered)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionNumbered)
 	}
+	if c.retryAfter != "" {
+		s.nextDue = compile(fmt.Sprintf(`SELECT CAST((julianday(MIN(%[1]s)) - julianday(%[2]s)) * 86400000000 AS INTEGER) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, sqliteNow, c.table, groupIs("")), questionNumbered)
+	}
 	// BEGIN IMMEDIATE already holds the only write lock.
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, c.id, c.table, fence), questionNumbered)
 	s.publish = compile(c.publishInsert(sqliteNow), questionNumbered)
+	c.batched(s, batchSpec{returning: true, retryAt: func(delay string) string { return fmt.Sprintf("strftime(%s, %s, %s)", sqliteFormat, sqliteNow, delay) }, style: questionNumbered, typed: untyped})
 	return s
 }
 
@@ -152,6 +135,124 @@ func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, skew any, le
 	return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
 }
 
+// sqliteTimeGlob matches the text of a time as sqliteFormat writes it.
+const sqliteTimeGlob = `'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9]+00:00'`
+
+// sqliteTimeForm says what a SQLite time column must hold, for the errors that refuse one.
+const sqliteTimeForm = `a SQLite time column of the inbox holds text in the form strftime('%Y-%m-%dT%H:%M:%f+00:00') writes (UTC, e.g. '2026-12-01T09:44:00.000+00:00'), the only one that compares in time order with the inbox's own times`
+
+// checkTimes refuses a retry_after or locked_until column whose values would not compare
+// in time order with the statements' text times (a row parked for an hour would be due at
+// once): one declared with a numeric type (INTEGER or REAL affinity), one whose DEFAULT
+// writes anything but the text form (CURRENT_TIMESTAMP writes '2026-12-01 09:44:00'),
+// and one holding a value not in it (the first found, with its row's id).
+func (sqlite) checkTimes(ctx context.Context, db *sql.DB, t Table) []error {
+	schema, name, qualified := strings.Cut(t.Name, ".")
+	if !qualified {
+		schema, name = "main", t.Name
+	}
+	rows, err := db.QueryContext(ctx, `SELECT name, type, dflt_value FROM pragma_table_info(?1, ?2)`, name, schema)
+	if err != nil {
+		return []error{fmt.Errorf("inbox: table %s: read its column types: %w", t.Name, err)}
+	}
+	type column struct {
+		declared string
+		dflt     sql.NullString
+	}
+	declared := map[string]column{}
+	for rows.Next() {
+		var col string
+		var c column
+		if err := rows.Scan(&col, &c.declared, &c.dflt); err != nil {
+			_ = rows.Close()
+			return []error{fmt.Errorf("inbox: table %s: read its column types: %w", t.Name, err)}
+		}
+		declared[strings.ToLower(col)] = c
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return []error{fmt.Errorf("inbox: table %s: read its column types: %w", t.Name, err)}
+	}
+	var errs []error
+	for _, col := range []struct{ name, dflt string }{
+		{t.RetryAfter, "DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'))"},
+		{t.LockedUntil, "no DEFAULT (NULL: not leased)"},
+	} {
+		c, ok := declared[strings.ToLower(col.name)]
+		if col.name == "" || !ok {
+			continue // no such column (checkColumns names a missing one)
+		}
+		if a := sqliteAffinity(c.declared); a == "INTEGER" || a == "REAL" {
+			errs = append(errs, fmt.Errorf("inbox: table %s: column %s is declared %s, so SQLite compares its values as numbers, not as the inbox's times; %s: declare it TEXT",
+				t.Name, col.name, c.declared, sqliteTimeForm))
+			continue
+		}
+		if c.dflt.Valid {
+			var inForm bool
+			var wrote any
+			q := fmt.Sprintf(`SELECT x IS NULL OR (typeof(x) = 'text' AND x GLOB %s), x FROM (SELECT (%s) AS x)`, sqliteTimeGlob, c.dflt.String)
+			if err := db.QueryRowContext(ctx, q).Scan(&inForm, &wrote); err != nil {
+				errs = append(errs, fmt.Errorf("inbox: table %s: column %s: evaluate its DEFAULT %s: %w", t.Name, col.name, c.dflt.String, err))
+			} else if !inForm {
+				errs = append(errs, fmt.Errorf("inbox: table %s: column %s: its DEFAULT %s writes %s; %s: give it %s",
+					t.Name, col.name, c.dflt.String, sqliteShow(wrote), sqliteTimeForm, col.dflt))
+			}
+		}
+		var id, bad any
+		q := fmt.Sprintf(`SELECT %[1]s, %[2]s FROM %[3]s WHERE %[2]s IS NOT NULL AND NOT (typeof(%[2]s) = 'text' AND %[2]s GLOB %[4]s) LIMIT 1`,
+			`"`+t.ID+`"`, `"`+col.name+`"`, quoteWith(t.Name, '"'), sqliteTimeGlob)
+		switch err := db.QueryRowContext(ctx, q).Scan(&id, &bad); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("inbox: table %s: column %s: read its values: %w", t.Name, col.name, err))
+		default:
+			errs = append(errs, fmt.Errorf("inbox: table %s: column %s holds %s (row %s, and maybe others); %s: rewrite such values, e.g. with strftime('%%Y-%%m-%%dT%%H:%%M:%%f+00:00', %s) for text SQLite reads as UTC",
+				t.Name, col.name, sqliteShow(bad), idString(ownValue(id)), sqliteTimeForm, col.name))
+		}
+	}
+	return errs
+}
+
+// sqliteAffinity is the type affinity SQLite gives a column declared decl (the rules of
+// its "Determination Of Column Affinity").
+func sqliteAffinity(decl string) string {
+	d := strings.ToUpper(decl)
+	switch {
+	case strings.Contains(d, "INT"):
+		return "INTEGER"
+	case strings.Contains(d, "CHAR"), strings.Contains(d, "CLOB"), strings.Contains(d, "TEXT"):
+		return "TEXT"
+	case d == "", strings.Contains(d, "BLOB"):
+		return "BLOB"
+	case strings.Contains(d, "REAL"), strings.Contains(d, "FLOA"), strings.Contains(d, "DOUB"):
+		return "REAL"
+	default:
+		return "NUMERIC"
+	}
+}
+
+// sqliteShow shows a column value in an error: text quoted, anything else with its type.
+func sqliteShow(v any) string {
+	switch v := v.(type) {
+	case string:
+		return "'" + v + "'"
+	case []byte:
+		return fmt.Sprintf("the blob %q", v)
+	case nil:
+		return "NULL"
+	default:
+		return fmt.Sprintf("the number %v", v)
+	}
+}
+
+func (sqlite) indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error) {
+	schema, name, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema, name = "main", table
+	}
+	return splitIndexes(db.QueryContext(ctx, `SELECT l.name, COALESCE((SELECT group_concat(name, ',') FROM (SELECT name FROM pragma_index_info(l.name, ?2) ORDER BY seqno)), '')
+FROM pragma_index_list(?1, ?2) AS l`, name, schema))
+}
+
 // sqliteModifier is a strftime modifier adding d.
 func sqliteModifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds", d.Seconds()) }
 
@@ -164,6 +265,10 @@ func (sqlite) extend(ctx context.Context, db *sql.DB, s *statements, id, token, 
 		return nil, false, nil
 	}
 	return next, err == nil, err
+}
+
+func (sqlite) fencedMany(ctx context.Context, db *sql.DB, _ *statements, write stmt, _ int, vals map[string]any) ([]any, error) {
+	return queryIDs(ctx, db, write.text, write.bind(vals))
 }
 
 func (d sqlite) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {

@@ -1,7 +1,8 @@
 // Package inbox consumes a SQL table whose rows are deliveries: the table inbox of
 // settle. It is one more transport of settle's engine: a [Queue] is a settle.Source,
-// mounted with settle.App.Mount like a Redis stream, and its rows settle with one
-// statement each.
+// mounted with settle.App.Mount like a Redis stream. Its settlements are written in
+// batches: the acks, the retries, the delayed retries and the moves to a dead-letter
+// group of many rows each take one statement.
 //
 // # Settlements
 //
@@ -40,6 +41,29 @@
 // delayed by d also comes due after d of real time (use delays longer than the test
 // runs to assert that a row is not yet due).
 //
+// Advance(d) passes d for the leases' heartbeats too: under a test clock, before each
+// claim, the leases held by the Apps running on that clock (of rows running or waiting
+// for a handler) are extended to the claim's "now", so advancing the clock past a lease
+// never delivers a held row a second time. The rows of a worker that stopped without
+// settling them still come back with one more attempt once Advance passes their lease.
+//
+// # Waking up
+//
+// An idle queue claims again when it is told a row of its group came due, when the
+// earliest row parked by RetryAfter comes due, and every [Poll] otherwise. The rows
+// an Inbox writes itself (Publish, a Retry's put-back, a release, Resend) wake its own
+// queues at once. On PostgreSQL an Inbox whose queues run also holds one connection
+// of its pool that LISTENs on the channel named after the table (Table.Name, as
+// written), and wakes the queues of the group each notification's payload names:
+// Publish, a graceful stop's release and Resend send one (pg_notify, just after their
+// statement; the table's own trigger can send one for rows your code inserts, see the
+// README), so a row published by any process is claimed at once whatever the Poll.
+// While that connection is lost the queues poll, and it connects again. database/sql
+// cannot wait for a notification, and this package imports no driver: the connection
+// is reached with (*sql.Conn).Raw and recognised by the method set of pgx's stdlib
+// connection (pgx v5 or v4); with another driver, or a pool limited to one connection,
+// the queues poll only (logged once). [PollOnly] opts a queue out.
+//
 // # Dialects
 //
 // [SQLite], [Postgres] and [MySQL] (MySQL 8 and MariaDB 10.6+). The package depends on
@@ -67,14 +91,20 @@ type Inbox struct {
 	dialect Dialect
 	table   Table
 
-	mu   sync.Mutex
-	wake chan struct{} // closed when a row may have come due
+	once  sync.Once // builds stmts, the statements of Publish and Resend
+	stmts *statements
+
+	mu       sync.Mutex
+	pending  map[string]bool          // PostgreSQL: the groups to announce (see announce)
+	sending  bool                     // an announcer goroutine runs
+	listener *listener                // PostgreSQL: the LISTEN connection of the inbox's queues
+	wake     map[string]chan struct{} // per group: closed when a row of it may have come due
 }
 
 // New returns the inbox of table t in db, spoken in dialect d. Nothing is checked
 // here: App.Validate checks the spec, and App.Run checks the table's columns.
 func New(db *sql.DB, d Dialect, t Table) *Inbox {
-	return &Inbox{db: db, dialect: d, table: t, wake: make(chan struct{})}
+	return &Inbox{db: db, dialect: d, table: t}
 }
 
 // Table returns the inbox's table spec.
@@ -92,19 +122,22 @@ func (ib *Inbox) Publish(ctx context.Context, group string, v any) error {
 
 // PublishBytes inserts payload as a new row of group, as the service itself would:
 // attempt 1, due now (the database's now, under a test clock too), not leased. group
-// must be empty for a table without a group column.
+// must be empty for a table without a group column. It wakes the idle queues of group:
+// this Inbox's at once, and on PostgreSQL every process's, with a pg_notify sent just
+// after the insert from a goroutine of the Inbox that ends within about 25 ms of the
+// last Publish (see "Waking up" in the package doc).
 func (ib *Inbox) PublishBytes(ctx context.Context, group string, payload []byte) error {
 	d, err := ib.checked(group)
 	if err != nil {
 		return err
 	}
-	s := d.build(ib.table, queueSpec{})
+	s := ib.statements(d)
 	args := s.publish.bind(map[string]any{"group": group, "payload": payload, "skew": d.skewArg(0)})
 	_, err = retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.publish.text, args...) })
 	if err != nil {
 		return fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
 	}
-	ib.notify()
+	ib.announce(ctx, s, group)
 	return nil
 }
 
@@ -119,7 +152,7 @@ func (ib *Inbox) Resend(ctx context.Context, from, to string) (int64, error) {
 	if ib.table.Group == "" {
 		return 0, fmt.Errorf("inbox: resend: table %s has no group column", ib.table.Name)
 	}
-	s := d.build(ib.table, queueSpec{})
+	s := ib.statements(d)
 	args := s.resend.bind(map[string]any{"from": from, "to": to})
 	res, err := retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.resend.text, args...) })
 	if err != nil {
@@ -129,8 +162,16 @@ func (ib *Inbox) Resend(ctx context.Context, from, to string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("inbox: resend %q to %q: %w", from, to, err)
 	}
-	ib.notify()
+	if n > 0 {
+		ib.announce(ctx, s, to)
+	}
 	return n, nil
+}
+
+// statements returns the statements of Publish and Resend, built once.
+func (ib *Inbox) statements(d dialect) *statements {
+	ib.once.Do(func() { ib.stmts = d.build(ib.table, queueSpec{}) })
+	return ib.stmts
 }
 
 // checked returns the dialect after checking what a direct call needs.
@@ -151,17 +192,37 @@ func (ib *Inbox) checked(group string) (dialect, error) {
 	return d, nil
 }
 
-// notify wakes queues waiting for a row.
-func (ib *Inbox) notify() {
+// notify wakes the queues of group waiting for a row.
+func (ib *Inbox) notify(group string) {
 	ib.mu.Lock()
-	close(ib.wake)
-	ib.wake = make(chan struct{})
+	if ch, ok := ib.wake[group]; ok {
+		close(ch)
+		delete(ib.wake, group)
+	}
 	ib.mu.Unlock()
 }
 
-// woken returns a channel closed at the next notify.
-func (ib *Inbox) woken() <-chan struct{} {
+// notifyAll wakes every queue of the inbox waiting for a row.
+func (ib *Inbox) notifyAll() {
+	ib.mu.Lock()
+	for group, ch := range ib.wake {
+		close(ch)
+		delete(ib.wake, group)
+	}
+	ib.mu.Unlock()
+}
+
+// woken returns a channel closed at the next notify of group.
+func (ib *Inbox) woken(group string) <-chan struct{} {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	return ib.wake
+	ch, ok := ib.wake[group]
+	if !ok {
+		if ib.wake == nil {
+			ib.wake = map[string]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		ib.wake[group] = ch
+	}
+	return ch
 }

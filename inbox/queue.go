@@ -22,8 +22,8 @@ const (
 	// DefaultLease is how long a claimed row stays hidden from other workers; a
 	// handler running longer has its lease extended while it runs.
 	DefaultLease = 30 * time.Second
-	// DefaultPoll is how often an idle queue looks for due rows (a Publish through the
-	// same Inbox wakes it at once).
+	// DefaultPoll is how often an idle queue looks for due rows it was not told of (see
+	// Poll).
 	DefaultPoll = 200 * time.Millisecond
 )
 
@@ -38,20 +38,24 @@ type queueConfig struct {
 	fifo       bool
 	lease      time.Duration
 	poll       time.Duration
+	pollOnly   bool
 }
 
 type optionFunc func(*queueConfig)
 
 func (f optionFunc) applyQueue(c *queueConfig) { f(c) }
 
-// Batch sets the most rows one claim leases; a claim never takes more than the mount has
-// free handler slots. Defaults to DefaultBatch.
+// Batch sets the most rows one claim leases. The engine asks for a full batch whenever
+// the mount has room for one (see settle.Prefetch): the rows claimed and not yet started
+// stay leased, their leases extended like those of the rows running. Defaults to
+// DefaultBatch.
 func Batch(n int) Option { return optionFunc(func(c *queueConfig) { c.batch = n }) }
 
 // FIFO makes the queue's group first-in first-out: at most one row of the group is in
 // flight at a time, taken in (retry_after, id) order. Retry keeps a row at the head of
 // its group; RetryAfter(d) lets rows due before it pass. Defaults to off (rows are
-// claimed in id order, in batches, by any number of workers).
+// claimed in batches by any number of workers: earliest due first where an index led by
+// the group and retry_after columns serves that order, else in id order).
 func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
 
 // Lease sets how long a claimed row stays hidden from other workers. While a handler
@@ -61,7 +65,18 @@ func FIFO() Option { return optionFunc(func(c *queueConfig) { c.fifo = true }) }
 // Defaults to DefaultLease.
 func Lease(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.lease = d }) }
 
-// Poll sets how often an idle queue looks for due rows. Defaults to DefaultPoll.
+// PollOnly keeps the queue from listening for PostgreSQL notifications: it finds the
+// rows of other processes by polling only. Use it where LISTEN cannot work (a pooler in
+// transaction mode). Defaults to listening on PostgreSQL (see the package doc).
+func PollOnly() Option { return optionFunc(func(c *queueConfig) { c.pollOnly = true }) }
+
+// Poll sets how often an idle queue looks for due rows it was not told of. A queue is
+// woken at once by the rows its own Inbox writes (Publish, a Retry's put-back, a
+// release, Resend) for its group, on PostgreSQL by those any process announces (see
+// the package doc), and claims a row parked by RetryAfter as it comes due (the idle
+// queue asks the database when the next one does), so Poll bounds only how soon it
+// sees rows inserted without a notification and leases that passed. Defaults to
+// DefaultPoll.
 func Poll(d time.Duration) Option { return optionFunc(func(c *queueConfig) { c.poll = d }) }
 
 // OnDeadLetter replaces the dead-letter move with the user's own SQL: at the cap, fn
@@ -142,16 +157,17 @@ func (q *Queue) Transport(env source.Env) source.Transport {
 
 // transport is one mount's consumer of a queue.
 type transport struct {
-	d        dialect
-	env      source.Env
-	q        *Queue
-	s        *statements
-	base     context.Context // Open's context without its cancel, for heartbeat writes
-	extended func()          // test hook: called after each heartbeat pass
-	origin   time.Time       // under a test clock: its time when it met the database's (see testSkew)
-	stop     chan struct{}
-	stopped  chan struct{}
-	warnOnce sync.Once
+	d            dialect
+	env          source.Env
+	q            *Queue
+	s            *statements
+	base         context.Context // Open's context without its cancel, for heartbeat writes
+	unlistenFunc func()          // stops listening for notifications (nil: the queue polls only)
+	idle         idleState       // Fetch's own: what it knows of the queue being idle
+	origin       time.Time       // under a test clock: its time when it met the database's (see testSkew)
+	stop         chan struct{}
+	stopped      chan struct{}
+	warnOnce     sync.Once
 
 	mu       sync.Mutex
 	inflight map[*held]struct{}
@@ -164,12 +180,16 @@ type held struct {
 
 	mu      sync.Mutex
 	settled bool
-	token   any // the lease as stored: the fence of every write
+	skew    time.Duration // the test clock's skew the lease was written at (see catchUp)
+	token   any           // the lease as stored: the fence of every write
+	wrote   time.Time     // when the lease was written, on the wall clock
 }
 
 func (t *transport) Info() source.Info {
 	info := source.Info{
 		Batch: t.q.cfg.batch,
+		// Moves writes a batch of put-backs, parks or dead letters in one statement.
+		BatchesMoves: true,
 		// The longest one Fetch waits for a due row (it also bounds how long a shutdown
 		// waits for a Fetch in progress).
 		Block: min(time.Second, 2*t.q.cfg.poll),
@@ -247,11 +267,8 @@ func (t *transport) deadTable() string {
 
 func (t *transport) Open(ctx context.Context) error {
 	tb := t.q.ib.table
-	t.s = t.d.build(tb, queueSpec{deadTable: t.deadTable(), fifo: t.q.cfg.fifo})
-	t.s.group = t.q.group
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("settle-inbox\x00" + tb.Name + "\x00" + t.q.group))
-	t.s.lockKey = fmt.Sprintf("settle:%x", h.Sum64())
+	spec := queueSpec{deadTable: t.deadTable(), fifo: t.q.cfg.fifo}
+	t.build(spec)
 
 	var errs []error
 	want := tb.columnNames()
@@ -263,13 +280,55 @@ func (t *transport) Open(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		errs = t.d.checkTimes(ctx, t.q.ib.db, tb)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if tb.RetryAfter != "" && !t.q.cfg.fifo && t.dueIndexed(ctx) {
+		spec.dueOrder = true
+		t.build(spec)
 	}
 	t.base = context.WithoutCancel(ctx)
 	t.stop, t.stopped = make(chan struct{}), make(chan struct{})
 	go t.heartbeat()
+	joinLive(t)
+	if _, pg := t.d.(postgres); pg && !t.q.cfg.pollOnly {
+		t.unlistenFunc = t.q.ib.listen(ctx, t.env)
+	}
 	return nil
+}
+
+// build compiles the queue's statements.
+func (t *transport) build(spec queueSpec) {
+	tb := t.q.ib.table
+	t.s = t.d.build(tb, spec)
+	t.s.group = t.q.group
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("settle-inbox\x00" + tb.Name + "\x00" + t.q.group))
+	t.s.lockKey = fmt.Sprintf("settle:%x", h.Sum64())
+}
+
+// dueIndexed reports whether the table has an index led by (group, retry_after), with
+// which a plain queue claims the earliest due rows first (see claimOrder); without one
+// it says once, at Info, that claims take rows in id order.
+func (t *transport) dueIndexed(ctx context.Context) bool {
+	tb := t.q.ib.table
+	indexes, err := t.d.indexes(ctx, t.q.ib.db, tb.Name)
+	if err == nil && tb.dueIndex(indexes) {
+		return true
+	}
+	lead := tb.RetryAfter
+	if tb.Group != "" {
+		lead = tb.Group + ", " + tb.RetryAfter
+	}
+	attrs := []any{slog.String("mount", t.env.Mount), slog.String("key", tb.Name), slog.String("index", "("+lead+", "+tb.ID+")")}
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	t.env.Logger.InfoContext(ctx, "settle: inbox: the table has no index led by its group and retry_after columns: claims take rows in id order, reading past the rows parked for later; add the index to claim the earliest due first without reading them (see the README's schema)", attrs...)
+	return false
 }
 
 // checkColumns returns one error naming every column of want that table lacks.
@@ -302,22 +361,26 @@ func (t *transport) checkColumns(ctx context.Context, table string, want []strin
 	return nil
 }
 
-// skew is what the statements add to the database's clock: nothing in production, how
+// skew is how far the statements move the database's clock: nothing in production, how
 // far the test clock has moved under a test (see testSkew).
-func (t *transport) skew() any {
+func (t *transport) skew() time.Duration {
 	if t.env.TestClock == nil {
-		return t.d.skewArg(0)
+		return 0
 	}
-	return t.d.skewArg(testSkew(t.env.TestClock, t.origin))
+	return testSkew(t.env.TestClock, t.origin)
 }
 
 func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		woken := t.q.ib.woken()
-		ds, err := t.claim(ctx, max)
-		if err != nil || len(ds) > 0 {
-			return ds, err
+		if wait <= 0 || t.idle.over(t.q.cfg.poll) {
+			woken := t.q.ib.woken(t.q.group)
+			ds, err := t.claim(ctx, max)
+			if err != nil || len(ds) > 0 {
+				t.idle = idleState{}
+				return ds, err
+			}
+			t.idle = idleState{since: time.Now(), wake: woken, due: t.nextDue(ctx)}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -325,10 +388,10 @@ func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*
 		}
 		// Polling runs on the wall clock: it only bounds how soon a due row is seen (a
 		// test's fake clock decides what is due).
-		timer := time.NewTimer(min(left, t.q.cfg.poll))
+		timer := time.NewTimer(min(left, time.Until(t.idle.until(t.q.cfg.poll))))
 		select {
 		case <-timer.C:
-		case <-woken:
+		case <-t.idle.wake:
 			timer.Stop()
 		case <-ctx.Done():
 			timer.Stop()
@@ -337,12 +400,61 @@ func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*
 	}
 }
 
+// idleState is what Fetch knows of an idle queue: when its last claim found nothing, the
+// wake channel its group had before that claim (closed since: a row may have come due),
+// and when the earliest row waiting for its retry_after comes due (zero: none, or not
+// known). The zero idleState claims at once.
+type idleState struct {
+	due   time.Time
+	since time.Time
+	wake  <-chan struct{}
+}
+
+// over reports whether the queue should claim again: it has not found itself idle, or
+// it was woken, or its poll interval has passed, or a waiting row has come due.
+func (s idleState) over(poll time.Duration) bool {
+	if s.since.IsZero() {
+		return true
+	}
+	select {
+	case <-s.wake:
+		return true
+	default:
+	}
+	return time.Until(s.until(poll)) <= 0
+}
+
+// until returns when the idle queue claims again unless woken first.
+func (s idleState) until(poll time.Duration) time.Time {
+	next := s.since.Add(poll)
+	if !s.due.IsZero() && s.due.Before(next) {
+		return s.due
+	}
+	return next
+}
+
+// nextDue returns when the queue's earliest row waiting for its retry_after comes due,
+// by the database's clock, as a wall-clock time (zero: none waits, the table has no
+// retry_after column, the query failed, or a test clock decides what is due).
+func (t *transport) nextDue(ctx context.Context) time.Time {
+	if t.s.nextDue.text == "" || t.env.TestClock != nil {
+		return time.Time{}
+	}
+	var micros sql.NullInt64
+	vals := map[string]any{"skew": t.d.skewArg(t.skew()), "group": t.q.group}
+	if err := t.q.ib.db.QueryRowContext(ctx, t.s.nextDue.text, t.s.nextDue.bind(vals)...).Scan(&micros); err != nil || !micros.Valid {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(max(micros.Int64, 0)) * time.Microsecond)
+}
+
 // claim leases up to max due rows.
 func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
 	db := t.q.ib.db
 	skew := t.skew()
+	catchUp(t, skew)
 	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
-		return t.d.claim(ctx, db, t.s, skew, t.q.cfg.lease, max)
+		return t.d.claim(ctx, db, t.s, t.d.skewArg(skew), t.q.cfg.lease, max)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: table %s: claim: %w", t.q.ib.table.Name, err)
@@ -351,10 +463,13 @@ func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, err
 		return nil, nil
 	}
 	ds := make([]*source.Delivery, len(rows))
+	now := time.Now()
 	t.mu.Lock()
 	for i, r := range rows {
 		ds[i] = r.delivery(t.q.ib.table.Name)
-		t.inflight[ds[i].Raw.(*held)] = struct{}{}
+		h := ds[i].Raw.(*held)
+		h.skew, h.wrote = skew, now
+		t.inflight[h] = struct{}{}
 	}
 	t.mu.Unlock()
 	return ds, nil
@@ -383,8 +498,8 @@ func idString(id any) string {
 	return fmt.Sprint(id)
 }
 
-// heartbeat extends the leases of rows in flight every third of the lease, on the
-// App's clock, until Close.
+// heartbeat extends the leases of rows in flight (running, or claimed and waiting for a
+// handler) every third of the lease, on the App's clock, until Close.
 func (t *transport) heartbeat() {
 	defer close(t.stopped)
 	every := t.q.cfg.lease / 3
@@ -396,17 +511,32 @@ func (t *transport) heartbeat() {
 			return
 		case <-timer.C():
 		}
-		t.mu.Lock()
-		hs := make([]*held, 0, len(t.inflight))
-		for h := range t.inflight {
-			hs = append(hs, h)
-		}
-		t.mu.Unlock()
-		for _, h := range hs {
+		for _, h := range t.held() {
 			t.extend(h)
 		}
-		if t.extended != nil {
-			t.extended()
+	}
+}
+
+// held returns the rows in flight.
+func (t *transport) held() []*held {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hs := make([]*held, 0, len(t.inflight))
+	for h := range t.inflight {
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// extendStale extends the leases of the rows in flight written at a skew before skew,
+// or a third of the lease ago or longer (see catchUp).
+func (t *transport) extendStale(skew time.Duration) {
+	for _, h := range t.held() {
+		h.mu.Lock()
+		stale := !h.settled && (h.skew < skew || time.Since(h.wrote) >= t.q.cfg.lease/3)
+		h.mu.Unlock()
+		if stale {
+			t.extend(h)
 		}
 	}
 }
@@ -425,8 +555,9 @@ func (t *transport) extend(h *held) {
 		next any
 		ok   bool
 	}
+	skew := t.skew()
 	r, err := retry(ctx, t.d, db, func() (result, error) {
-		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.skew(), t.q.cfg.lease)
+		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.d.skewArg(skew), t.q.cfg.lease)
 		return result{ownValue(next), ok}, err
 	})
 	switch {
@@ -437,7 +568,7 @@ func (t *transport) extend(h *held) {
 		t.env.Logger.WarnContext(ctx, "settle: inbox: a lease was taken over while the handler ran; its settlement will change nothing",
 			slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)))
 	default:
-		h.token = r.next
+		h.token, h.skew, h.wrote = r.next, skew, time.Now()
 	}
 }
 
@@ -469,14 +600,11 @@ func (t *transport) forget(h *held) {
 	t.mu.Unlock()
 }
 
-// maxAckRows bounds the rows one DELETE names.
-const maxAckRows = 200
-
 // Ack deletes the rows (Ack and Drop), each fenced by its lease, in batches.
 func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	var errs []error
 	for len(ds) > 0 {
-		n := min(len(ds), maxAckRows)
+		n := min(len(ds), maxBatchRows)
 		if err := t.ackBatch(ctx, ds[:n]); err != nil {
 			errs = append(errs, err)
 		}
@@ -521,66 +649,170 @@ func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
 	return nil
 }
 
-// Moves applies each move with its own statement (the engine calls it one move at a
-// time, from the handlers' goroutines, so that the statements stay concurrent).
+// Moves applies the moves in as few statements as it can: the put-backs (Retry, and a
+// retry under a cap, which a table writes in place), the parks (RetryAfter), the
+// releases and the moves to a dead-letter group each go in one UPDATE per up to
+// maxBatchRows rows, each row fenced by its own lease; a move into a dead-letter table
+// or through an OnDeadLetter hook is one transaction per row, a few at a time. The
+// kinds are written concurrently, and each move is answered on its own.
 func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
-	return source.EachMove(ms, func(m source.Move) error {
+	errs := make([]error, len(ms))
+	var puts, parks, releases, singles []int
+	deadGroups := map[string][]int{}
+	for i, m := range ms {
 		switch m.Action {
 		case source.ActionPutBack, source.ActionCopy:
 			// A table has no copy: a retry under a cap is the same in-place statement as a
 			// put-back, the attempt column carrying the count a copy's header carries
 			// elsewhere.
-			return t.putBack(ctx, m.Delivery)
+			puts = append(puts, i)
 		case source.ActionPark:
-			return t.park(ctx, m.Delivery, m.Delay)
-		case source.ActionRelease:
-			err := t.fenced(ctx, m.Delivery, "release", func(h *held) (bool, error) {
-				return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.release.text, t.s.release.bind(map[string]any{"id": h.id, "token": h.token})...))
-			})
-			if err == nil {
-				t.q.ib.notify()
+			if t.s.parkN == nil {
+				t.warnOnce.Do(func() {
+					t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
+						slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", m.Delay))
+				})
+				puts = append(puts, i)
+				continue
 			}
-			return err
+			parks = append(parks, i)
+		case source.ActionRelease:
+			releases = append(releases, i)
 		case source.ActionDeadLetter:
-			return t.deadLetter(ctx, m.Delivery, m.Dest, m.Headers)
+			if t.q.cfg.deadLetter == nil && t.q.ib.table.Group != "" {
+				deadGroups[m.Dest] = append(deadGroups[m.Dest], i)
+				continue
+			}
+			singles = append(singles, i)
 		default:
-			return source.UnsupportedMove(source.KindTable, m)
+			errs[i] = source.UnsupportedMove(source.KindTable, m)
 		}
-	})
-}
-
-// putBack (Retry) clears the lease and adds one attempt: the row is due again at once,
-// in place.
-func (t *transport) putBack(ctx context.Context, d *source.Delivery) error {
-	err := t.fenced(ctx, d, "put back", func(h *held) (bool, error) {
-		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.putBack.text, t.s.putBack.bind(map[string]any{"id": h.id, "token": h.token})...))
-	})
-	if err == nil {
-		t.q.ib.notify()
 	}
-	return err
-}
-
-// park (RetryAfter) sets retry_after = now + delay, clears the lease and adds one
-// attempt. A table without a retry_after column returns the row at once, with a
-// warning logged once per mount.
-func (t *transport) park(ctx context.Context, d *source.Delivery, delay time.Duration) error {
-	if t.s.park.text == "" {
-		t.warnOnce.Do(func() {
-			t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
-				slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", delay))
+	var wg sync.WaitGroup
+	// batch writes the moves at idx in the background and wakes the idle queues of the
+	// group the rows are now in: a row put back or released is due at once, and a
+	// parked one may come due before anything their Fetch waits for (see nextDue).
+	batch := func(idx []int, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any), group string) {
+		if len(idx) > 0 {
+			wg.Go(func() {
+				if t.writeBatch(ctx, ms, idx, errs, what, build, args) {
+					t.q.ib.notify(group)
+				}
+			})
+		}
+	}
+	batch(puts, "put back", t.s.putBackN, nil, t.q.group)
+	batch(parks, "retry after", t.s.parkN, func(m source.Move, i int, args map[string]any) {
+		args[fmt.Sprintf("delay%d", i)] = t.d.durArg(m.Delay)
+	}, t.q.group)
+	if len(releases) > 0 {
+		// Rows handed back at a graceful stop are for the other processes: tell them.
+		wg.Go(func() {
+			if t.writeBatch(ctx, ms, releases, errs, "release", t.s.releaseN, nil) {
+				t.q.ib.announce(ctx, t.s, t.q.group)
+			}
 		})
-		return t.putBack(ctx, d)
 	}
-	return t.fenced(ctx, d, "retry after", func(h *held) (bool, error) {
-		args := t.s.park.bind(map[string]any{"id": h.id, "token": h.token, "skew": t.skew(), "delay": t.d.durArg(delay)})
-		return affectedOne(t.q.ib.db.ExecContext(ctx, t.s.park.text, args...))
-	})
+	for dest, idx := range deadGroups {
+		batch(idx, "dead letter", t.s.deadGroupN, func(m source.Move, i int, args map[string]any) {
+			args["dest"] = dest
+			args[fmt.Sprintf("attempt%d", i)] = int64(m.Delivery.Attempt)
+		}, dest)
+	}
+	if len(singles) > 0 {
+		wg.Go(func() {
+			var each sync.WaitGroup
+			sem := make(chan struct{}, maxSingleMoves)
+			for _, i := range singles {
+				sem <- struct{}{}
+				each.Go(func() {
+					defer func() { <-sem }()
+					errs[i] = t.deadLetter(ctx, ms[i].Delivery, ms[i].Dest, ms[i].Headers)
+				})
+			}
+			each.Wait()
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
-// deadLetter moves the row at the cap: to the dead-letter group (payload kept, lease
-// cleared), or into the dead-letter table in one transaction, or through the user's
-// OnDeadLetter hook. The dead row's attempt is d.Attempt, the attempts the engine
+// maxBatchRows bounds the rows one batched statement names; maxSingleMoves bounds the
+// moves of one Moves call written one row at a time that run at once.
+const (
+	maxBatchRows   = 200
+	maxSingleMoves = 8
+)
+
+// writeBatch applies one batched, fenced write (build: see batched) to the moves of ms
+// at idx, at most maxBatchRows rows a statement, sets each one's error in errs (nil:
+// applied; ErrLeaseLost: its lease was taken over, nothing changed) and forgets their
+// rows. args adds a move's own arguments (those of the statement's i-th row). It
+// reports whether any row was written.
+func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int, errs []error, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any)) bool {
+	table := t.q.ib.table.Name
+	wrote := false
+	for len(idx) > 0 {
+		// One statement names a row once: a row delivered twice (a lease lost and the row
+		// claimed again) waits for the next statement.
+		var chunk, later []int
+		hs := map[int]*held{}
+		seen := map[string]bool{}
+		for _, i := range idx {
+			d := ms[i].Delivery
+			h, ok := d.Raw.(*held)
+			switch {
+			case !ok:
+				errs[i] = fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
+			case seen[idString(h.id)] || len(chunk) == maxBatchRows:
+				later = append(later, i)
+			default:
+				seen[idString(h.id)] = true
+				chunk = append(chunk, i)
+				hs[i] = h
+			}
+		}
+		idx = later
+		if len(chunk) == 0 {
+			continue
+		}
+		vals := map[string]any{"skew": t.d.skewArg(t.skew())}
+		for k, i := range chunk {
+			h := hs[i]
+			h.mu.Lock()
+			vals[fmt.Sprintf("id%d", k)] = h.id
+			vals[fmt.Sprintf("token%d", k)] = h.token
+			if args != nil {
+				args(ms[i], k, vals)
+			}
+		}
+		st := build(len(chunk))
+		db := t.q.ib.db
+		ids, err := retry(ctx, t.d, db, func() ([]any, error) { return t.d.fencedMany(ctx, db, t.s, st, len(chunk), vals) })
+		changed := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			changed[idString(id)] = true
+		}
+		for _, i := range chunk {
+			h, d := hs[i], ms[i].Delivery
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, d.ID, err)
+			case !changed[idString(h.id)]:
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, d.ID, ErrLeaseLost)
+			default:
+				wrote = true
+			}
+			t.forget(h)
+			h.mu.Unlock()
+		}
+	}
+	return wrote
+}
+
+// deadLetter moves the row at the cap into the dead-letter table in one transaction, or
+// through the user's OnDeadLetter hook (a move to a dead-letter group is batched: see
+// Moves). The dead row's attempt is d.Attempt, the attempts the engine
 // counted: the cap, also for a row whose last claim counted one more attempt because
 // the delivery at the cap crashed its worker (the engine dead-letters such a row without
 // running its handler).
@@ -591,15 +823,6 @@ func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest str
 		return t.fenced(ctx, d, "dead letter (hook)", func(h *held) (bool, error) {
 			return t.deadLetterHook(ctx, h, d.Attempt, dest, headers[settle.HeaderDeadError])
 		})
-	case t.q.ib.table.Group != "":
-		err := t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
-			args := t.s.deadGroup.bind(map[string]any{"id": h.id, "token": h.token, "dest": dest, "attempt": int64(d.Attempt)})
-			return affectedOne(db.ExecContext(ctx, t.s.deadGroup.text, args...))
-		})
-		if err == nil {
-			t.q.ib.notify()
-		}
-		return err
 	default:
 		return t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
 			return t.d.moveToTable(ctx, db, t.s, h.id, h.token, int64(d.Attempt))
@@ -627,6 +850,10 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 }
 
 func (t *transport) Close(context.Context) error {
+	leaveLive(t)
+	if t.unlistenFunc != nil {
+		t.unlistenFunc()
+	}
 	if t.stop != nil {
 		close(t.stop)
 		<-t.stopped

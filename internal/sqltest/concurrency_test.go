@@ -40,6 +40,15 @@ func openSeparate(t testing.TB, b backend, shared *sql.DB) *sql.DB {
 	if b.d == inbox.SQLite {
 		return shared // one file: separate pools would only fight over its one writer lock
 	}
+	db := ownPool(t, b)
+	db.SetMaxOpenConns(12)
+	return db
+}
+
+// ownPool opens a pool of its own on b's server (Postgres or MySQL) with database/sql's
+// default settings, as a user's sql.Open would; it is closed after the test.
+func ownPool(t testing.TB, b backend) *sql.DB {
+	t.Helper()
 	driver, dsn := "pgx", os.Getenv("SETTLE_POSTGRES_URL")
 	if b.d == inbox.MySQL {
 		driver, dsn = "mysql", mysqlDSN(os.Getenv("SETTLE_MYSQL_DSN"))
@@ -48,7 +57,6 @@ func openSeparate(t testing.TB, b backend, shared *sql.DB) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.SetMaxOpenConns(12)
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }

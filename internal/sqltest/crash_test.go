@@ -77,9 +77,9 @@ func TestSettledRetryCountsOnceNotTwice(t *testing.T) {
 		// (the lease is set and has not passed), then the handler asks for a retry.
 		for range 2 {
 			x.clock.waitTimer(t, lease/3)
-			before := leaseOf(t, x.b, x.db, x.tb)
+			before := leases(t, x.b, x.db, x.tb)
 			x.clock.Advance(lease / 3)
-			waitLeaseMoved(t, x.b, x.db, x.tb, before)
+			waitLeasesMoved(t, x.b, x.db, x.tb, before)
 		}
 	}
 	for _, tc := range []struct {

@@ -107,9 +107,10 @@ func sharedDB(driver, dsn string) func(t testing.TB) *sql.DB {
 	}
 }
 
-// cols says which optional columns a test table has.
+// cols says which optional columns a test table has, and whether it lacks the index the
+// README recommends.
 type cols struct {
-	noAttempt, noGroup, noRetryAfter bool
+	noAttempt, noGroup, noRetryAfter, noDueIndex bool
 }
 
 // spec is the Table of a test table named name.
@@ -174,7 +175,7 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 	case inbox.MySQL:
 		parts = append(parts, "id BIGINT AUTO_INCREMENT PRIMARY KEY")
 		if !c.noGroup {
-			parts = append(parts, "name VARCHAR(191) NOT NULL DEFAULT ''", "KEY (name)")
+			parts = append(parts, "name VARCHAR(191) NOT NULL DEFAULT ''")
 		}
 		if !c.noAttempt {
 			parts = append(parts, "attempt SMALLINT NOT NULL DEFAULT 1")
@@ -188,6 +189,17 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 	ddl := fmt.Sprintf("CREATE TABLE %s (%s)", q(name), strings.Join(parts, ", "))
 	if _, err := db.ExecContext(context.Background(), ddl); err != nil {
 		t.Fatalf("create table: %v", err)
+	}
+	if !c.noDueIndex && !c.noRetryAfter {
+		// The index the README's schema recommends: claims walk it in due order.
+		due := "retry_after, id"
+		if !c.noGroup {
+			due = "name, " + due
+		}
+		index := fmt.Sprintf("CREATE INDEX %s ON %s (%s)", q(name+"_due"), q(name), due)
+		if _, err := db.ExecContext(context.Background(), index); err != nil {
+			t.Fatalf("create index: %v", err)
+		}
 	}
 	t.Cleanup(func() {
 		if _, err := db.ExecContext(context.Background(), "DROP TABLE "+q(name)); err != nil {
@@ -252,36 +264,74 @@ func readRows(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []row {
 	return out
 }
 
-// leaseOf returns the lease column of the table's only row, as the driver reads it.
-func leaseOf(t testing.TB, b backend, db *sql.DB, tb inbox.Table) string {
+// column returns the first column of every row query selects, as the driver reads it
+// (bytes as a string).
+func column(t testing.TB, db *sql.DB, query string, args ...any) []any {
 	t.Helper()
-	q := quoteFor(b.d)
-	var lease any
-	if err := db.QueryRowContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s", q(tb.LockedUntil), q(tb.Name))).Scan(&lease); err != nil {
-		t.Fatalf("read the lease: %v", err)
+	rows, err := db.QueryContext(context.Background(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
-	if bs, ok := lease.([]byte); ok {
-		return string(bs)
+	defer rows.Close()
+	var out []any
+	for rows.Next() {
+		var v any
+		if err := rows.Scan(&v); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		if bs, ok := v.([]byte); ok {
+			v = string(bs)
+		}
+		out = append(out, v)
 	}
-	return fmt.Sprint(lease)
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return out
 }
 
-// waitLeaseMoved waits until the lease of the table's only row is no longer before:
-// a heartbeat has written it. Nothing outside the inbox signals a heartbeat's write, so
-// it reads the row again every few milliseconds, for at most waitLong.
-func waitLeaseMoved(t testing.TB, b backend, db *sql.DB, tb inbox.Table, before string) {
+// eventually waits until cond holds, for what nothing outside the inbox signals (a
+// heartbeat's write, a LISTEN connection): it asks again every few milliseconds, for at
+// most waitLong.
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.NewTimer(waitLong)
 	defer deadline.Stop()
-	for leaseOf(t, b, db, tb) == before {
+	for !cond() {
 		select {
 		case <-tick.C:
 		case <-deadline.C:
-			t.Fatalf("the lease %s was not extended within %s", before, waitLong)
+			t.Fatalf("timed out after %s waiting for %s", waitLong, what)
 		}
 	}
+}
+
+// leases returns the lease column of the table's rows by id order, as the driver reads
+// it.
+func leases(t testing.TB, b backend, db *sql.DB, tb inbox.Table) []string {
+	t.Helper()
+	q := quoteFor(b.d)
+	var out []string
+	for _, v := range column(t, db, fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", q(tb.LockedUntil), q(tb.Name), q(tb.ID))) {
+		out = append(out, fmt.Sprint(v))
+	}
+	return out
+}
+
+// waitLeasesMoved waits until every lease of the table's rows differs from before (the
+// same rows, by id order): a heartbeat has written them all.
+func waitLeasesMoved(t testing.TB, b backend, db *sql.DB, tb inbox.Table, before []string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the leases %v to be extended", before), func() bool {
+		now := leases(t, b, db, tb)
+		moved := len(now) == len(before)
+		for i := range now {
+			moved = moved && now[i] != before[i]
+		}
+		return moved
+	})
 }
 
 // probe opens a bare transport of q, for a claim outside any App: a claim that finds

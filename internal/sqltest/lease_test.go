@@ -3,12 +3,17 @@ package sqltest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
 	"github.com/settlekit/settle/internal/sourcetest"
+	"github.com/settlekit/settle/settletest"
 )
 
 // TestSettlementAfterLeaseTakenOverChangesNothing: worker A's handler runs past its
@@ -87,40 +92,86 @@ func TestSettlementAfterLeaseTakenOverChangesNothing(t *testing.T) {
 }
 
 // TestHeartbeatExtendsLeaseOfLongRunningHandler: an App's handler runs for two minutes
-// of its clock on a 30 s lease; every 10 s the heartbeat extends the lease, so another
-// worker's claim on the same clock finds nothing, and the handler's ack, after it all,
-// applies.
+// of its clock on a 30 s lease; every 10 s the heartbeat extends the lease, so a worker
+// elsewhere (a transport on a clock of its own that moves with the App's) finds nothing
+// to claim, and the handler's ack, after it all, applies.
 func TestHeartbeatExtendsLeaseOfLongRunningHandler(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		x := setup(t, b, cols{})
 		x.publish(t, "jobs", "p")
 		const lease = 30 * time.Second
-		runs, release := make(chan int, 1), make(chan struct{})
-		x.run(t, x.ib.Queue("jobs", inbox.Lease(lease), inbox.Poll(10*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
-			runs <- m.Attempt
-			<-release
-			return nil
-		}))
-		t.Cleanup(func() { close(release) }) // runs before the App stops
+		h, runs, unblock := blocking(t)
+		x.run(t, x.ib.Queue("jobs", inbox.Lease(lease), inbox.Poll(10*time.Millisecond)), h)
 		receive(t, runs, "the claim")
-		other := probe(t, x.ib.Queue("jobs", inbox.Lease(lease)), x.clock)
-		// Two minutes pass while the handler runs; every 10 s the heartbeat extends.
-		for i := 0; i < 12; i++ {
-			x.clock.waitTimer(t, lease/3) // the heartbeat waits
-			before := leaseOf(t, b, x.db, x.tb)
-			x.clock.Advance(lease / 3)
-			waitLeaseMoved(t, b, x.db, x.tb, before)
-			if ds, err := other.Fetch(context.Background(), 10, 0); err != nil || len(ds) != 0 {
-				t.Fatalf("after %ds: another worker claimed %d rows (err %v); want none", (i+1)*10, len(ds), err)
-			}
-		}
-		release <- struct{}{}
+		x.heartbeatsPass(t, lease, 12) // two minutes
+		unblock()
 		evs := x.rec.WaitFor(t, waitLong, "the ack after the heartbeats", finals(1))
 		if last := evs[len(evs)-1]; last.Action != settle.ActionAck || last.Attempt != 1 {
 			t.Fatalf("got %+v, want the ack of attempt 1 applied", last)
 		}
 	})
+}
+
+// TestHeartbeatCoversRowsClaimedAndNotStarted: with Concurrency(1) a claim reads ahead
+// (three rows, one running, two waiting in memory); the heartbeat extends all three
+// leases, so a worker elsewhere claims none of them through two leases of the App's
+// clock, and each row runs once, at attempt 1.
+func TestHeartbeatCoversRowsClaimedAndNotStarted(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		x := setup(t, b, cols{})
+		x.publish(t, "jobs", "a", "b", "c")
+		const lease = 30 * time.Second
+		h, runs, unblock := blocking(t)
+		x.run(t, x.ib.Queue("jobs", inbox.Lease(lease), inbox.Poll(5*time.Millisecond)), h, settle.Concurrency(1))
+		receive(t, runs, "the first row's start")
+		if got := leases(t, b, x.db, x.tb); len(got) != 3 || slices.Contains(got, "<nil>") {
+			t.Fatalf("got leases %v, want all three rows leased by the one claim", got)
+		}
+		x.heartbeatsPass(t, lease, 6) // two leases
+		unblock()
+		evs := x.rec.WaitFor(t, waitLong, "the three acks", finals(3))
+		for _, ev := range evs {
+			if ev.Action != settle.ActionAck || ev.Attempt != 1 || ev.Err != nil {
+				t.Fatalf("got %+v, want three acks at attempt 1", evs)
+			}
+		}
+	})
+}
+
+// blocking returns a handler that sends each delivery's attempt on runs and returns nil
+// once unblock is called (at the latest as the test ends, before its App stops).
+func blocking(t *testing.T) (h settle.Handler, runs chan int, unblock func()) {
+	runs, release := make(chan int, 16), make(chan struct{})
+	unblock = sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
+	return raw(func(ctx context.Context, m *settle.Message) error {
+		runs <- m.Attempt
+		<-release
+		return nil
+	}), runs, unblock
+}
+
+// heartbeatsPass moves the bundle's clock a third of lease at a time, steps times,
+// waiting each time for the App's heartbeat to extend every lease of the table. After
+// each step a worker elsewhere (a transport whose test clock is its own, moved alike,
+// so that no claim of the App's brings the App's leases up to date: only its heartbeat
+// does) must find nothing to claim.
+func (x *testBundle) heartbeatsPass(t *testing.T, lease time.Duration, steps int) {
+	t.Helper()
+	elsewhere := newFakeClock()
+	other := probe(t, x.ib.Queue("jobs", inbox.Lease(lease)), elsewhere)
+	for i := range steps {
+		x.clock.waitTimer(t, lease/3) // the heartbeat waits
+		before := leases(t, x.b, x.db, x.tb)
+		x.clock.Advance(lease / 3)
+		elsewhere.Advance(lease / 3)
+		waitLeasesMoved(t, x.b, x.db, x.tb, before)
+		if ds, err := other.Fetch(context.Background(), 10, 0); err != nil || len(ds) != 0 {
+			t.Fatalf("after %s: a worker elsewhere claimed %d rows (err %v); want none", time.Duration(i+1)*lease/3, len(ds), err)
+		}
+	}
 }
 
 // receive returns what ch delivers, failing t after waitLong.
@@ -133,4 +184,58 @@ func receive(t *testing.T, ch <-chan int, what string) int {
 		t.Fatalf("timed out waiting for %s", what)
 		return 0
 	}
+}
+
+// TestAdvancePastTheLeaseNeverRunsAHandlerTwice: under a test clock, Advance(1 min)
+// moves the queue's "now" past the lease (30 s) of a row whose handler is still
+// running; the queue's own claims after each Advance (each takes a row published after
+// it) must not take the running row again: advancing the clock passes the time for the
+// heartbeat too. Twenty runs per backend, each with three Advances, under -race in CI.
+func TestAdvancePastTheLeaseNeverRunsAHandlerTwice(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for run := range 20 {
+			t.Run(fmt.Sprintf("Run%d", run), func(t *testing.T) {
+				x := setup(t, b, cols{})
+				clk := settletest.NewClock(time.Now().Truncate(time.Millisecond))
+				x.publish(t, "jobs", "long")
+				var runs atomic.Int32
+				started, release := make(chan struct{}, 1), make(chan struct{})
+				runApp(t, clk, x.rec, x.ib.Queue("jobs", inbox.Poll(5*time.Millisecond)), raw(func(_ context.Context, m *settle.Message) error {
+					if string(m.Payload) == "long" {
+						runs.Add(1)
+						select {
+						case started <- struct{}{}:
+						default: // a second run: counted, and it must not block the App's stop
+						}
+						<-release
+					}
+					return nil
+				}))
+				unblock := sync.OnceFunc(func() { close(release) })
+				t.Cleanup(unblock) // runs before the App stops
+				select {
+				case <-started:
+				case <-time.After(waitLong):
+					t.Fatal("the handler did not start")
+				}
+				for i := 1; i <= 3; i++ {
+					clk.Advance(time.Minute)
+					// A row published after the Advance is handled only by a claim that saw it.
+					x.publish(t, "jobs", fmt.Sprintf("after-%d", i))
+					x.rec.WaitFor(t, waitLong, "the ack of the row published after the Advance", func(evs []settle.Settled) bool { return count(evs, settle.ActionAck) == i })
+				}
+				unblock()
+				evs := x.rec.WaitFor(t, waitLong, "the long row's ack", finals(4))
+				if n := runs.Load(); n != 1 {
+					t.Fatalf("the long row's handler ran %d times, want once; settlements %+v", n, evs)
+				}
+				for _, ev := range evs {
+					if ev.Err != nil {
+						t.Fatalf("settlement %+v failed, want every one applied", ev)
+					}
+				}
+			})
+		}
+	})
 }
