@@ -107,9 +107,11 @@ type mount struct {
 	transport source.Transport
 	wrapped   Handler
 
-	writes writeContexts // the contexts of settlement writes other than acks
-	copies *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
-	due    *dueCopies    // writes in-process delays as they come due; nil: each on its own goroutine
+	slots   chan struct{} // one per delivery held (see run); nil until run
+	reading atomic.Int64  // the slots a read in progress has taken for what it may return
+	writes  writeContexts // the contexts of settlement writes other than acks
+	copies  *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
+	due     *dueCopies    // writes in-process delays as they come due; nil: each on its own goroutine
 
 	// settleFailed and settleOK tell the read loop that a settlement failed (its
 	// delivery will be read again at once: back off first) or succeeded (reset the
@@ -239,13 +241,14 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	}
 	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHandlers(nil)
-	acks := newAcker(context.WithoutCancel(ctx), m)
 	m.writes.base = context.WithoutCancel(ctx)
 	var inflight sync.WaitGroup
 	// A slot is a delivery held: running, or read and waiting for a worker. Reads wait
 	// until a full one fits, so that the read size does not shrink to the free handlers.
 	capacity := m.cfg.concurrency + m.prefetch()
 	slots := make(chan struct{}, capacity)
+	m.slots = slots
+	acks := newAcker(context.WithoutCancel(ctx), m)
 	m.copies = newCopier(m, slots)
 	m.due = newDueCopies(m)
 	readSize := min(max(m.info.Batch, 1), capacity)
@@ -300,10 +303,12 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			}
 			continue
 		}
+		m.reading.Store(int64(n)) // the read's room is taken, not held (see held)
 		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
 		for i := len(ds); i < n; i++ {
 			<-slots
 		}
+		m.reading.Store(0)
 		if err != nil {
 			backoff = nextBackoff(backoff)
 			m.logger.ErrorContext(ctx, "settle: read failed; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
@@ -385,6 +390,15 @@ func (m *mount) backoff(attempt int, err error) time.Duration {
 		d = min(d, dz.TTL)
 	}
 	return d
+}
+
+// held is how many deliveries the mount holds now: running, waiting for a worker, or
+// being settled (not the room a read in progress has taken).
+func (m *mount) held() int {
+	if m.slots == nil {
+		return 0
+	}
+	return len(m.slots) - int(m.reading.Load())
 }
 
 // prefetch is how many deliveries the mount may hold read but not started.

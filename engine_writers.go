@@ -37,7 +37,7 @@ type ackReq struct {
 const maxAckBatch = 512
 
 func newAcker(base context.Context, m *mount) *acker {
-	k := &acker{base: base, ch: make(chan ackReq, 2*m.cfg.concurrency), done: make(chan struct{}), m: m}
+	k := &acker{base: base, ch: make(chan ackReq, maxAckBatch), done: make(chan struct{}), m: m}
 	go k.run()
 	return k
 }
@@ -54,8 +54,9 @@ func (k *acker) run() {
 	defer close(k.done)
 	reqs := make([]ackReq, 0, 64)
 	ds := make([]*source.Delivery, 0, 64)
+	linger := newLinger(k.m, false)
 	for req := range k.ch {
-		reqs = gather(k.ch, append(reqs[:0], req), maxAckBatch)
+		reqs = gatherLingering(linger, k.ch, append(reqs[:0], req), maxAckBatch)
 		ds = ds[:0]
 		for _, r := range reqs {
 			ds = append(ds, r.d)
@@ -68,6 +69,59 @@ func (k *acker) run() {
 		}
 		cancel()
 	}
+}
+
+// writeLinger is how long a batched writer waits for more requests while other
+// deliveries are in flight (they will settle soon): one handler acking as fast as it
+// runs would otherwise cost a round trip per few messages.
+const writeLinger = time.Millisecond
+
+// linger gathers a batched writer's requests: what is queued already and, while other
+// deliveries are held (they will settle soon), what comes within writeLinger.
+type linger struct {
+	m *mount
+	// holds: the requests hold their deliveries' slots until written (moves), so the
+	// batch's own deliveries are among those held; an ack's slot is freed when queued.
+	holds bool
+	timer *time.Timer
+}
+
+func newLinger(m *mount, holds bool) *linger {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &linger{m: m, holds: holds, timer: t}
+}
+
+// others is how many deliveries the mount holds besides batch's.
+func (l *linger) others(batch int) int {
+	if l.holds {
+		return l.m.held() - batch
+	}
+	return l.m.held()
+}
+
+// gatherLingering appends to batch what ch holds, up to max: what is queued already,
+// then, while the mount holds other deliveries (they will settle soon), what comes
+// within writeLinger (real time: it only bounds a write's latency).
+func gatherLingering[T any](l *linger, ch <-chan T, batch []T, max int) []T {
+	batch = gather(ch, batch, max)
+	if len(batch) >= max || l.others(len(batch)) <= 0 {
+		return batch
+	}
+	l.timer.Reset(writeLinger)
+	defer l.timer.Stop()
+	for len(batch) < max && l.others(len(batch)) > 0 {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, v)
+		case <-l.timer.C:
+			return batch
+		}
+	}
+	return batch
 }
 
 // gather appends to batch what ch holds already, without waiting, until batch holds max:
@@ -131,7 +185,7 @@ func newCopier(m *mount, slots chan struct{}) *copier {
 	if !m.info.BatchesMoves {
 		return nil
 	}
-	c := &copier{ch: make(chan copyReq, 2*m.cfg.concurrency), done: make(chan struct{}), m: m, slots: slots}
+	c := &copier{ch: make(chan copyReq, maxCopyBatch), done: make(chan struct{}), m: m, slots: slots}
 	go c.run()
 	return c
 }
@@ -151,8 +205,9 @@ func (c *copier) run() {
 	defer close(c.done)
 	reqs := make([]copyReq, 0, 64)
 	var moves []source.Move
+	linger := newLinger(c.m, true)
 	for req := range c.ch {
-		reqs = gather(c.ch, append(reqs[:0], req), maxCopyBatch)
+		reqs = gatherLingering(linger, c.ch, append(reqs[:0], req), maxCopyBatch)
 		moves = c.m.writeMoves(reqs, moves)
 		for range reqs {
 			<-c.slots

@@ -3,11 +3,13 @@ package settle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -394,5 +396,66 @@ func TestWriteContextsBoundEachWriteBySettleTimeoutWithoutCancellation(t *testin
 	cancel()
 	if err := w.get().Err(); err != nil {
 		t.Fatalf("a write's context ended with the run's: %v", err)
+	}
+}
+
+// ackCounter hands out its deliveries, then nothing, and counts its Ack calls.
+type ackCounter struct {
+	moverTransport
+	acks atomic.Int32
+}
+
+func (t *ackCounter) Transport(source.Env) source.Transport { return t }
+
+func (t *ackCounter) Info() source.Info {
+	info := t.moverTransport.Info()
+	info.Batch = 100
+	return info
+}
+
+func (t *ackCounter) Ack(context.Context, []*source.Delivery) error {
+	t.acks.Add(1)
+	return nil
+}
+
+// A single handler acking as fast as it runs has its acks gathered while the rest of
+// its read waits (the acker lingers while other deliveries are held): 300 deliveries
+// handled 50µs each with Concurrency(1) cost about one Ack call per millisecond, not
+// one per delivery (an Ack that answers at once would otherwise be sent for each).
+func TestOneHandlerAcksInBatchesNotOneByOne(t *testing.T) {
+	t.Parallel()
+	ids := make([]string, 300)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%d-0", i+1)
+	}
+	tr := &ackCounter{moverTransport: *newMoverTransport(ids...)}
+	close(tr.gate)
+	var acked atomic.Int32
+	done := make(chan struct{})
+	a, err := New(Config{Logger: slog.New(slog.DiscardHandler), OnSettled: func(context.Context, Settled) {
+		if acked.Add(1) == int32(len(ids)) {
+			close(done)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Mount(tr, HandlerFunc(func(context.Context, *Message) error {
+		for start := time.Now(); time.Since(start) < 50*time.Microsecond; { // the handler's work, slower than an Ack
+		}
+		return nil
+	}), Concurrency(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(copierWaitBound):
+		t.Fatal("not every delivery was acked")
+	}
+	cancel()
+	<-ran
+	if n := tr.acks.Load(); n > 50 {
+		t.Fatalf("%d Ack calls for %d deliveries, want at most 50", n, len(ids))
 	}
 }
