@@ -400,6 +400,9 @@ func runUntil(ctx context.Context, app *settle.App, done <-chan struct{}, timeou
 	select {
 	case <-done:
 	case err := <-errc:
+		if ctx.Err() != nil { // interrupted before the App was up: its error says so too
+			return fmt.Errorf("interrupted: %s: %w", summary(), err)
+		}
 		return fmt.Errorf("app stopped early: %v (%s)", err, summary())
 	case <-timer.C:
 		waitErr = fmt.Errorf("timed out after %s: %s", timeout, summary())
