@@ -29,6 +29,8 @@ type transport struct {
 	stopped      chan struct{}
 	warnOnce     sync.Once
 
+	extending sync.Mutex // one extendWhere at a time
+
 	mu       sync.Mutex
 	inflight map[*held]struct{}
 }
@@ -371,9 +373,7 @@ func (t *transport) heartbeat() {
 			return
 		case <-timer.C():
 		}
-		for _, h := range t.held() {
-			t.extend(h)
-		}
+		t.extendWhere(func(*held) bool { return true }, false)
 	}
 }
 
@@ -391,44 +391,104 @@ func (t *transport) held() []*held {
 // extendStale extends the leases of the rows in flight written at a skew before skew,
 // or a third of the lease ago or longer (see catchUp).
 func (t *transport) extendStale(skew time.Duration) {
-	for _, h := range t.held() {
-		h.mu.Lock()
-		stale := !h.settled && (h.skew < skew || time.Since(h.wrote) >= t.q.cfg.lease/3)
-		h.mu.Unlock()
-		if stale {
-			t.extend(h)
+	t.extendWhere(func(h *held) bool { return h.skew < skew || time.Since(h.wrote) >= t.q.cfg.lease/3 }, true)
+}
+
+// extendWhere extends the leases of the rows in flight that want selects, one statement
+// per batch (see nextBatch). A row whose mu another goroutine holds is being settled
+// (every holder but this one is a settlement, which marks its rows settled before it
+// lets go): with wait it is waited for, while no other row is held, so that a settlement
+// locking several rows never waits for the heartbeat while the heartbeat waits for it;
+// else it is passed over. One extendWhere runs at a time.
+func (t *transport) extendWhere(want func(h *held) bool, wait bool) {
+	t.extending.Lock()
+	defer t.extending.Unlock()
+	todo := t.held()
+	for len(todo) > 0 {
+		var next, busy, batch []*held
+		next, todo = nextBatch(todo)
+		for _, h := range next {
+			switch {
+			case !h.mu.TryLock():
+				busy = append(busy, h)
+			case h.settled || !want(h):
+				h.mu.Unlock()
+			default:
+				batch = append(batch, h)
+			}
 		}
+		if !wait {
+			busy = nil
+		}
+		if len(batch) > 0 {
+			t.extend(batch)
+		} else if len(busy) > 0 {
+			busy[0].mu.Lock() // only the settlement holds it, and settles it
+			busy[0].mu.Unlock()
+		}
+		todo = append(busy, todo...)
 	}
 }
 
-// extend moves one held row's lease forward.
-func (t *transport) extend(h *held) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.settled {
-		return
-	}
+// extend moves the leases of hs, rows held here whose mu the caller holds (and extend
+// lets go), forward in one statement. A row whose lease was taken over is reported and
+// no longer extended: its settlement will change nothing.
+func (t *transport) extend(hs []*held) {
+	defer func() {
+		for _, h := range hs {
+			h.mu.Unlock()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(t.base, t.q.cfg.lease/3)
 	defer cancel()
-	db := t.q.ib.db
-	type result struct {
-		next any
-		ok   bool
-	}
 	skew := t.skew()
-	r, err := retry(ctx, t.d, db, func() (result, error) {
-		next, ok, err := t.d.extend(ctx, db, t.s, h.id, h.token, t.d.skewArg(skew), t.q.cfg.lease)
-		return result{ownValue(next), ok}, err
-	})
-	switch {
-	case err != nil:
-		t.env.Logger.WarnContext(ctx, "settle: inbox: extending a lease failed; the row may be claimed again if the lease passes",
-			slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)), slog.Any("error", err))
-	case !r.ok:
-		t.env.Logger.WarnContext(ctx, "settle: inbox: a lease was taken over while the handler ran; its settlement will change nothing",
-			slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)))
-	default:
-		h.token, h.skew, h.wrote = r.next, skew, time.Now()
+	vals := map[string]any{"lease": t.d.durArg(t.q.cfg.lease), "skew": t.d.skewArg(skew)}
+	bindFences(vals, hs)
+	db := t.q.ib.db
+	leases, err := retry(ctx, t.d, db, func() (map[string]any, error) { return t.d.extendMany(ctx, db, t.s, len(hs), vals) })
+	if err != nil {
+		t.env.Logger.WarnContext(ctx, "settle: inbox: extending leases failed; their rows may be claimed again if the leases pass",
+			slog.String("mount", t.env.Mount), slog.Int("count", len(hs)), slog.Any("error", err))
+		return
+	}
+	now := time.Now()
+	for _, h := range hs {
+		next, ok := leases[idString(h.id)]
+		if !ok {
+			t.env.Logger.WarnContext(ctx, "settle: inbox: a lease was taken over while the handler ran; its settlement will change nothing",
+				slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)))
+			t.mu.Lock()
+			delete(t.inflight, h)
+			t.mu.Unlock()
+			continue
+		}
+		h.token, h.skew, h.wrote = next, skew, now
+	}
+}
+
+// nextBatch splits hs into the rows one batched statement names, at most maxBatchRows
+// and each id once (a row delivered twice, its lease lost and the row claimed again,
+// waits for a later statement), and the rest.
+func nextBatch(hs []*held) (batch, rest []*held) {
+	seen := make(map[string]bool, min(len(hs), maxBatchRows))
+	for _, h := range hs {
+		id := idString(h.id)
+		if seen[id] || len(batch) == maxBatchRows {
+			rest = append(rest, h)
+			continue
+		}
+		seen[id] = true
+		batch = append(batch, h)
+	}
+	return batch, rest
+}
+
+// bindFences adds the fence of each row of hs, whose mu the caller holds, to vals: the
+// :id<k> and :token<k> of a batched statement (see batched).
+func bindFences(vals map[string]any, hs []*held) {
+	for k, h := range hs {
+		vals[fmt.Sprintf("id%d", k)] = h.id
+		vals[fmt.Sprintf("token%d", k)] = h.token
 	}
 }
 
@@ -611,55 +671,43 @@ const (
 // reports whether any row was written.
 func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int, errs []error, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any)) bool {
 	table := t.q.ib.table.Name
-	wrote := false
-	for len(idx) > 0 {
-		// One statement names a row once: a row delivered twice (a lease lost and the row
-		// claimed again) waits for the next statement.
-		var chunk, later []int
-		hs := map[int]*held{}
-		seen := map[string]bool{}
-		for _, i := range idx {
-			d := ms[i].Delivery
-			h, ok := d.Raw.(*held)
-			switch {
-			case !ok:
-				errs[i] = fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
-			case seen[idString(h.id)] || len(chunk) == maxBatchRows:
-				later = append(later, i)
-			default:
-				seen[idString(h.id)] = true
-				chunk = append(chunk, i)
-				hs[i] = h
-			}
-		}
-		idx = later
-		if len(chunk) == 0 {
+	var hs []*held
+	move := make(map[*held]int, len(idx)) // each row's move, in ms
+	for _, i := range idx {
+		d := ms[i].Delivery
+		h, ok := d.Raw.(*held)
+		if !ok {
+			errs[i] = fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
 			continue
 		}
+		hs, move[h] = append(hs, h), i
+	}
+	wrote := false
+	for len(hs) > 0 {
+		var batch []*held
+		batch, hs = nextBatch(hs)
 		vals := map[string]any{"skew": t.d.skewArg(t.skew())}
-		for k, i := range chunk {
-			h := hs[i]
+		for k, h := range batch {
 			h.mu.Lock()
-			vals[fmt.Sprintf("id%d", k)] = h.id
-			vals[fmt.Sprintf("token%d", k)] = h.token
 			if args != nil {
-				args(ms[i], k, vals)
+				args(ms[move[h]], k, vals)
 			}
 		}
-		st := build(len(chunk))
+		bindFences(vals, batch)
+		st := build(len(batch))
 		db := t.q.ib.db
-		ids, err := retry(ctx, t.d, db, func() ([]any, error) { return t.d.fencedMany(ctx, db, t.s, st, len(chunk), vals) })
+		ids, err := retry(ctx, t.d, db, func() ([]any, error) { return t.d.fencedMany(ctx, db, t.s, st, len(batch), vals) })
 		changed := make(map[string]bool, len(ids))
 		for _, id := range ids {
 			changed[idString(id)] = true
 		}
-		for _, i := range chunk {
-			h, d := hs[i], ms[i].Delivery
+		for _, h := range batch {
+			i := move[h]
 			switch {
 			case err != nil:
-				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, d.ID, err)
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, ms[i].Delivery.ID, err)
 			case !changed[idString(h.id)]:
-				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, d.ID, ErrLeaseLost)
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, ms[i].Delivery.ID, ErrLeaseLost)
 			default:
 				wrote = true
 			}
