@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"context"
 	"database/sql"
 	"reflect"
 	"sync"
@@ -104,7 +105,7 @@ func leaveLive(t *transport) {
 // clock) than a third of the lease: what their heartbeats would have done had the time
 // Advance passed really passed (and what the wall-clock time the database's clock moves
 // under a paused test clock calls for).
-func catchUp(t *transport, skew time.Duration) {
+func catchUp(ctx context.Context, t *transport, skew time.Duration) {
 	key, self, ok := liveKeyOf(t)
 	if !ok {
 		return
@@ -122,6 +123,6 @@ func catchUp(t *transport, skew time.Duration) {
 		peers = append(peers, t) // not a live worker: its own rows are still its own
 	}
 	for _, p := range peers {
-		p.extendStale(skew)
+		p.leases.extendStale(ctx, skew)
 	}
 }

@@ -76,14 +76,6 @@ type txn interface {
 	Rollback() error
 }
 
-// claimedRow is one row a claim leased.
-type claimedRow struct {
-	attempt int64
-	id      any
-	payload []byte
-	token   any // the lease as stored: the fence of every later write
-}
-
 // statements are one queue's SQL, compiled for its dialect.
 type statements struct {
 	// ackN deletes n leased rows, each fenced by its lease; its arguments are each

@@ -139,7 +139,7 @@ func (ib *Inbox) Queue(group string, opts ...Option) *Queue {
 
 // Transport is for settle's own use and may change in any release.
 func (q *Queue) Transport(env source.Env) source.Transport {
-	t := &transport{env: env, inflight: map[*held]struct{}{}, q: q}
+	t := &transport{env: env, q: q}
 	if q.ib != nil {
 		t.d, _ = q.ib.dialect.(dialect)
 	}

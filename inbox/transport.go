@@ -21,30 +21,11 @@ type transport struct {
 	env          source.Env
 	q            *Queue
 	s            *statements
-	base         context.Context // Open's context without its cancel, for heartbeat writes
-	unlistenFunc func()          // stops listening for notifications (nil: the queue polls only)
-	idle         idleState       // Fetch's own: what it knows of the queue being idle
-	origin       time.Time       // under a test clock: its time when it met the database's (see testSkew)
-	stop         chan struct{}
-	stopped      chan struct{}
+	leases       *leaseKeeper // from Open: the rows held and their heartbeat
+	unlistenFunc func()       // stops listening for notifications (nil: the queue polls only)
+	idle         idleState    // Fetch's own: what it knows of the queue being idle
+	origin       time.Time    // under a test clock: its time when it met the database's (see testSkew)
 	warnOnce     sync.Once
-
-	extending sync.Mutex // one extendWhere at a time
-
-	mu       sync.Mutex
-	inflight map[*held]struct{}
-}
-
-// held is a row leased to this worker, until settled.
-type held struct {
-	id      any
-	payload []byte
-
-	mu      sync.Mutex
-	settled bool
-	skew    time.Duration // the test clock's skew the lease was written at (see catchUp)
-	token   any           // the lease as stored: the fence of every write
-	wrote   time.Time     // when the lease was written, on the wall clock
 }
 
 func (t *transport) Info() source.Info {
@@ -152,9 +133,8 @@ func (t *transport) Open(ctx context.Context) error {
 		spec.dueOrder = true
 		t.build(spec)
 	}
-	t.base = context.WithoutCancel(ctx)
-	t.stop, t.stopped = make(chan struct{}), make(chan struct{})
-	go t.heartbeat()
+	t.leases = newLeaseKeeper(t.env, t.q.cfg.lease, t.extendLeases)
+	t.leases.start(ctx)
 	joinLive(t)
 	if _, pg := t.d.(postgres); pg && !t.q.cfg.pollOnly {
 		t.unlistenFunc = t.q.ib.listen(ctx, t.env)
@@ -281,7 +261,7 @@ func (t *transport) nextDue(ctx context.Context) time.Time {
 func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
 	db := t.q.ib.db
 	skew := t.skew()
-	catchUp(t, skew)
+	catchUp(ctx, t, skew)
 	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
 		return t.d.claim(ctx, db, t.s, t.d.skewArg(skew), t.q.cfg.lease, max)
 	})
@@ -291,172 +271,26 @@ func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, err
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	ds := make([]*source.Delivery, len(rows))
+	ds, hs := make([]*source.Delivery, len(rows)), make([]*held, len(rows))
 	now := time.Now()
-	t.mu.Lock()
 	for i, r := range rows {
 		ds[i] = r.delivery(t.q.ib.table.Name)
-		h := ds[i].Raw.(*held)
-		h.skew, h.wrote = skew, now
-		t.inflight[h] = struct{}{}
+		hs[i] = ds[i].Raw.(*held)
+		hs[i].skew, hs[i].wrote = skew, now
 	}
-	t.mu.Unlock()
+	t.leases.add(hs)
 	return ds, nil
 }
 
-// delivery turns a claimed row of table into a delivery whose Raw is the row's *held. A
-// table has no retry-count header: RetryCount is 0, and the attempt column counts every
-// delivery of the row (one whose worker never settled it included).
-func (r claimedRow) delivery(table string) *source.Delivery {
-	h := &held{id: r.id, payload: r.payload, token: r.token}
-	return &source.Delivery{
-		Attempt:    int(r.attempt),
-		HasPayload: true,
-		Headers:    map[string]string{},
-		ID:         idString(r.id),
-		Key:        table,
-		Payload:    r.payload,
-		Raw:        h,
-	}
-}
-
-func idString(id any) string {
-	if b, ok := id.([]byte); ok {
-		return string(b)
-	}
-	return fmt.Sprint(id)
-}
-
-// heartbeat extends the leases of rows in flight (running, or claimed and waiting for a
-// handler) every third of the lease, on the App's clock, until Close.
-func (t *transport) heartbeat() {
-	defer close(t.stopped)
-	every := t.q.cfg.lease / 3
-	for {
-		timer := t.env.Clock.NewTimer(every)
-		select {
-		case <-t.stop:
-			timer.Stop()
-			return
-		case <-timer.C():
-		}
-		t.extendWhere(func(*held) bool { return true }, false)
-	}
-}
-
-// held returns the rows in flight.
-func (t *transport) held() []*held {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	hs := make([]*held, 0, len(t.inflight))
-	for h := range t.inflight {
-		hs = append(hs, h)
-	}
-	return hs
-}
-
-// extendStale extends the leases of the rows in flight written at a skew before skew,
-// or a third of the lease ago or longer (see catchUp).
-func (t *transport) extendStale(skew time.Duration) {
-	t.extendWhere(func(h *held) bool { return h.skew < skew || time.Since(h.wrote) >= t.q.cfg.lease/3 }, true)
-}
-
-// extendWhere extends the leases of the rows in flight that want selects, one statement
-// per batch (see nextBatch). A row whose mu another goroutine holds is being settled
-// (every holder but this one is a settlement, which marks its rows settled before it
-// lets go): with wait it is waited for, while no other row is held, so that a settlement
-// locking several rows never waits for the heartbeat while the heartbeat waits for it;
-// else it is passed over. One extendWhere runs at a time.
-func (t *transport) extendWhere(want func(h *held) bool, wait bool) {
-	t.extending.Lock()
-	defer t.extending.Unlock()
-	todo := t.held()
-	for len(todo) > 0 {
-		var next, busy, batch []*held
-		next, todo = nextBatch(todo)
-		for _, h := range next {
-			switch {
-			case !h.mu.TryLock():
-				busy = append(busy, h)
-			case h.settled || !want(h):
-				h.mu.Unlock()
-			default:
-				batch = append(batch, h)
-			}
-		}
-		if !wait {
-			busy = nil
-		}
-		if len(batch) > 0 {
-			t.extend(batch)
-		} else if len(busy) > 0 {
-			busy[0].mu.Lock() // only the settlement holds it, and settles it
-			busy[0].mu.Unlock()
-		}
-		todo = append(busy, todo...)
-	}
-}
-
-// extend moves the leases of hs, rows held here whose mu the caller holds (and extend
-// lets go), forward in one statement. A row whose lease was taken over is reported and
-// no longer extended: its settlement will change nothing.
-func (t *transport) extend(hs []*held) {
-	defer func() {
-		for _, h := range hs {
-			h.mu.Unlock()
-		}
-	}()
-	ctx, cancel := context.WithTimeout(t.base, t.q.cfg.lease/3)
-	defer cancel()
+// extendLeases moves the leases of hs forward in one statement (see
+// leaseKeeper.extendFunc).
+func (t *transport) extendLeases(ctx context.Context, hs []*held) (map[string]any, time.Duration, error) {
 	skew := t.skew()
 	vals := map[string]any{"lease": t.d.durArg(t.q.cfg.lease), "skew": t.d.skewArg(skew)}
 	bindFences(vals, hs)
 	db := t.q.ib.db
 	leases, err := retry(ctx, t.d, db, func() (map[string]any, error) { return t.d.extendMany(ctx, db, t.s, len(hs), vals) })
-	if err != nil {
-		t.env.Logger.WarnContext(ctx, "settle: inbox: extending leases failed; their rows may be claimed again if the leases pass",
-			slog.String("mount", t.env.Mount), slog.Int("count", len(hs)), slog.Any("error", err))
-		return
-	}
-	now := time.Now()
-	for _, h := range hs {
-		next, ok := leases[idString(h.id)]
-		if !ok {
-			t.env.Logger.WarnContext(ctx, "settle: inbox: a lease was taken over while the handler ran; its settlement will change nothing",
-				slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)))
-			t.mu.Lock()
-			delete(t.inflight, h)
-			t.mu.Unlock()
-			continue
-		}
-		h.token, h.skew, h.wrote = next, skew, now
-	}
-}
-
-// nextBatch splits hs into the rows one batched statement names, at most maxBatchRows
-// and each id once (a row delivered twice, its lease lost and the row claimed again,
-// waits for a later statement), and the rest.
-func nextBatch(hs []*held) (batch, rest []*held) {
-	seen := make(map[string]bool, min(len(hs), maxBatchRows))
-	for _, h := range hs {
-		id := idString(h.id)
-		if seen[id] || len(batch) == maxBatchRows {
-			rest = append(rest, h)
-			continue
-		}
-		seen[id] = true
-		batch = append(batch, h)
-	}
-	return batch, rest
-}
-
-// bindFences adds the fence of each row of hs, whose mu the caller holds, to vals: the
-// :id<k> and :token<k> of a batched statement (see batched).
-func bindFences(vals map[string]any, hs []*held) {
-	for k, h := range hs {
-		vals[fmt.Sprintf("id%d", k)] = h.id
-		vals[fmt.Sprintf("token%d", k)] = h.token
-	}
+	return leases, skew, err
 }
 
 // fenced applies one fenced write to d's row and forgets the row.
@@ -479,12 +313,10 @@ func (t *transport) fenced(ctx context.Context, d *source.Delivery, what string,
 	return nil
 }
 
-// forget marks h settled and drops it from the rows in flight; h.mu is held.
+// forget marks h settled and drops it from the rows held; h.mu is held.
 func (t *transport) forget(h *held) {
 	h.settled = true
-	t.mu.Lock()
-	delete(t.inflight, h)
-	t.mu.Unlock()
+	t.leases.forget(h)
 }
 
 // Ack deletes the rows (Ack and Drop), each fenced by its lease, in batches.
@@ -624,12 +456,9 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 	return errs
 }
 
-// maxBatchRows bounds the rows one batched statement names; maxSingleMoves bounds the
-// moves of one Moves call written one row at a time that run at once.
-const (
-	maxBatchRows   = 200
-	maxSingleMoves = 8
-)
+// maxSingleMoves bounds the moves of one Moves call written one row at a time that run
+// at once.
+const maxSingleMoves = 8
 
 // writeBatch applies one batched, fenced write (build: see batched) to the moves of ms
 // at idx, at most maxBatchRows rows a statement, sets each one's error in errs (nil:
@@ -729,9 +558,8 @@ func (t *transport) Close(context.Context) error {
 	if t.unlistenFunc != nil {
 		t.unlistenFunc()
 	}
-	if t.stop != nil {
-		close(t.stop)
-		<-t.stopped
+	if t.leases != nil {
+		t.leases.close()
 	}
 	return nil
 }
