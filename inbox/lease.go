@@ -15,7 +15,7 @@ import (
 // settlement, and every third of the lease, on the App's clock, extends all their
 // leases, one statement per batch (see nextBatch). A row whose lease was taken over is
 // reported once and kept no longer. Under a test clock, claims also bring the leases
-// Advance made stale up to date (extendStale, see catchUp).
+// Advance made stale up to date (extendStale, see liveWorker.catchUp).
 type leaseKeeper struct {
 	clock clock.Clock // the App's: the heartbeat's timers
 	// extendFunc moves the leases of hs (locked by the keeper, each id once, at most
@@ -91,7 +91,7 @@ func (k *leaseKeeper) extend(ctx context.Context, hs []*held) {
 }
 
 // extendStale extends the leases written at a skew before skew, or a third of the lease
-// ago or longer (see catchUp). It waits for a row being settled.
+// ago or longer (see liveWorker.catchUp). It waits for a row being settled.
 func (k *leaseKeeper) extendStale(ctx context.Context, skew time.Duration) {
 	k.pass(ctx, true, func(h *held) bool { return h.skew < skew || time.Since(h.wrote) >= k.lease/3 })
 }

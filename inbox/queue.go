@@ -138,13 +138,4 @@ func (ib *Inbox) Queue(group string, opts ...Option) *Queue {
 }
 
 // Transport is for settle's own use and may change in any release.
-func (q *Queue) Transport(env source.Env) source.Transport {
-	t := &transport{env: env, q: q}
-	if q.ib != nil {
-		t.d, _ = q.ib.dialect.(dialect)
-	}
-	if env.TestClock != nil {
-		t.origin = testOrigin(env.TestClock)
-	}
-	return t
-}
+func (q *Queue) Transport(env source.Env) source.Transport { return newTransport(q, env) }

@@ -42,7 +42,7 @@ type held struct {
 
 	mu      sync.Mutex
 	settled bool
-	skew    time.Duration // the test clock's skew the lease was written at (see catchUp)
+	skew    time.Duration // the test clock's skew the lease was written at (see liveWorker.catchUp)
 	token   any           // the lease as stored: the fence of every write
 	wrote   time.Time     // when the lease was written, on the wall clock
 }

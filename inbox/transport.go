@@ -22,10 +22,23 @@ type transport struct {
 	q            *Queue
 	s            *statements
 	leases       *leaseKeeper // from Open: the rows held and their heartbeat
+	live         liveWorker   // from Open: its place among the live workers of its test clock
 	unlistenFunc func()       // stops listening for notifications (nil: the queue polls only)
 	idle         idleState    // Fetch's own: what it knows of the queue being idle
 	origin       time.Time    // under a test clock: its time when it met the database's (see testSkew)
 	warnOnce     sync.Once
+}
+
+// newTransport returns the transport of q for the mount of env.
+func newTransport(q *Queue, env source.Env) *transport {
+	t := &transport{env: env, q: q}
+	if q.ib != nil {
+		t.d, _ = q.ib.dialect.(dialect)
+	}
+	if env.TestClock != nil {
+		t.origin = testOrigin(env.TestClock)
+	}
+	return t
 }
 
 func (t *transport) Info() source.Info {
@@ -135,7 +148,8 @@ func (t *transport) Open(ctx context.Context) error {
 	}
 	t.leases = newLeaseKeeper(t.env, t.q.cfg.lease, t.extendLeases)
 	t.leases.start(ctx)
-	joinLive(t)
+	t.live = newLiveWorker(t.env, t.q.ib.db, tb.Name, t.leases)
+	t.live.join()
 	if _, pg := t.d.(postgres); pg && !t.q.cfg.pollOnly {
 		t.unlistenFunc = t.q.ib.listen(ctx, t.env)
 	}
@@ -261,7 +275,7 @@ func (t *transport) nextDue(ctx context.Context) time.Time {
 func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
 	db := t.q.ib.db
 	skew := t.skew()
-	catchUp(ctx, t, skew)
+	t.live.catchUp(ctx, skew)
 	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
 		return t.d.claim(ctx, db, t.s, t.d.skewArg(skew), t.q.cfg.lease, max)
 	})
@@ -554,7 +568,7 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 }
 
 func (t *transport) Close(context.Context) error {
-	leaveLive(t)
+	t.live.leave()
 	if t.unlistenFunc != nil {
 		t.unlistenFunc()
 	}
