@@ -1,12 +1,14 @@
 package inbox
 
 import (
+	"context"
 	"database/sql"
 	"reflect"
 	"sync"
 	"time"
 
 	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/source"
 )
 
 // testClocks holds, per test clock, the time it showed when the first queue of the
@@ -39,11 +41,11 @@ func testSkew(c clock.Clock, origin time.Time) time.Duration {
 // afterwards, on its own goroutine: a claim in between would see the lease passed and
 // run the row's handler a second time. So under a test clock, before each claim, the
 // claiming queue brings the leases of every live worker on the clock, reading the same
-// table, up to the "now" the claim will use (catchUp): advancing the clock passes the
-// time for the live workers' heartbeats too. A live worker is a transport whose
-// heartbeat runs on that very clock (an App's mount on it); a worker that crashed (its
-// App stopped, or a test's transport whose heartbeat runs on a clock that never moves)
-// is not one, so its rows still come back once Advance passes their leases.
+// table, up to the "now" the claim will use (liveWorker.catchUp): advancing the clock
+// passes the time for the live workers' heartbeats too. A live worker is a transport
+// whose heartbeat runs on that very clock (an App's mount on it); a worker that crashed
+// (its App stopped, or a test's transport whose heartbeat runs on a clock that never
+// moves) is not one, so its rows still come back once Advance passes their leases.
 
 // liveKey names the live workers that one claim brings up to date.
 type liveKey struct {
@@ -52,76 +54,82 @@ type liveKey struct {
 	table string
 }
 
-// live holds the transports open on each liveKey (tests only).
+// live holds the lease keepers of the live workers on each liveKey (tests only).
 var live sync.Map // liveKey -> *liveSet
 
 type liveSet struct {
 	mu sync.Mutex
-	ts map[*transport]struct{}
+	ks map[*leaseKeeper]struct{}
 }
 
-// liveKeyOf returns the key t's claims bring up to date and whether t is itself a live
-// worker on it; ok is false when t runs on no test clock, or one that cannot be a map
-// key (t then keeps only its own rows' leases up to date).
-func liveKeyOf(t *transport) (key liveKey, self, ok bool) {
-	c := t.env.TestClock
+// liveWorker is a transport's place among the live workers of its test clock: the
+// zero liveWorker, of a transport on no test clock (or one that cannot be a map key),
+// keeps only its own rows' leases up to date.
+type liveWorker struct {
+	key    liveKey
+	leases *leaseKeeper // the transport's
+	ok     bool         // the transport runs on a test clock that names key
+	self   bool         // the transport is a live worker on key: its heartbeat runs on that clock
+}
+
+// newLiveWorker returns the place of the transport of env reading table in db, whose
+// leases are kept by leases.
+func newLiveWorker(env source.Env, db *sql.DB, table string, leases *leaseKeeper) liveWorker {
+	c := env.TestClock
 	if c == nil || !reflect.TypeOf(c).Comparable() {
-		return liveKey{}, false, false
+		return liveWorker{leases: leases}
 	}
-	self = t.env.Clock != nil && reflect.TypeOf(t.env.Clock).Comparable() && t.env.Clock == c
-	return liveKey{clock: c, db: t.q.ib.db, table: t.q.ib.table.Name}, self, true
+	self := env.Clock != nil && reflect.TypeOf(env.Clock).Comparable() && env.Clock == c
+	return liveWorker{key: liveKey{clock: c, db: db, table: table}, leases: leases, ok: true, self: self}
 }
 
-// joinLive records t as a live worker, until leaveLive.
-func joinLive(t *transport) {
-	key, self, ok := liveKeyOf(t)
-	if !ok || !self {
+// catchUp, before a claim at skew, extends every lease of the live workers on the
+// worker's test clock and table that was written at an earlier skew, or longer ago (on
+// the wall clock) than a third of the lease: what their heartbeats would have done had
+// the time Advance passed really passed (and what the wall-clock time the database's
+// clock moves under a paused test clock calls for).
+func (w liveWorker) catchUp(ctx context.Context, skew time.Duration) {
+	if !w.ok {
 		return
 	}
-	v, _ := live.LoadOrStore(key, &liveSet{ts: map[*transport]struct{}{}})
-	set := v.(*liveSet)
-	set.mu.Lock()
-	set.ts[t] = struct{}{}
-	set.mu.Unlock()
-}
-
-// leaveLive forgets t as a live worker.
-func leaveLive(t *transport) {
-	key, _, ok := liveKeyOf(t)
-	if !ok {
-		return
-	}
-	if v, found := live.Load(key); found {
+	var peers []*leaseKeeper
+	if v, found := live.Load(w.key); found {
 		set := v.(*liveSet)
 		set.mu.Lock()
-		delete(set.ts, t)
-		set.mu.Unlock()
-	}
-}
-
-// catchUp, before a claim by t at skew, extends every lease of the live workers on t's
-// test clock and table that was written at an earlier skew, or longer ago (on the wall
-// clock) than a third of the lease: what their heartbeats would have done had the time
-// Advance passed really passed (and what the wall-clock time the database's clock moves
-// under a paused test clock calls for).
-func catchUp(t *transport, skew time.Duration) {
-	key, self, ok := liveKeyOf(t)
-	if !ok {
-		return
-	}
-	var peers []*transport
-	if v, found := live.Load(key); found {
-		set := v.(*liveSet)
-		set.mu.Lock()
-		for p := range set.ts {
-			peers = append(peers, p)
+		for k := range set.ks {
+			peers = append(peers, k)
 		}
 		set.mu.Unlock()
 	}
-	if !self {
-		peers = append(peers, t) // not a live worker: its own rows are still its own
+	if !w.self {
+		peers = append(peers, w.leases) // not a live worker: its own rows are still its own
 	}
-	for _, p := range peers {
-		p.extendStale(skew)
+	for _, k := range peers {
+		k.extendStale(ctx, skew)
+	}
+}
+
+// join records the worker as a live one, until leave, when it is one.
+func (w liveWorker) join() {
+	if !w.ok || !w.self {
+		return
+	}
+	v, _ := live.LoadOrStore(w.key, &liveSet{ks: map[*leaseKeeper]struct{}{}})
+	set := v.(*liveSet)
+	set.mu.Lock()
+	set.ks[w.leases] = struct{}{}
+	set.mu.Unlock()
+}
+
+// leave forgets the worker as a live one.
+func (w liveWorker) leave() {
+	if !w.ok {
+		return
+	}
+	if v, found := live.Load(w.key); found {
+		set := v.(*liveSet)
+		set.mu.Lock()
+		delete(set.ks, w.leases)
+		set.mu.Unlock()
 	}
 }

@@ -36,9 +36,10 @@ type dialect interface {
 	indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error)
 	// durArg is how a duration is passed to the statements.
 	durArg(d time.Duration) any
-	// extend moves a held lease to now + lease and returns the new token, or ok false
-	// when the lease was taken over.
-	extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (newToken any, ok bool, err error)
+	// extendMany moves the leases of n held rows (extendN: each row's :id<i> fenced by
+	// its :token<i>) to now + :lease in one write and returns the new lease of each row
+	// it moved, by id (idString); a row whose lease was taken over is not moved.
+	extendMany(ctx context.Context, db *sql.DB, s *statements, n int, vals map[string]any) (map[string]any, error)
 	// fencedMany runs write, a batched write of n leased rows fenced by their leases
 	// (see batched), and returns the ids of the rows it changed.
 	fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error)
@@ -75,14 +76,6 @@ type txn interface {
 	Rollback() error
 }
 
-// claimedRow is one row a claim leased.
-type claimedRow struct {
-	attempt int64
-	id      any
-	payload []byte
-	token   any // the lease as stored: the fence of every later write
-}
-
 // statements are one queue's SQL, compiled for its dialect.
 type statements struct {
 	// ackN deletes n leased rows, each fenced by its lease; its arguments are each
@@ -114,10 +107,12 @@ type statements struct {
 	// names its FIFO lock.
 	group   string
 	lockKey string
-	// extend moves a held lease forward (returning the new lease where the dialect can).
-	extend     stmt
-	extendLock stmt
-	extendRead stmt
+	// extendN moves n leased rows' leases to now + :lease, each fenced by its lease,
+	// returning their ids and new leases where the dialect can (see batched).
+	extendN func(n int) stmt
+	// leasesN selects the ids and leases of n rows by id (:id<i>): what extendN wrote,
+	// on a dialect whose UPDATE cannot return it (MySQL).
+	leasesN func(n int) stmt
 	// nextDue selects how long until the queue's earliest row that waits for its
 	// retry_after comes due, in microseconds (NULL: none waits); empty for a table
 	// without a retry_after column.
@@ -335,8 +330,13 @@ func (c quotedTable) publishInsert(now string) string {
 	return fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, c.table, strings.Join(cols, ", "), strings.Join(vals, ", "))
 }
 
-// batchSpec is what the batched settlements of a dialect differ in (see batched).
+// batchSpec is what the batched writes of a dialect differ in (see batched).
 type batchSpec struct {
+	// lease is the lease column as the statements return it: the value a claim returns,
+	// which fences the row's later writes.
+	lease string
+	// leaseUntil is a new lease's value, now + :lease.
+	leaseUntil string
 	// returning: the dialect's UPDATE returns the ids it changed (RETURNING); else a
 	// batch first locks and selects its rows with lockN, in the same transaction.
 	returning bool
@@ -348,15 +348,18 @@ type batchSpec struct {
 	typed func(arg string) string
 }
 
-// batched sets the statements that settle n leased rows in one write, each row fenced by
-// its own lease (:id<i>, :token<i>): a row whose lease was taken over is not changed, and
-// the ids the write returns (or lockN selects) say which rows were.
+// batched sets the statements that settle n leased rows, or extend their leases, in one
+// write, each row fenced by its own lease (:id<i>, :token<i>): a row whose lease was
+// taken over is not changed, and the ids the write returns (or lockN selects) say which
+// rows were.
 func (c quotedTable) batched(s *statements, b batchSpec) {
-	ret := ""
-	if b.returning {
-		ret = " RETURNING " + c.id
-	}
-	update := func(set func(n int) string) func(n int) stmt {
+	// update sets set(n) on n fenced rows, returning their ids (and the columns more
+	// names) where the dialect can.
+	update := func(more string, set func(n int) string) func(n int) stmt {
+		ret := ""
+		if b.returning {
+			ret = " RETURNING " + c.id + more
+		}
 		return func(n int) stmt {
 			return compile(fmt.Sprintf(`UPDATE %s SET %s WHERE %s%s`, c.table, set(n), c.fences(n), ret), b.style)
 		}
@@ -368,15 +371,16 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 	s.ackN = func(n int) string {
 		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, c.fences(n)), b.style).text
 	}
-	s.putBackN = update(func(int) string { return c.lease + " = NULL" + plusOne })
-	s.releaseN = update(func(int) string { return c.lease + " = NULL" })
+	s.extendN = update(", "+b.lease, func(int) string { return c.lease + " = " + b.leaseUntil })
+	s.putBackN = update("", func(int) string { return c.lease + " = NULL" + plusOne })
+	s.releaseN = update("", func(int) string { return c.lease + " = NULL" })
 	if c.retryAfter != "" {
-		s.parkN = update(func(n int) string {
+		s.parkN = update("", func(n int) string {
 			return fmt.Sprintf("%s = NULL, %s = %s%s", c.lease, c.retryAfter, b.retryAt(c.byID(n, "delay", b.typed)), plusOne)
 		})
 	}
 	if c.group != "" {
-		s.deadGroupN = update(func(n int) string {
+		s.deadGroupN = update("", func(n int) string {
 			set := fmt.Sprintf("%s = :dest, %s = NULL", c.group, c.lease)
 			if c.attempt != "" {
 				set += fmt.Sprintf(", %s = %s", c.attempt, c.byID(n, "attempt", b.typed))
@@ -387,6 +391,9 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 	if !b.returning {
 		s.lockN = func(n int) stmt {
 			return compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, c.fences(n)), b.style)
+		}
+		s.leasesN = func(n int) stmt {
+			return compile(fmt.Sprintf(`SELECT %s, %s FROM %s WHERE %s IN (%s)`, c.id, b.lease, c.table, c.id, list("id", n)), b.style)
 		}
 	}
 }

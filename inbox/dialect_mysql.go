@@ -65,9 +65,6 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '`'))
 	}
 	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
-	s.extendLock = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
-	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s = :id`, c.table, c.lease, leaseUntil, c.id), questionRepeated)
-	s.extendRead = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = :id`, c.lease, c.table, c.id), questionRepeated)
 	if c.group != "" {
 		reset := ""
 		if c.attempt != "" {
@@ -86,7 +83,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
 	s.publish = compile(c.publishInsert(myNow), questionRepeated)
-	c.batched(s, batchSpec{returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped})
+	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped})
 	return s
 }
 
@@ -154,30 +151,32 @@ WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? GROU
 
 func (mysql) durArg(d time.Duration) any { return d.Microseconds() }
 
-func (mysql) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
-	vals := map[string]any{"id": id, "token": token, "skew": skew, "lease": lease.Microseconds()}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	ids, err := queryIDs(ctx, tx, s.extendLock.text, s.extendLock.bind(vals))
-	if err != nil || len(ids) == 0 {
-		return nil, false, err
-	}
-	if _, err := tx.ExecContext(ctx, s.extend.text, s.extend.bind(vals)...); err != nil {
-		return nil, false, err
-	}
-	var next any
-	if err := tx.QueryRowContext(ctx, s.extendRead.text, s.extendRead.bind(vals)...).Scan(&next); err != nil {
-		return nil, false, err
-	}
-	return next, true, tx.Commit()
+// extendMany writes the leases as fencedMany writes, then reads back the new leases of
+// the rows it locked, in the same transaction.
+func (d mysql) extendMany(ctx context.Context, db *sql.DB, s *statements, n int, vals map[string]any) (map[string]any, error) {
+	var leases map[string]any
+	_, err := d.lockedWrite(ctx, db, s, s.extendN(n), n, vals, func(tx *sql.Tx, ids []any) (err error) {
+		read := s.leasesN(len(ids))
+		byID := make(map[string]any, len(ids))
+		for i, id := range ids {
+			byID[fmt.Sprintf("id%d", i)] = id
+		}
+		leases, err = queryLeases(ctx, tx, read.text, read.bind(byID))
+		return err
+	})
+	return leases, err
 }
 
 // fencedMany locks the rows whose leases still hold, then writes them, in one
-// transaction: MySQL's UPDATE cannot return the rows it changed.
-func (mysql) fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error) {
+// transaction (lockedWrite).
+func (d mysql) fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error) {
+	return d.lockedWrite(ctx, db, s, write, n, vals, nil)
+}
+
+// lockedWrite locks the rows of a batched write whose leases still hold (lockN), writes
+// them, runs then (when set) on the ids it locked, and commits: MySQL's UPDATE cannot
+// return the rows it changed. It returns the ids locked.
+func (mysql) lockedWrite(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any, then func(tx *sql.Tx, ids []any) error) ([]any, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -190,6 +189,11 @@ func (mysql) fencedMany(ctx context.Context, db *sql.DB, s *statements, write st
 	}
 	if _, err := tx.ExecContext(ctx, write.text, write.bind(vals)...); err != nil {
 		return nil, err
+	}
+	if then != nil {
+		if err := then(tx, ids); err != nil {
+			return nil, err
+		}
 	}
 	return ids, tx.Commit()
 }

@@ -56,7 +56,6 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '"'))
 	}
 	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
-	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s RETURNING %s`, c.table, c.lease, leaseUntil, fence, c.lease), dollarNumbered)
 	if c.group != "" {
 		reset := ""
 		if c.attempt != "" {
@@ -75,7 +74,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
 	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
 	s.notify = compile(`SELECT pg_notify(:channel, :group)`, dollarNumbered)
-	c.batched(s, batchSpec{returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }})
+	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }})
 	return s
 }
 
@@ -114,13 +113,9 @@ WHERE i.indrelid = $1::regclass GROUP BY i.indexrelid`, quoteWith(table, '"')))
 
 func (postgres) durArg(d time.Duration) any { return d.Microseconds() }
 
-func (postgres) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
-	var next any
-	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "skew": skew, "lease": lease.Microseconds()})...).Scan(&next)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
-	}
-	return next, err == nil, err
+func (postgres) extendMany(ctx context.Context, db *sql.DB, s *statements, n int, vals map[string]any) (map[string]any, error) {
+	write := s.extendN(n)
+	return queryLeases(ctx, db, write.text, write.bind(vals))
 }
 
 func (postgres) fencedMany(ctx context.Context, db *sql.DB, _ *statements, write stmt, _ int, vals map[string]any) ([]any, error) {

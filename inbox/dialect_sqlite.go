@@ -64,7 +64,6 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE 0`, quoteWith(table, '"'))
 	}
 	fence := fmt.Sprintf("%s = :id AND %s = :token", c.id, c.lease)
-	s.extend = compile(fmt.Sprintf(`UPDATE %s SET %s = %s WHERE %s RETURNING CAST(%s AS TEXT)`, c.table, c.lease, leaseUntil, fence, c.lease), questionNumbered)
 	if c.group != "" {
 		reset := ""
 		if c.attempt != "" {
@@ -84,7 +83,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	// BEGIN IMMEDIATE already holds the only write lock.
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, c.id, c.table, fence), questionNumbered)
 	s.publish = compile(c.publishInsert(sqliteNow), questionNumbered)
-	c.batched(s, batchSpec{returning: true, retryAt: func(delay string) string { return fmt.Sprintf("strftime(%s, %s, %s)", sqliteFormat, sqliteNow, delay) }, style: questionNumbered, typed: untyped})
+	c.batched(s, batchSpec{lease: "CAST(" + c.lease + " AS TEXT)", leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("strftime(%s, %s, %s)", sqliteFormat, sqliteNow, delay) }, style: questionNumbered, typed: untyped})
 	return s
 }
 
@@ -258,13 +257,9 @@ func sqliteModifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds"
 
 func (sqlite) durArg(d time.Duration) any { return sqliteModifier(d) }
 
-func (sqlite) extend(ctx context.Context, db *sql.DB, s *statements, id, token, skew any, lease time.Duration) (any, bool, error) {
-	var next any
-	err := db.QueryRowContext(ctx, s.extend.text, s.extend.bind(map[string]any{"id": id, "token": token, "skew": skew, "lease": sqliteModifier(lease)})...).Scan(&next)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
-	}
-	return next, err == nil, err
+func (sqlite) extendMany(ctx context.Context, db *sql.DB, s *statements, n int, vals map[string]any) (map[string]any, error) {
+	write := s.extendN(n)
+	return queryLeases(ctx, db, write.text, write.bind(vals))
 }
 
 func (sqlite) fencedMany(ctx context.Context, db *sql.DB, _ *statements, write stmt, _ int, vals map[string]any) ([]any, error) {

@@ -14,44 +14,49 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// queryClaimed runs a claim statement and scans its rows (id, attempt, payload, lease).
-func queryClaimed(ctx context.Context, q querier, text string, args []any) ([]claimedRow, error) {
+// queryEach runs a statement and, for each row it selects, reads the row's columns into
+// dest and calls each.
+func queryEach(ctx context.Context, q querier, text string, args []any, dest []any, each func()) error {
 	rows, err := q.QueryContext(ctx, text, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	var out []claimedRow
 	for rows.Next() {
-		var r claimedRow
-		var attempt any
-		if err := rows.Scan(&r.id, &attempt, &r.payload, &r.token); err != nil {
-			return nil, err
+		if err := rows.Scan(dest...); err != nil {
+			return err
 		}
-		r.id = ownValue(r.id)
-		r.token = ownValue(r.token)
-		r.attempt = attemptOf(attempt)
-		out = append(out, r)
+		each()
 	}
-	return out, rows.Err()
+	return rows.Err()
+}
+
+// queryClaimed runs a claim statement and scans its rows (id, attempt, payload, lease).
+func queryClaimed(ctx context.Context, q querier, text string, args []any) ([]claimedRow, error) {
+	var out []claimedRow
+	var id, attempt, token any
+	var payload []byte
+	err := queryEach(ctx, q, text, args, []any{&id, &attempt, &payload, &token}, func() {
+		out = append(out, claimedRow{attempt: attemptOf(attempt), id: ownValue(id), payload: payload, token: ownValue(token)})
+	})
+	return out, err
 }
 
 // queryIDs runs a statement selecting ids.
 func queryIDs(ctx context.Context, q querier, text string, args []any) ([]any, error) {
-	rows, err := q.QueryContext(ctx, text, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var ids []any
-	for rows.Next() {
-		var id any
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, ownValue(id))
-	}
-	return ids, rows.Err()
+	var id any
+	err := queryEach(ctx, q, text, args, []any{&id}, func() { ids = append(ids, ownValue(id)) })
+	return ids, err
+}
+
+// queryLeases runs a statement selecting ids and leases, and returns each lease by its
+// row's id (idString).
+func queryLeases(ctx context.Context, q querier, text string, args []any) (map[string]any, error) {
+	leases := map[string]any{}
+	var id, lease any
+	err := queryEach(ctx, q, text, args, []any{&id, &lease}, func() { leases[idString(id)] = ownValue(lease) })
+	return leases, err
 }
 
 // ownValue copies bytes a driver may reuse after the next scan.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/settletest"
 )
@@ -138,6 +141,105 @@ func TestHeartbeatCoversRowsClaimedAndNotStarted(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHeartbeatExtendsLeasesInBatchesAndReportsATakeoverOnce: a worker holds 205 rows;
+// another takes one over once its lease passed; each heartbeat of the first then extends
+// the other 204 leases in one statement per batch of up to 200 rows (so at most two new
+// lease values, each a statement's "now" plus the lease), and reports the row taken over
+// once, however many heartbeats pass, never writing its lease.
+func TestHeartbeatExtendsLeasesInBatchesAndReportsATakeoverOnce(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		x := setup(t, b, cols{})
+		const n, lease = 205, time.Minute
+		payloads := make([]string, n)
+		for i := range payloads {
+			payloads[i] = fmt.Sprint(i)
+		}
+		x.publish(t, "jobs", payloads...)
+		q := x.ib.Queue("jobs", inbox.Lease(lease))
+		logs := &warnings{}
+		// The worker's "now" follows its heartbeat's clock, as an App's would: each
+		// heartbeat moves the leases a third of the lease on.
+		aClock := newFakeClock()
+		a := q.Transport(source.Env{Clock: aClock, Logger: slog.New(logs), Mount: "a", TestClock: aClock})
+		if errs := a.Validate(source.Policy{}); len(errs) > 0 {
+			t.Fatalf("validate: %v", errs)
+		}
+		if err := a.Open(context.Background()); err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		t.Cleanup(func() { _ = a.Close(context.Background()) })
+		if ds, err := a.Fetch(context.Background(), n, 0); err != nil || len(ds) != n {
+			t.Fatalf("the worker claimed %d rows (err %v), want %d", len(ds), err, n)
+		}
+		bClock := newFakeClock()
+		other := probe(t, q, bClock)
+		bClock.Advance(lease + time.Millisecond)
+		taken, err := other.Fetch(context.Background(), 1, 0)
+		if err != nil || len(taken) != 1 || taken[0].Attempt != 2 {
+			t.Fatalf("the other worker claimed %+v (err %v), want one row at attempt 2", taken, err)
+		}
+		ids := column(t, x.db, fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", quoteFor(b.d)(x.tb.ID), quoteFor(b.d)(x.tb.Name), quoteFor(b.d)(x.tb.ID)))
+		for beat := 1; beat <= 3; beat++ {
+			aClock.waitTimer(t, lease/3)
+			before := leases(t, b, x.db, x.tb)
+			aClock.Advance(lease / 3)
+			aClock.waitTimer(t, lease/3) // the next heartbeat waits: this one is done
+			after := leases(t, b, x.db, x.tb)
+			values := map[string]bool{}
+			for i, id := range ids {
+				switch {
+				case fmt.Sprint(id) == taken[0].ID && after[i] != before[i]:
+					t.Fatalf("heartbeat %d wrote the lease of row %s, taken over by the other worker", beat, taken[0].ID)
+				case fmt.Sprint(id) != taken[0].ID && after[i] == before[i]:
+					t.Fatalf("heartbeat %d left the lease of row %v at %s", beat, id, before[i])
+				case fmt.Sprint(id) != taken[0].ID:
+					values[after[i]] = true
+				}
+			}
+			if len(values) > 2 {
+				t.Fatalf("heartbeat %d wrote %d distinct leases on %d rows, want at most 2 (one statement per batch of up to 200 rows)", beat, len(values), n-1)
+			}
+		}
+		if got, want := logs.messages(), []string{"taken over: " + taken[0].ID}; !slices.Equal(got, want) {
+			t.Fatalf("warnings %q, want %q (the row taken over, once)", got, want)
+		}
+	})
+}
+
+// warnings is a slog handler keeping the warnings about leases taken over, each as
+// "taken over: <msg_id>".
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "taken over") {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "msg_id" {
+			w.mu.Lock()
+			w.msgs = append(w.msgs, "taken over: "+a.Value.String())
+			w.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) messages() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.msgs)
 }
 
 // blocking returns a handler that sends each delivery's attempt on runs and returns nil

@@ -1,0 +1,82 @@
+package inbox
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/settlekit/settle/internal/source"
+)
+
+// maxBatchRows bounds the rows one batched statement names.
+const maxBatchRows = 200
+
+// claimedRow is one row a claim leased.
+type claimedRow struct {
+	attempt int64
+	id      any
+	payload []byte
+	token   any // the lease as stored: the fence of every later write
+}
+
+// delivery turns a claimed row of table into a delivery whose Raw is the row's *held. A
+// table has no retry-count header: RetryCount is 0, and the attempt column counts every
+// delivery of the row (one whose worker never settled it included).
+func (r claimedRow) delivery(table string) *source.Delivery {
+	h := &held{id: r.id, payload: r.payload, token: r.token}
+	return &source.Delivery{
+		Attempt:    int(r.attempt),
+		HasPayload: true,
+		Headers:    map[string]string{},
+		ID:         idString(r.id),
+		Key:        table,
+		Payload:    r.payload,
+		Raw:        h,
+	}
+}
+
+// held is a row leased to this worker, until settled.
+type held struct {
+	id      any
+	payload []byte
+
+	mu      sync.Mutex
+	settled bool
+	skew    time.Duration // the test clock's skew the lease was written at (see liveWorker.catchUp)
+	token   any           // the lease as stored: the fence of every write
+	wrote   time.Time     // when the lease was written, on the wall clock
+}
+
+// bindFences adds the fence of each row of hs, whose mu the caller holds, to vals: the
+// :id<k> and :token<k> of a batched statement (see batched).
+func bindFences(vals map[string]any, hs []*held) {
+	for k, h := range hs {
+		vals[fmt.Sprintf("id%d", k)] = h.id
+		vals[fmt.Sprintf("token%d", k)] = h.token
+	}
+}
+
+// idString is a row's id as text: a delivery's ID, and the row's key in maps.
+func idString(id any) string {
+	if b, ok := id.([]byte); ok {
+		return string(b)
+	}
+	return fmt.Sprint(id)
+}
+
+// nextBatch splits hs into the rows one batched statement names, at most maxBatchRows
+// and each id once (a row delivered twice, its lease lost and the row claimed again,
+// waits for a later statement), and the rest.
+func nextBatch(hs []*held) (batch, rest []*held) {
+	seen := make(map[string]bool, min(len(hs), maxBatchRows))
+	for _, h := range hs {
+		id := idString(h.id)
+		if seen[id] || len(batch) == maxBatchRows {
+			rest = append(rest, h)
+			continue
+		}
+		seen[id] = true
+		batch = append(batch, h)
+	}
+	return batch, rest
+}

@@ -1,0 +1,579 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// transport is one mount's consumer of a queue.
+type transport struct {
+	d            dialect
+	env          source.Env
+	q            *Queue
+	s            *statements
+	leases       *leaseKeeper // from Open: the rows held and their heartbeat
+	live         liveWorker   // from Open: its place among the live workers of its test clock
+	unlistenFunc func()       // stops listening for notifications (nil: the queue polls only)
+	idle         idleState    // Fetch's own: what it knows of the queue being idle
+	origin       time.Time    // under a test clock: its time when it met the database's (see testSkew)
+	warnOnce     sync.Once
+}
+
+// newTransport returns the transport of q for the mount of env.
+func newTransport(q *Queue, env source.Env) *transport {
+	t := &transport{env: env, q: q}
+	if q.ib != nil {
+		t.d, _ = q.ib.dialect.(dialect)
+	}
+	if env.TestClock != nil {
+		t.origin = testOrigin(env.TestClock)
+	}
+	return t
+}
+
+func (t *transport) Info() source.Info {
+	info := source.Info{
+		Batch: t.q.cfg.batch,
+		// Moves writes a batch of put-backs, parks or dead letters in one statement.
+		BatchesMoves: true,
+		// The longest one Fetch waits for a due row (it also bounds how long a shutdown
+		// waits for a Fetch in progress).
+		Block: min(time.Second, 2*t.q.cfg.poll),
+		Caps:  source.Caps{Parks: true, Releases: true, RetryWithoutCap: source.ActionPutBack},
+		Group: t.q.group,
+		Kind:  source.KindTable,
+	}
+	if t.q.ib != nil {
+		info.Key = t.q.ib.table.Name
+		// A claim of a row whose lease passed adds one attempt (see claimCount).
+		info.Caps.CountsUnsettled = t.q.ib.table.Attempt != ""
+	}
+	return info
+}
+
+func (t *transport) Validate(p source.Policy) []error {
+	q := t.q
+	if q.ib == nil || q.ib.db == nil {
+		return []error{errors.New("inbox: the queue is not bound to a table (nil Inbox or *sql.DB): it can neither claim nor take MaxAttempts/DeadLetter")}
+	}
+	var errs []error
+	if t.d == nil {
+		errs = append(errs, errors.New("inbox: no dialect: use inbox.SQLite, inbox.Postgres or inbox.MySQL"))
+	}
+	tb := q.ib.table
+	errs = append(errs, tb.problems()...)
+	switch {
+	case tb.Group == "" && q.group != "":
+		errs = append(errs, fmt.Errorf("inbox: table %s has no group column, so the queue must read the whole table: Queue(\"\"), not Queue(%q)", tb.Name, q.group))
+	case tb.Group != "" && q.group == "":
+		errs = append(errs, fmt.Errorf("inbox: table %s has a group column (%s): name the group the queue reads", tb.Name, tb.Group))
+	}
+	if p.Delay != nil && p.Delay.Durable() {
+		errs = append(errs, fmt.Errorf("inbox: DelayIn(%T): an inbox keeps RetryAfter delays in its own retry_after column; remove the option", p.Delay))
+	}
+	if p.MaxAttempts > 0 && p.DeadLetter == "" {
+		errs = append(errs, fmt.Errorf("inbox: MaxAttempts(%d) without DeadLetter: an inbox declares both (the row at the cap moves to the dead letter)", p.MaxAttempts))
+	}
+	if p.DeadLetter != "" && p.MaxAttempts == 0 {
+		errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q) without MaxAttempts: an inbox declares both", p.DeadLetter))
+	}
+	if p.MaxAttempts > 0 && tb.Attempt == "" {
+		errs = append(errs, fmt.Errorf("inbox: MaxAttempts(%d) on table %s, which has no attempt column: the cap cannot be counted", p.MaxAttempts, tb.Name))
+	}
+	if p.DeadLetter != "" {
+		if tb.Group != "" && p.DeadLetter == q.group {
+			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q) is the group the queue reads: dead rows would be read again", p.DeadLetter))
+		}
+		if tb.Group == "" && p.DeadLetter == tb.Name {
+			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q) is the table the queue reads: dead rows would be read again", p.DeadLetter))
+		}
+		if tb.Group == "" && strings.ContainsAny(p.DeadLetter, "\"`'\x00;") {
+			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q): the table name contains a quote or ';'", p.DeadLetter))
+		}
+	}
+	if q.cfg.batch < 1 {
+		errs = append(errs, fmt.Errorf("inbox: Batch(%d): must be at least 1", q.cfg.batch))
+	}
+	if q.cfg.lease < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("inbox: Lease(%s): must be at least 10ms", q.cfg.lease))
+	}
+	if q.cfg.poll <= 0 {
+		errs = append(errs, fmt.Errorf("inbox: Poll(%s): must be positive", q.cfg.poll))
+	}
+	return errs
+}
+
+// deadTable is the dead-letter table of a table without a group column.
+func (t *transport) deadTable() string {
+	if t.q.ib.table.Group != "" || t.q.cfg.deadLetter != nil {
+		return ""
+	}
+	return t.env.Policy.DeadLetter
+}
+
+func (t *transport) Open(ctx context.Context) error {
+	tb := t.q.ib.table
+	spec := queueSpec{deadTable: t.deadTable(), fifo: t.q.cfg.fifo}
+	t.build(spec)
+
+	var errs []error
+	want := tb.columnNames()
+	if err := t.checkColumns(ctx, tb.Name, want); err != nil {
+		errs = append(errs, err)
+	}
+	if dt := t.deadTable(); dt != "" {
+		if err := t.checkColumns(ctx, dt, want); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = t.d.checkTimes(ctx, t.q.ib.db, tb)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if tb.RetryAfter != "" && !t.q.cfg.fifo && t.dueIndexed(ctx) {
+		spec.dueOrder = true
+		t.build(spec)
+	}
+	t.leases = newLeaseKeeper(t.env, t.q.cfg.lease, t.extendLeases)
+	t.leases.start(ctx)
+	t.live = newLiveWorker(t.env, t.q.ib.db, tb.Name, t.leases)
+	t.live.join()
+	if _, pg := t.d.(postgres); pg && !t.q.cfg.pollOnly {
+		t.unlistenFunc = t.q.ib.listen(ctx, t.env)
+	}
+	return nil
+}
+
+// build compiles the queue's statements.
+func (t *transport) build(spec queueSpec) {
+	tb := t.q.ib.table
+	t.s = t.d.build(tb, spec)
+	t.s.group = t.q.group
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("settle-inbox\x00" + tb.Name + "\x00" + t.q.group))
+	t.s.lockKey = fmt.Sprintf("settle:%x", h.Sum64())
+}
+
+// dueIndexed reports whether the table has an index led by (group, retry_after), with
+// which a plain queue claims the earliest due rows first (see claimOrder); without one
+// it says once, at Info, that claims take rows in id order.
+func (t *transport) dueIndexed(ctx context.Context) bool {
+	tb := t.q.ib.table
+	indexes, err := t.d.indexes(ctx, t.q.ib.db, tb.Name)
+	if err == nil && tb.dueIndex(indexes) {
+		return true
+	}
+	lead := tb.RetryAfter
+	if tb.Group != "" {
+		lead = tb.Group + ", " + tb.RetryAfter
+	}
+	attrs := []any{slog.String("mount", t.env.Mount), slog.String("key", tb.Name), slog.String("index", "("+lead+", "+tb.ID+")")}
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	t.env.Logger.InfoContext(ctx, "settle: inbox: the table has no index led by its group and retry_after columns: claims take rows in id order, reading past the rows parked for later; add the index to claim the earliest due first without reading them (see the README's schema)", attrs...)
+	return false
+}
+
+// checkColumns returns one error naming every column of want that table lacks.
+func (t *transport) checkColumns(ctx context.Context, table string, want []string) error {
+	rows, err := t.q.ib.db.QueryContext(ctx, t.s.columns(table))
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
+	}
+	have, err := rows.Columns()
+	_ = rows.Close()
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
+	}
+	var missing []string
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if strings.EqualFold(h, w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("inbox: table %s lacks the columns %s named by the table spec", table, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// skew is how far the statements move the database's clock: nothing in production, how
+// far the test clock has moved under a test (see testSkew).
+func (t *transport) skew() time.Duration {
+	if t.env.TestClock == nil {
+		return 0
+	}
+	return testSkew(t.env.TestClock, t.origin)
+}
+
+func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		if wait <= 0 || t.idle.over(t.q.cfg.poll) {
+			woken := t.q.ib.woken(t.q.group)
+			ds, err := t.claim(ctx, max)
+			if err != nil || len(ds) > 0 {
+				t.idle = idleState{}
+				return ds, err
+			}
+			t.idle = idleState{since: time.Now(), wake: woken, due: t.nextDue(ctx)}
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		// Polling runs on the wall clock: it only bounds how soon a due row is seen (a
+		// test's fake clock decides what is due).
+		timer := time.NewTimer(min(left, time.Until(t.idle.until(t.q.cfg.poll))))
+		select {
+		case <-timer.C:
+		case <-t.idle.wake:
+			timer.Stop()
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, nil
+		}
+	}
+}
+
+// nextDue returns when the queue's earliest row waiting for its retry_after comes due,
+// by the database's clock, as a wall-clock time (zero: none waits, the table has no
+// retry_after column, the query failed, or a test clock decides what is due).
+func (t *transport) nextDue(ctx context.Context) time.Time {
+	if t.s.nextDue.text == "" || t.env.TestClock != nil {
+		return time.Time{}
+	}
+	var micros sql.NullInt64
+	vals := map[string]any{"skew": t.d.skewArg(t.skew()), "group": t.q.group}
+	if err := t.q.ib.db.QueryRowContext(ctx, t.s.nextDue.text, t.s.nextDue.bind(vals)...).Scan(&micros); err != nil || !micros.Valid {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(max(micros.Int64, 0)) * time.Microsecond)
+}
+
+// claim leases up to max due rows.
+func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
+	db := t.q.ib.db
+	skew := t.skew()
+	t.live.catchUp(ctx, skew)
+	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
+		return t.d.claim(ctx, db, t.s, t.d.skewArg(skew), t.q.cfg.lease, max)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table %s: claim: %w", t.q.ib.table.Name, err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	ds, hs := make([]*source.Delivery, len(rows)), make([]*held, len(rows))
+	now := time.Now()
+	for i, r := range rows {
+		ds[i] = r.delivery(t.q.ib.table.Name)
+		hs[i] = ds[i].Raw.(*held)
+		hs[i].skew, hs[i].wrote = skew, now
+	}
+	t.leases.add(hs)
+	return ds, nil
+}
+
+// extendLeases moves the leases of hs forward in one statement (see
+// leaseKeeper.extendFunc).
+func (t *transport) extendLeases(ctx context.Context, hs []*held) (map[string]any, time.Duration, error) {
+	skew := t.skew()
+	vals := map[string]any{"lease": t.d.durArg(t.q.cfg.lease), "skew": t.d.skewArg(skew)}
+	bindFences(vals, hs)
+	db := t.q.ib.db
+	leases, err := retry(ctx, t.d, db, func() (map[string]any, error) { return t.d.extendMany(ctx, db, t.s, len(hs), vals) })
+	return leases, skew, err
+}
+
+// fenced applies one fenced write to d's row and forgets the row.
+func (t *transport) fenced(ctx context.Context, d *source.Delivery, what string, write func(h *held) (bool, error)) error {
+	h, ok := d.Raw.(*held)
+	if !ok {
+		return fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	defer t.forget(h)
+	db := t.q.ib.db
+	ok, err := retry(ctx, t.d, db, func() (bool, error) { return write(h) })
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: %s row %s: %w", t.q.ib.table.Name, what, d.ID, err)
+	}
+	if !ok {
+		return fmt.Errorf("inbox: table %s: %s row %s: %w", t.q.ib.table.Name, what, d.ID, ErrLeaseLost)
+	}
+	return nil
+}
+
+// forget marks h settled and drops it from the rows held; h.mu is held.
+func (t *transport) forget(h *held) {
+	h.settled = true
+	t.leases.forget(h)
+}
+
+// Ack deletes the rows (Ack and Drop), each fenced by its lease, in batches.
+func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
+	var errs []error
+	for len(ds) > 0 {
+		n := min(len(ds), maxBatchRows)
+		if err := t.ackBatch(ctx, ds[:n]); err != nil {
+			errs = append(errs, err)
+		}
+		ds = ds[n:]
+	}
+	return errors.Join(errs...)
+}
+
+func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
+	hs := make([]*held, 0, len(ds))
+	for _, d := range ds {
+		h, ok := d.Raw.(*held)
+		if !ok {
+			return fmt.Errorf("inbox: ack: delivery %s is not an inbox row", d.ID)
+		}
+		h.mu.Lock()
+		hs = append(hs, h)
+	}
+	defer func() {
+		for _, h := range hs {
+			t.forget(h)
+			h.mu.Unlock()
+		}
+	}()
+	args := make([]any, 0, 2*len(hs))
+	for _, h := range hs {
+		args = append(args, h.id, h.token)
+	}
+	text := t.s.ackN(len(hs))
+	db := t.q.ib.db
+	res, err := retry(ctx, t.d, db, func() (sql.Result, error) { return db.ExecContext(ctx, text, args...) })
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: delete %d rows: %w", t.q.ib.table.Name, len(hs), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: delete %d rows: %w", t.q.ib.table.Name, len(hs), err)
+	}
+	if int(n) != len(hs) {
+		return fmt.Errorf("inbox: table %s: deleted %d of %d rows: %w", t.q.ib.table.Name, n, len(hs), ErrLeaseLost)
+	}
+	return nil
+}
+
+// Moves applies the moves in as few statements as it can: the put-backs (Retry, and a
+// retry under a cap, which a table writes in place), the parks (RetryAfter), the
+// releases and the moves to a dead-letter group each go in one UPDATE per up to
+// maxBatchRows rows, each row fenced by its own lease; a move into a dead-letter table
+// or through an OnDeadLetter hook is one transaction per row, a few at a time. The
+// kinds are written concurrently, and each move is answered on its own.
+func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
+	errs := make([]error, len(ms))
+	var puts, parks, releases, singles []int
+	deadGroups := map[string][]int{}
+	for i, m := range ms {
+		switch m.Action {
+		case source.ActionPutBack, source.ActionCopy:
+			// A table has no copy: a retry under a cap is the same in-place statement as a
+			// put-back, the attempt column carrying the count a copy's header carries
+			// elsewhere.
+			puts = append(puts, i)
+		case source.ActionPark:
+			if t.s.parkN == nil {
+				t.warnOnce.Do(func() {
+					t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
+						slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", m.Delay))
+				})
+				puts = append(puts, i)
+				continue
+			}
+			parks = append(parks, i)
+		case source.ActionRelease:
+			releases = append(releases, i)
+		case source.ActionDeadLetter:
+			if t.q.cfg.deadLetter == nil && t.q.ib.table.Group != "" {
+				deadGroups[m.Dest] = append(deadGroups[m.Dest], i)
+				continue
+			}
+			singles = append(singles, i)
+		default:
+			errs[i] = source.UnsupportedMove(source.KindTable, m)
+		}
+	}
+	var wg sync.WaitGroup
+	// batch writes the moves at idx in the background and wakes the idle queues of the
+	// group the rows are now in: a row put back or released is due at once, and a
+	// parked one may come due before anything their Fetch waits for (see nextDue).
+	batch := func(idx []int, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any), group string) {
+		if len(idx) > 0 {
+			wg.Go(func() {
+				if t.writeBatch(ctx, ms, idx, errs, what, build, args) {
+					t.q.ib.notify(group)
+				}
+			})
+		}
+	}
+	batch(puts, "put back", t.s.putBackN, nil, t.q.group)
+	batch(parks, "retry after", t.s.parkN, func(m source.Move, i int, args map[string]any) {
+		args[fmt.Sprintf("delay%d", i)] = t.d.durArg(m.Delay)
+	}, t.q.group)
+	if len(releases) > 0 {
+		// Rows handed back at a graceful stop are for the other processes: tell them.
+		wg.Go(func() {
+			if t.writeBatch(ctx, ms, releases, errs, "release", t.s.releaseN, nil) {
+				t.q.ib.announce(ctx, t.s, t.q.group)
+			}
+		})
+	}
+	for dest, idx := range deadGroups {
+		batch(idx, "dead letter", t.s.deadGroupN, func(m source.Move, i int, args map[string]any) {
+			args["dest"] = dest
+			args[fmt.Sprintf("attempt%d", i)] = int64(m.Delivery.Attempt)
+		}, dest)
+	}
+	if len(singles) > 0 {
+		wg.Go(func() {
+			var each sync.WaitGroup
+			sem := make(chan struct{}, maxSingleMoves)
+			for _, i := range singles {
+				sem <- struct{}{}
+				each.Go(func() {
+					defer func() { <-sem }()
+					errs[i] = t.deadLetter(ctx, ms[i].Delivery, ms[i].Dest, ms[i].Headers)
+				})
+			}
+			each.Wait()
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// maxSingleMoves bounds the moves of one Moves call written one row at a time that run
+// at once.
+const maxSingleMoves = 8
+
+// writeBatch applies one batched, fenced write (build: see batched) to the moves of ms
+// at idx, at most maxBatchRows rows a statement, sets each one's error in errs (nil:
+// applied; ErrLeaseLost: its lease was taken over, nothing changed) and forgets their
+// rows. args adds a move's own arguments (those of the statement's i-th row). It
+// reports whether any row was written.
+func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int, errs []error, what string, build func(n int) stmt, args func(m source.Move, i int, args map[string]any)) bool {
+	table := t.q.ib.table.Name
+	var hs []*held
+	move := make(map[*held]int, len(idx)) // each row's move, in ms
+	for _, i := range idx {
+		d := ms[i].Delivery
+		h, ok := d.Raw.(*held)
+		if !ok {
+			errs[i] = fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
+			continue
+		}
+		hs, move[h] = append(hs, h), i
+	}
+	wrote := false
+	for len(hs) > 0 {
+		var batch []*held
+		batch, hs = nextBatch(hs)
+		vals := map[string]any{"skew": t.d.skewArg(t.skew())}
+		for k, h := range batch {
+			h.mu.Lock()
+			if args != nil {
+				args(ms[move[h]], k, vals)
+			}
+		}
+		bindFences(vals, batch)
+		st := build(len(batch))
+		db := t.q.ib.db
+		ids, err := retry(ctx, t.d, db, func() ([]any, error) { return t.d.fencedMany(ctx, db, t.s, st, len(batch), vals) })
+		changed := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			changed[idString(id)] = true
+		}
+		for _, h := range batch {
+			i := move[h]
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, ms[i].Delivery.ID, err)
+			case !changed[idString(h.id)]:
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, ms[i].Delivery.ID, ErrLeaseLost)
+			default:
+				wrote = true
+			}
+			t.forget(h)
+			h.mu.Unlock()
+		}
+	}
+	return wrote
+}
+
+// deadLetter moves the row at the cap into the dead-letter table in one transaction, or
+// through the user's OnDeadLetter hook (a move to a dead-letter group is batched: see
+// Moves). The dead row's attempt is d.Attempt, the attempts the engine
+// counted: the cap, also for a row whose last claim counted one more attempt because
+// the delivery at the cap crashed its worker (the engine dead-letters such a row without
+// running its handler).
+func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+	db := t.q.ib.db
+	switch {
+	case t.q.cfg.deadLetter != nil:
+		return t.fenced(ctx, d, "dead letter (hook)", func(h *held) (bool, error) {
+			return t.deadLetterHook(ctx, h, d.Attempt, dest, headers[settle.HeaderDeadError])
+		})
+	default:
+		return t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
+			return t.d.moveToTable(ctx, db, t.s, h.id, h.token, int64(d.Attempt))
+		})
+	}
+}
+
+// deadLetterHook runs the user's move in a transaction holding the leased row; attempt
+// is the attempts the engine counted.
+func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, dest, lastErr string) (bool, error) {
+	tx, err := t.d.begin(ctx, t.q.ib.db)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	ids, err := queryIDs(ctx, tx, t.s.lockLeased.text, t.s.lockLeased.bind(map[string]any{"id": h.id, "token": h.token}))
+	if err != nil || len(ids) == 0 {
+		return false, err
+	}
+	row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
+	if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
+		return false, fmt.Errorf("OnDeadLetter hook: %w", err)
+	}
+	return true, tx.Commit()
+}
+
+func (t *transport) Close(context.Context) error {
+	t.live.leave()
+	if t.unlistenFunc != nil {
+		t.unlistenFunc()
+	}
+	if t.leases != nil {
+		t.leases.close()
+	}
+	return nil
+}
