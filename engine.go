@@ -406,7 +406,7 @@ func (m *mount) prefetch() int {
 	if m.cfg.prefetchSet {
 		return m.cfg.prefetch
 	}
-	return max(m.info.Batch, 1)
+	return 2 * max(m.info.Batch, 1)
 }
 
 // blockBound is how long one read may block.

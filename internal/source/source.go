@@ -118,7 +118,8 @@ type Transport interface {
 
 // Info describes a transport for the engine, logs and startup validation.
 type Info struct {
-	// Batch is the most deliveries one Fetch returns; the engine asks for no more.
+	// Batch is the most deliveries one Fetch returns; the engine asks for no more, and
+	// holds up to twice as many read ahead by default.
 	Batch int
 	// BatchesMoves: a Moves call of many moves costs about what one costs (one script
 	// call, one pipeline). The engine then queues the moves of the mount's handlers and
