@@ -127,7 +127,8 @@ func (t *claimTransport) leave(ctx context.Context, ds []*source.Delivery) error
 // Redis counts a replayed entry's deliveries from 1 again, so its attempt restarts: it is
 // the retry-count header (unchanged by Seek) plus 1, and the MaxAttempts cap counts from
 // the replay. An entry left pending by a Retry is delivered at once, without waiting out
-// minIdle.
+// minIdle. One in flight here when the replay reaches it is not handled twice: it comes
+// back after minIdle, like any retry, at the count the replay restarted.
 func (s *ClaimingStreamSource) Seek(ctx context.Context, id string) error {
 	return s.stream.Seek(ctx, id)
 }

@@ -132,7 +132,7 @@ func (m *mount) prepare(e *engine) {
 		MaxAttempts:      m.cfg.maxAttempts,
 	}
 	m.eng = e
-	env := source.Env{Clock: e.clock, Logger: e.logger, Policy: m.policy, TestClock: e.testClock}
+	env := source.Env{Clock: e.clock, Concurrency: max(m.cfg.concurrency, 1), Logger: e.logger, Policy: m.policy, TestClock: e.testClock}
 	m.name = m.cfg.name
 	if m.name == "" {
 		// A transport starts nothing until Open: a first one only names the mount, so

@@ -965,6 +965,9 @@ func TestSeek(t *testing.T) {
 		release := func() { releaseOnce.Do(func() { close(seeked) }) }
 		var a attempts
 		src := w.claiming()
+		// Prefetch(0): a read-ahead would re-read the entry while the second delivery
+		// holds it, and a re-read of an entry in flight here is not handled twice: it
+		// would come back after min-idle, at the count the re-read restarted (2).
 		w.run(t, w.app(t, src, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			a.add(m, w.now())
 			switch len(a.all()) {
@@ -976,7 +979,7 @@ func TestSeek(t *testing.T) {
 				return errClaimTest
 			}
 			return nil
-		}), settle.Concurrency(1), settle.MaxAttempts(5)))
+		}), settle.Concurrency(1), settle.Prefetch(0), settle.MaxAttempts(5)))
 		t.Cleanup(release) // runs before Run's cleanup: a failed test does not hang the handler
 
 		w.waitEvents(t, "the first retry", 1, func(e settle.Settled) bool { return e.Action == settle.ActionLeave })

@@ -286,6 +286,12 @@ func (a Action) String() string {
 type Env struct {
 	// Clock is the App's clock (the wall clock unless a test injected one).
 	Clock clock.Clock
+	// Concurrency is how many handlers of the mount run at once (at least 1). A
+	// transport takes over what a dead consumer left unsettled no more than this many
+	// at a time, each lot once the last settled: a message that kills its process is
+	// then held, when it kills the next one, beside as few others as possible (each
+	// crash charges an attempt to every delivery the process held).
+	Concurrency int
 	// Logger is the App's logger.
 	Logger *slog.Logger
 	// Mount names the mount.
