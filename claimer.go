@@ -31,10 +31,13 @@ type claimStream struct {
 type claimOwner interface {
 	// recreateGroup makes the stream and its group again (after NOGROUP), and says so.
 	recreateGroup(ctx context.Context) error
-	// deliveries turns claimed entries into deliveries, marking them in flight.
-	deliveries(ctx context.Context, msgs []redis.XMessage) []*source.Delivery
+	// deliveries turns claimed entries into deliveries, marking them in flight (and
+	// taken over, when taken).
+	deliveries(ctx context.Context, msgs []redis.XMessage, taken bool) []*source.Delivery
 	// inflightIDs returns the ids of the entries in flight.
 	inflightIDs() []string
+	// takeoverRoom returns how many entries a scan may take over now.
+	takeoverRoom() int
 	// stillInflight returns those of ids still in flight.
 	stillInflight(ids []string) []string
 }
@@ -71,6 +74,7 @@ type claimer struct {
 	cursor    string      // where the next XAUTOCLAIM starts
 	dues      []leftBatch // the entries this consumer left pending, by when they come due
 	nextScan  time.Time   // no scan before this
+	lotFull   bool        // a scan was due, but the last lot taken over is unsettled
 	nextPrune time.Time   // no prune of idle consumers before this
 
 	serial sync.Mutex // a heartbeat, a Leave, a release and a claim do not interleave (see fetch)
@@ -110,8 +114,9 @@ type leftBatch struct {
 
 // fetch claims up to max idle entries: first those this consumer left pending that came
 // due (XCLAIM of their ids), else the group's, scanning its pending entries from where
-// the last call stopped until it claims some or has scanned them all. It scans only when
-// the last scan filled the free slots or is poll old, and starts a new pass only when no
+// the last call stopped until it claims some or has scanned them all, no more than a
+// lot (see streamTransport.takeoverRoom). It scans only when the last scan filled its
+// lot or is poll old, and starts a new pass only when no
 // other consumer of the group started one in the last poll (see startPass); under a
 // test's fake clock (whose Advance may make any entry idle enough) it always scans.
 func (c *claimer) fetch(ctx context.Context, max int) ([]*source.Delivery, error) {
@@ -130,6 +135,15 @@ func (c *claimer) fetch(ctx context.Context, max int) ([]*source.Delivery, error
 	} else if !scan {
 		return nil, nil
 	}
+	// A scan takes over a lot at a time (see takeoverRoom); with none free it waits for
+	// the last lot to settle, not for poll.
+	lot := min(max, c.s.owner.takeoverRoom())
+	c.mu.Lock()
+	c.lotFull = lot <= 0
+	c.mu.Unlock()
+	if lot <= 0 {
+		return nil, nil
+	}
 	if cursor == "0-0" && c.s.env.TestClock == nil {
 		if !c.startPass(ctx) {
 			c.mu.Lock()
@@ -140,17 +154,17 @@ func (c *claimer) fetch(ctx context.Context, max int) ([]*source.Delivery, error
 		c.prune(ctx, now)
 	}
 	for {
-		ds, err := c.claim(ctx, cursor, max, nil)
+		ds, err := c.claim(ctx, cursor, lot, nil)
 		if err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
 		cursor = c.cursor
 		if len(ds) > 0 || cursor == "0-0" {
-			// A scan that filled the free slots goes on at the next read; one that found
-			// fewer (or nothing in a whole pass) waits poll: scanning a long pending list
-			// for a few entries costs Redis more than all else a claiming stream does.
-			if len(ds) < max {
+			// A scan that filled its lot goes on at the next read; one that found fewer
+			// (or nothing in a whole pass) waits poll: scanning a long pending list for a
+			// few entries costs Redis more than all else a claiming stream does.
+			if len(ds) < lot {
 				c.nextScan = now.Add(c.poll)
 			}
 			c.mu.Unlock()
@@ -276,7 +290,7 @@ func (c *claimer) claim(ctx context.Context, cursor string, max int, ids []strin
 		c.cursor = res.Next
 		c.mu.Unlock()
 	}
-	ds := s.owner.deliveries(ctx, res.Entries)
+	ds := s.owner.deliveries(ctx, res.Entries, ids == nil) // a scan's are taken over
 	if len(ds) > 0 {
 		counts := make(map[string]int, len(res.Entries))
 		for i, e := range res.Entries {
@@ -301,6 +315,11 @@ func (c *claimer) bound(wait time.Duration) time.Duration {
 	now := c.s.env.Clock.Now()
 	c.mu.Lock()
 	next := c.nextScan
+	if c.lotFull {
+		// The due scan waits for the lot to settle, which no read wakes on: look again
+		// soon, not at once.
+		next = now.Add(claimPollMin)
+	}
 	if len(c.dues) > 0 && c.dues[0].due.Before(next) {
 		next = c.dues[0].due
 	}

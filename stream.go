@@ -56,7 +56,7 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		consumer: consumer,
 		cursor:   "0",
 		env:      env,
-		inflight: map[string]struct{}{},
+		inflight: map[string]bool{},
 		rescan:   true,
 		src:      s,
 	}
@@ -118,11 +118,11 @@ type streamTransport struct {
 	src         *StreamSource
 
 	mu       sync.Mutex
-	cursor   string              // where the next own-pending read starts
-	fence    rereadFence         // entries settled while an own-pending re-read was out
-	inflight map[string]struct{} // delivered here and not yet settled
-	rescan   bool                // re-read own pending entries before new ones
-	rescans  uint64              // how many times a re-read was asked for (see readOwnPending)
+	cursor   string          // where the next own-pending read starts
+	fence    rereadFence     // entries settled while an own-pending re-read was out
+	inflight map[string]bool // delivered here and not yet settled; true: taken over (see takeoverRoom)
+	rescan   bool            // re-read own pending entries before new ones
+	rescans  uint64          // how many times a re-read was asked for (see readOwnPending)
 }
 
 func (t *streamTransport) Info() source.Info {
@@ -249,7 +249,7 @@ func (t *streamTransport) read(ctx context.Context, id string, max int, wait tim
 		pollWait(ctx, min(wait, minServerBlock))
 		return nil, nil
 	}
-	return t.deliveries(ctx, msgs), nil
+	return t.deliveries(ctx, msgs, false), nil
 }
 
 func (t *streamTransport) xread(ctx context.Context, id string, max int, wait time.Duration) ([]redis.XMessage, error) {
@@ -297,8 +297,9 @@ func (t *streamTransport) xread(ctx context.Context, id string, max int, wait ti
 }
 
 // deliveries turns entries into deliveries, skipping those already in flight here and
-// acknowledging pending entries whose body was deleted from the stream.
-func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage) []*source.Delivery {
+// acknowledging pending entries whose body was deleted from the stream. taken marks
+// them taken over from the group's other consumers (see takeoverRoom).
+func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage, taken bool) []*source.Delivery {
 	ds := make([]*source.Delivery, 0, len(msgs))
 	all := make([]source.Delivery, len(msgs)) // one allocation for the batch, not one each
 	var gone []string
@@ -311,7 +312,7 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage)
 			gone = append(gone, msg.ID)
 			continue
 		}
-		t.inflight[msg.ID] = struct{}{}
+		t.inflight[msg.ID] = taken
 		all[i] = t.delivery(ctx, msg)
 		ds = append(ds, &all[i])
 	}
@@ -374,6 +375,24 @@ func (t *streamTransport) inflightIDs() []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// takeoverRoom is how many entries a scan of the group's pending list may take over
+// now: Concurrency less those taken over and not settled yet. A takeover goes in lots,
+// each once the last settled, so that an entry that kills its process (each crash
+// charging an attempt to every entry the process held) is held, when it kills the next
+// one, beside at most Concurrency-1 others taken over with it, not a whole read-ahead:
+// the others' attempts are not spent to the cap by crashes they only shared.
+func (t *streamTransport) takeoverRoom() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := max(t.env.Concurrency, 1)
+	for _, taken := range t.inflight {
+		if taken {
+			n--
+		}
+	}
+	return n
 }
 
 // stillInflight returns those of ids still in flight here.

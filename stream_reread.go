@@ -36,7 +36,7 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 		}
 		t.cursor = msgs[len(msgs)-1].ID
 		t.mu.Unlock()
-		if ds := t.deliveries(ctx, unsettled); len(ds) > 0 {
+		if ds := t.deliveries(ctx, unsettled, false); len(ds) > 0 {
 			t.countDeliveries(ctx, ds, len(msgs))
 			return ds, nil
 		}
