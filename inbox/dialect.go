@@ -29,9 +29,10 @@ type dialect interface {
 	// compare in time order with the statements' "now" (SQLite, whose columns take any
 	// type); nil elsewhere, where the columns have a time type.
 	checkTimes(ctx context.Context, db *sql.DB, t Table) []error
-	// claim leases up to n due rows of the queue and returns them.
+	// claim leases up to n due rows of the queue and returns them: with takeover, rows
+	// whose lease passed (the takeover claim, see takeover.go), else the main claim's.
 	// skew is skewArg's value (see testSkew).
-	claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error)
+	claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int, takeover bool) ([]claimedRow, error)
 	// indexes returns the column names of each index of table, in index order.
 	indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error)
 	// durArg is how a duration is passed to the statements.
@@ -81,8 +82,9 @@ type statements struct {
 	// ackN deletes n leased rows, each fenced by its lease; its arguments are each
 	// row's id and lease, in turn.
 	ackN func(n int) string
-	// claim leases due rows (one statement where the dialect allows it), adding one
-	// attempt to a row whose lease passed (see claimCount).
+	// claim leases due rows (one statement where the dialect allows it): a plain
+	// queue's, those whose lease is NULL; a FIFO queue's, also one whose lease passed
+	// (see claimLease), adding one attempt to it (see claimCount).
 	claim stmt
 	// claimLock, when set, serializes FIFO claims of one group (an advisory lock).
 	claimLock stmt
@@ -92,6 +94,11 @@ type statements struct {
 	claimUpdate func(n int) stmt
 	claimRead   func(n int) stmt
 	claimUnlock stmt
+	// takeover (takeoverSelect on MySQL, the first step in place of claimSelect) leases
+	// due rows whose lease passed, adding one attempt to each (see claimCount): a plain
+	// queue's takeover claim (see takeover.go); empty for a FIFO queue.
+	takeover       stmt
+	takeoverSelect stmt
 	// columns selects no row of a table, to read its column names.
 	columns func(table string) string
 	// deadGroupN moves n leased rows to the dead-letter group :dest, each row's attempt

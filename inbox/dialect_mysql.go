@@ -40,9 +40,10 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	if c.attempt != "" {
 		attempt = c.attempt
 	}
-	due := fmt.Sprintf("(%s IS NULL OR %s <= %s)", c.lease, c.lease, myNow)
+	due, passed := c.claimLease(myNow, q.fifo), c.takeoverLease(myNow)
 	if c.retryAfter != "" {
-		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, myNow)
+		ready := fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, myNow)
+		due, passed = due+ready, passed+ready
 	}
 	order, limit := c.claimOrder(q), ":n"
 	if q.fifo {
@@ -52,8 +53,14 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		s.claimUnlock = compile(`SELECT RELEASE_LOCK(:lock_key)`, questionRepeated)
 	}
 	leaseUntil := myNow + " + INTERVAL :lease MICROSECOND"
-	s.claimSelect = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED`,
-		c.id, c.table, groupIs(""), due, order, limit), questionRepeated)
+	claimSelect := func(due string) stmt {
+		return compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED`,
+			c.id, c.table, groupIs(""), due, order, limit), questionRepeated)
+	}
+	s.claimSelect = claimSelect(due)
+	if !q.fifo {
+		s.takeoverSelect = claimSelect(passed)
+	}
 	s.claimUpdate = func(n int) stmt {
 		return compile(fmt.Sprintf(`UPDATE %s SET %s%s = %s WHERE %s IN (%s)`, c.table, c.claimCount(), c.lease, leaseUntil, c.id, list("id", n)), questionRepeated)
 	}
@@ -91,7 +98,7 @@ func (mysql) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return db.BeginTx(ctx, nil)
 }
 
-func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) (rows []claimedRow, err error) {
+func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int, takeover bool) (rows []claimedRow, err error) {
 	vals := map[string]any{"skew": skew, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
 	conn, err := db.Conn(ctx)
 	if err != nil {
@@ -118,7 +125,11 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	ids, err := queryIDs(ctx, tx, s.claimSelect.text, s.claimSelect.bind(vals))
+	sel := s.claimSelect
+	if takeover {
+		sel = s.takeoverSelect
+	}
+	ids, err := queryIDs(ctx, tx, sel.text, sel.bind(vals))
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}

@@ -37,9 +37,10 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	if c.attempt != "" {
 		attempt = c.attempt
 	}
-	due := fmt.Sprintf("(%s IS NULL OR %s <= %s)", c.lease, c.lease, pgNow)
+	due, passed := c.claimLease(pgNow, q.fifo), c.takeoverLease(pgNow)
 	if c.retryAfter != "" {
-		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, pgNow)
+		ready := fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, pgNow)
+		due, passed = due+ready, passed+ready
 	}
 	order, limit := c.claimOrder(q), ":n::bigint"
 	if q.fifo {
@@ -49,9 +50,15 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		s.claimLock = compile(`SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0))`, dollarNumbered)
 	}
 	leaseUntil := pgNow + " + :lease::bigint * interval '1 microsecond'"
-	s.claim = compile(fmt.Sprintf(
-		`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
-		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), dollarNumbered)
+	claim := func(due string) stmt {
+		return compile(fmt.Sprintf(
+			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
+			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), dollarNumbered)
+	}
+	s.claim = claim(due)
+	if !q.fifo {
+		s.takeover = claim(passed)
+	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '"'))
 	}
@@ -82,8 +89,11 @@ func (postgres) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return db.BeginTx(ctx, nil)
 }
 
-func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error) {
+func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int, takeover bool) ([]claimedRow, error) {
 	vals := map[string]any{"skew": skew, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
+	if takeover {
+		return queryClaimed(ctx, db, s.takeover.text, s.takeover.bind(vals))
+	}
 	if s.claimLock.text == "" {
 		return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
 	}

@@ -46,9 +46,10 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	if c.attempt != "" {
 		attempt = c.attempt
 	}
-	due := fmt.Sprintf("(%s IS NULL OR %s <= %s)", c.lease, c.lease, sqliteNow)
+	due, passed := c.claimLease(sqliteNow, q.fifo), c.takeoverLease(sqliteNow)
 	if c.retryAfter != "" {
-		due += fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, sqliteNow)
+		ready := fmt.Sprintf(" AND (%s IS NULL OR %s <= %s)", c.retryAfter, c.retryAfter, sqliteNow)
+		due, passed = due+ready, passed+ready
 	}
 	order, limit := c.claimOrder(q), ":n"
 	if q.fifo {
@@ -57,9 +58,15 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 		due += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s AND o.%s > %s)", c.table, groupIs("o."), c.lease, sqliteNow)
 	}
 	leaseUntil := fmt.Sprintf("strftime(%s, %s, :lease)", sqliteFormat, sqliteNow)
-	s.claim = compile(fmt.Sprintf(
-		`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
-		c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), questionNumbered)
+	claim := func(due string) stmt {
+		return compile(fmt.Sprintf(
+			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
+			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), questionNumbered)
+	}
+	s.claim = claim(due)
+	if !q.fifo {
+		s.takeover = claim(passed)
+	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE 0`, quoteWith(table, '"'))
 	}
@@ -129,9 +136,13 @@ func (sqlite) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return &sqliteTx{Conn: conn, ctx: context.WithoutCancel(ctx)}, nil
 }
 
-func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int) ([]claimedRow, error) {
+func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int, takeover bool) ([]claimedRow, error) {
 	vals := map[string]any{"skew": skew, "lease": sqliteModifier(lease), "n": int64(n), "group": s.group}
-	return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
+	st := s.claim
+	if takeover {
+		st = s.takeover
+	}
+	return queryClaimed(ctx, db, st.text, st.bind(vals))
 }
 
 // sqliteTimeGlob matches the text of a time as sqliteFormat writes it.

@@ -96,11 +96,14 @@ func (k *leaseKeeper) extendStale(ctx context.Context, skew time.Duration) {
 	k.pass(ctx, true, func(h *held) bool { return h.skew < skew || time.Since(h.wrote) >= k.lease/3 })
 }
 
-// forget stops keeping h's lease: h was settled, or its lease taken over.
+// forget stops keeping h's lease: h was settled (or its settlement failed), or its
+// lease taken over. Either way the row has left the worker, and its lot, if a takeover
+// claimed it, no longer waits for it (see takeover.leave).
 func (k *leaseKeeper) forget(h *held) {
 	k.mu.Lock()
 	delete(k.rows, h)
 	k.mu.Unlock()
+	h.lot.leave(h)
 }
 
 // pass extends the leases of the rows kept that want selects, one statement per batch.

@@ -38,6 +38,7 @@ func (r claimedRow) delivery(table string) *source.Delivery {
 // held is a row leased to this worker, until settled.
 type held struct {
 	id      any
+	lot     *takeover // the takeover that took the row over (nil: the main claim's), set before the row is handed out
 	payload []byte
 
 	mu      sync.Mutex

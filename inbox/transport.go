@@ -23,6 +23,7 @@ type transport struct {
 	s            *statements
 	leases       *leaseKeeper // from Open: the rows held and their heartbeat
 	live         liveWorker   // from Open: its place among the live workers of its test clock
+	takeover     *takeover    // from Open: its takeover of rows whose lease passed, in lots (nil: a FIFO queue)
 	unlistenFunc func()       // stops listening for notifications (nil: the queue polls only)
 	idle         idleState    // Fetch's own: what it knows of the queue being idle
 	origin       time.Time    // under a test clock: its time when it met the database's (see testSkew)
@@ -146,6 +147,9 @@ func (t *transport) Open(ctx context.Context) error {
 		spec.dueOrder = true
 		t.build(spec)
 	}
+	if !t.q.cfg.fifo {
+		t.takeover = newTakeover(t.env.Concurrency, takeoverPoll(t.q.cfg.poll, t.q.cfg.lease), t.env.TestClock != nil, func() { t.q.ib.notify(t.q.group) })
+	}
 	t.leases = newLeaseKeeper(t.env, t.q.cfg.lease, t.extendLeases)
 	t.leases.start(ctx)
 	t.live = newLiveWorker(t.env, t.q.ib.db, tb.Name, t.leases)
@@ -224,76 +228,6 @@ func (t *transport) skew() time.Duration {
 		return 0
 	}
 	return testSkew(t.env.TestClock, t.origin)
-}
-
-func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		if wait <= 0 || t.idle.over(t.q.cfg.poll) {
-			woken := t.q.ib.woken(t.q.group)
-			ds, err := t.claim(ctx, max)
-			if err != nil || len(ds) > 0 {
-				t.idle = idleState{}
-				return ds, err
-			}
-			t.idle = idleState{since: time.Now(), wake: woken, due: t.nextDue(ctx)}
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, nil
-		}
-		// Polling runs on the wall clock: it only bounds how soon a due row is seen (a
-		// test's fake clock decides what is due).
-		timer := time.NewTimer(min(left, time.Until(t.idle.until(t.q.cfg.poll))))
-		select {
-		case <-timer.C:
-		case <-t.idle.wake:
-			timer.Stop()
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, nil
-		}
-	}
-}
-
-// nextDue returns when the queue's earliest row waiting for its retry_after comes due,
-// by the database's clock, as a wall-clock time (zero: none waits, the table has no
-// retry_after column, the query failed, or a test clock decides what is due).
-func (t *transport) nextDue(ctx context.Context) time.Time {
-	if t.s.nextDue.text == "" || t.env.TestClock != nil {
-		return time.Time{}
-	}
-	var micros sql.NullInt64
-	vals := map[string]any{"skew": t.d.skewArg(t.skew()), "group": t.q.group}
-	if err := t.q.ib.db.QueryRowContext(ctx, t.s.nextDue.text, t.s.nextDue.bind(vals)...).Scan(&micros); err != nil || !micros.Valid {
-		return time.Time{}
-	}
-	return time.Now().Add(time.Duration(max(micros.Int64, 0)) * time.Microsecond)
-}
-
-// claim leases up to max due rows.
-func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, error) {
-	db := t.q.ib.db
-	skew := t.skew()
-	t.live.catchUp(ctx, skew)
-	rows, err := retry(ctx, t.d, db, func() ([]claimedRow, error) {
-		return t.d.claim(ctx, db, t.s, t.d.skewArg(skew), t.q.cfg.lease, max)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox: table %s: claim: %w", t.q.ib.table.Name, err)
-	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	ds, hs := make([]*source.Delivery, len(rows)), make([]*held, len(rows))
-	now := time.Now()
-	for i, r := range rows {
-		ds[i] = r.delivery(t.q.ib.table.Name)
-		hs[i] = ds[i].Raw.(*held)
-		hs[i].skew, hs[i].wrote = skew, now
-	}
-	t.leases.add(hs)
-	return ds, nil
 }
 
 // extendLeases moves the leases of hs forward in one statement (see
@@ -575,5 +509,6 @@ func (t *transport) Close(context.Context) error {
 	if t.leases != nil {
 		t.leases.close()
 	}
+	t.takeover.reset()
 	return nil
 }
