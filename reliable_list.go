@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,9 +33,11 @@ var _ Source = (*ReliableListSource)(nil)
 // Producers push to the tail (Publisher.PublishList). Each consumer keeps a heartbeat
 // (see Heartbeat); the items of a consumer whose heartbeat expired are taken over by a
 // live one, counting the lost delivery, so a message that kills its worker reaches the
-// dead letter. The processing list, heartbeat and consumer set are named after key (see
-// ProcessingList) and share its cluster slot; two live processes must not share a
-// Consumer name.
+// dead letter. A consumer takes over no more than the mount's Concurrency items at a
+// time, the next lot once the last has settled, so that such a message, when it kills
+// the next consumer too, costs an attempt to few others. The processing list, heartbeat
+// and consumer set are named after key (see ProcessingList) and share its cluster slot;
+// two live processes must not share a Consumer name.
 func ReliableList(rdb redis.UniversalClient, key string, opts ...ReliableListOption) *ReliableListSource {
 	cfg := reliableListConfig{batch: DefaultBatch, block: DefaultBlock, heartbeat: DefaultHeartbeat}
 	for _, o := range opts {
@@ -64,9 +65,9 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 		env:        env,
 		heartbeat:  keys.ListHeartbeat(s.key, consumer),
 		inflight:   map[string]int{},
+		lot:        newTakeoverLot(),
 		processing: keys.ListProcessing(s.key, consumer),
 		reader:     envelopeReader{logger: env.Logger, mount: env.Mount},
-		recovered:  map[string]int{},
 		src:        s,
 	}
 	t.delays, t.parks = delaySetOf(env)
@@ -92,13 +93,12 @@ type reliableTransport struct {
 	src        *ReliableListSource
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
 
-	mu       sync.Mutex
-	inflight map[string]int // items handed out and not settled yet, by value
-	// recovered counts the items taken from consumers that stopped (or from this
-	// consumer's earlier life) and not delivered yet, by value: their delivery counts the
-	// one that never settled.
-	recovered map[string]int
-	rescan    bool // re-read the processing list before moving new items
+	mu sync.Mutex
+	// inflight counts by value the items a re-read of the processing list must not
+	// deliver: handed out and not settled yet, or held for a recovery (see lotHolder).
+	inflight map[string]int
+	lot      takeoverLot // the items taken over and not settled yet
+	rescan   bool        // re-read the processing list before moving new items
 	// settledDuring counts the items settled while a re-read of the processing list is
 	// in flight (nil otherwise): the re-read may have seen them before they left.
 	settledDuring map[string]int
@@ -137,9 +137,9 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 	return append(errs, delaySetProblems(p, s.rdb, "reliable list", s.key, s.key, t.processing)...)
 }
 
-// Open takes back the consumer's own processing list (left by an earlier process with
-// the same Consumer name), registers the consumer and starts its heartbeat, and
-// recovers the processing lists of dead consumers.
+// Open reads the consumer's own processing list (left by an earlier process with the
+// same Consumer name), registers the consumer, takes a first lot of what an earlier
+// process or dead consumers left (see takeoverLot) and starts the heartbeat.
 func (t *reliableTransport) Open(ctx context.Context) error {
 	t.keeper = &listKeeper{
 		consumer:   t.consumer,
@@ -147,11 +147,12 @@ func (t *reliableTransport) Open(ctx context.Context) error {
 		env:        t.env,
 		heartbeat:  t.heartbeat,
 		key:        t.src.key,
+		lots:       t,
 		processing: t.processing,
 		rdb:        t.src.rdb,
 		reader:     &t.reader,
-		tookFunc:   t.took,
 		ttl:        t.src.cfg.heartbeat,
+		wake:       t.lot.wake,
 	}
 	return t.keeper.start(ctx)
 }
@@ -163,6 +164,9 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 		if wait, err = t.sweepDelays(ctx, wait); err != nil {
 			return nil, err
 		}
+	}
+	if ds := t.deliverTaken(ctx, max); len(ds) > 0 {
+		return ds, nil
 	}
 	t.mu.Lock()
 	rescan := t.rescan
@@ -179,6 +183,12 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 	}
 	if err != nil || len(vals) > 0 {
 		return t.deliveries(ctx, vals), err
+	}
+	if ready, pending := t.takeoverPending(); pending {
+		// A takeover goes on lot by lot: wait for the next lot rather than in Redis,
+		// looking at the list again within minServerBlock.
+		pollReady(ctx, ready, min(wait, minServerBlock))
+		return t.deliverTaken(ctx, max), nil
 	}
 	// Idle: block for one item, then take what else came with it.
 	v, err := blockingPop(ctx, t.src.rdb, t.src.key, t.processing, wait)
@@ -267,22 +277,6 @@ func (t *reliableTransport) readOwnProcessing(ctx context.Context, max int) ([]s
 	return out, nil
 }
 
-// took records values taken into the processing list by a recovery, to be delivered by
-// the next reads, their delivery counting the one that never settled. When the recovery
-// took only some of its batch (another consumer raced it), which of them came is not
-// known: they are delivered unmarked (their retry count still counts the lost delivery,
-// so the cap is reached one handler run later).
-func (t *reliableTransport) took(values []string, all bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if all {
-		for _, v := range values {
-			t.recovered[v]++
-		}
-	}
-	t.rescan = true
-}
-
 // markRescan asks for a re-read of the processing list before the next move.
 func (t *reliableTransport) markRescan() {
 	t.mu.Lock()
@@ -297,9 +291,8 @@ func (t *reliableTransport) settled(err error, ds ...*source.Delivery) {
 	defer t.mu.Unlock()
 	for _, d := range ds {
 		v := d.Raw.(string)
-		if t.inflight[v]--; t.inflight[v] <= 0 {
-			delete(t.inflight, v)
-		}
+		t.forget(v)
+		t.settledTaken(d)
 		if err == nil && t.settledDuring != nil {
 			t.settledDuring[v]++
 		}
@@ -309,39 +302,35 @@ func (t *reliableTransport) settled(err error, ds ...*source.Delivery) {
 	}
 }
 
+// deliveries hands out items moved to (or found in) the processing list, counted in
+// flight until their settlement answers.
 func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*source.Delivery {
-	recovered := make([]bool, len(vals))
 	t.mu.Lock()
-	for i, v := range vals {
+	for _, v := range vals {
 		t.inflight[v]++
-		if t.recovered[v] > 0 {
-			recovered[i] = true
-			if t.recovered[v]--; t.recovered[v] == 0 {
-				delete(t.recovered, v)
-			}
-		}
 	}
 	t.mu.Unlock()
 	ds := make([]*source.Delivery, len(vals))
 	for i, v := range vals {
-		payload, headers, ok, rc := t.reader.read(ctx, t.src.key, []byte(v))
-		d := &source.Delivery{
-			Attempt:    rc + 1,
-			HasPayload: ok,
-			Headers:    headers,
-			ID:         t.consumer + ":" + strconv.FormatUint(t.seq.Add(1), 10),
-			Key:        t.src.key,
-			Payload:    payload,
-			Raw:        v,
-			RetryCount: rc,
-		}
-		if recovered[i] {
-			d.RetryCount = max(rc-1, 0) // the header before the recovery counted the lost delivery
-		}
-		ds[i] = d
+		ds[i] = t.delivery(ctx, v, t.nextID())
 	}
 	t.unsettled.Add(int64(len(ds)))
 	return ds
+}
+
+// delivery decodes the item v into a delivery named id.
+func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.Delivery {
+	payload, headers, ok, rc := t.reader.read(ctx, t.src.key, []byte(v))
+	return &source.Delivery{
+		Attempt:    rc + 1,
+		HasPayload: ok,
+		Headers:    headers,
+		ID:         id,
+		Key:        t.src.key,
+		Payload:    payload,
+		Raw:        v,
+		RetryCount: rc,
+	}
 }
 
 // sweepDelays moves the due copies of the mount's delay set to the tail of the list and

@@ -249,3 +249,73 @@ func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing
 		t.Fatalf("dead letters %d, %v; want %d", l, err, n)
 	}
 }
+
+// The count of taken-over items outstanding cannot stick above zero, which would stop
+// recovery for good: a taken item that left the processing list before it was
+// delivered (another consumer recovered this one's list) still becomes a delivery whose
+// ack finds it gone, and a settlement that failed counts the item out (a re-read
+// delivers it again, uncounted); each time the next lot follows at once.
+func TestReliableListTakeoverCountSettlesWhateverBecomesOfTheLot(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	key := r.Key("in")
+	dead := keys.ListProcessing(key, "dead")
+	for _, v := range []string{"a", "b", "c"} {
+		if err := r.Client.RPush(ctx, dead, wire.Envelope([]byte(v), nil)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Client.SAdd(ctx, keys.ListConsumers(key), "dead").Err(); err != nil {
+		t.Fatal(err)
+	}
+	tr := openTestReliableList(t, r.Client, key, source.Policy{}) // Concurrency 0: lots of one
+	payloadOf := func(ds []*source.Delivery) []string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, string(d.Payload))
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	// Open took a: another consumer takes it from here before it is delivered.
+	if n, err := r.Client.LLen(ctx, dead).Result(); err != nil || n != 2 {
+		t.Fatalf("dead consumer's list holds %d items (%v) after Open, want 2: a lot of one taken", n, err)
+	}
+	if err := r.Client.Del(ctx, tr.processing).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := fetchN(t, tr, 1)
+	if p := payloadOf(got); !slices.Equal(p, []string{"a"}) || got[0].Attempt != 2 {
+		t.Fatalf("delivered %q attempt %d, want a taken over as attempt 2", p, got[0].Attempt)
+	}
+	if err := tr.Ack(ctx, got); err == nil {
+		t.Fatal("ack of an item gone from the processing list succeeded")
+	}
+
+	// The next lot, b: its settlement fails (the item stays in the processing list).
+	got = fetchN(t, tr, 1)
+	if p := payloadOf(got); !slices.Equal(p, []string{"b"}) {
+		t.Fatalf("delivered %q, want b: the lot of a settled", p)
+	}
+	tr.settled(io.ErrUnexpectedEOF, got...)
+
+	// c is taken next, and b delivered again by the re-read.
+	got = fetchN(t, tr, 2)
+	if p := payloadOf(got); !slices.Equal(p, []string{"b", "c"}) {
+		t.Fatalf("delivered %q, want b again and c", p)
+	}
+	if err := tr.Ack(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	outstanding := tr.lot.outstanding()
+	tr.mu.Unlock()
+	if outstanding != 0 {
+		t.Fatalf("%d taken-over items outstanding after every delivery settled, want 0", outstanding)
+	}
+	if n, err := r.Client.LLen(ctx, tr.processing).Result(); err != nil || n != 0 {
+		t.Fatalf("processing list holds %d items (%v), want none", n, err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/internal/wire"
@@ -349,5 +350,82 @@ func TestReliableListAckOfAnItemRecoveredElsewhereIsReportedFailedAlone(t *testi
 	}
 	if failed != 1 || applied != 1 {
 		t.Fatalf("acks: %d failed, %d applied; want the recovered item's failed and the other applied", failed, applied)
+	}
+}
+
+// A live ReliableList consumer takes over a dead consumer's items no more than its
+// Concurrency at a time, the next lot once the last one has settled: a message that
+// kills its process then takes at most Concurrency-1 others down with it, instead of
+// every item of the dead consumer's list. The lots follow each other at handler speed
+// (here the heartbeat is an hour: only the first lot comes from the keeper's tick).
+func TestReliableListTakesOverADeadConsumersItemsInLotsOfConcurrency(t *testing.T) {
+	t.Parallel()
+	const items, concurrency = 30, 4
+	r := redistest.New(t)
+	ctx := context.Background()
+	key := r.Key("jobs")
+	// A dead consumer left 30 items in its processing list: registered, no heartbeat.
+	for i := range items {
+		payload, err := settle.Msgpack.Marshal(fmt.Sprintf("job-%02d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Client.RPush(ctx, settle.ProcessingList(key, "dead"), wire.Envelope(payload, nil)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Client.SAdd(ctx, keys.ListConsumers(key), "dead").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := sourcetest.NewRecorder()
+	app := newListApp(t, rec, nil)
+	var mu sync.Mutex
+	maxHeld, handled, attempts := int64(0), map[string]int{}, map[int]int{}
+	app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("live"), settle.Heartbeat(time.Hour)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
+		// Nothing else is published: the processing list holds only taken-over items.
+		held, err := r.Client.LLen(ctx, settle.ProcessingList(key, "live")).Result()
+		if err != nil {
+			return settle.Drop(err)
+		}
+		var s string
+		if err := m.Decode(&s); err != nil {
+			return settle.Drop(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		maxHeld = max(maxHeld, held)
+		handled[s]++
+		attempts[m.Attempt]++
+		return nil
+	}), settle.Concurrency(concurrency), settle.MaxAttempts(5))
+	stop := startApp(t, app)
+	rec.WaitFor(t, waitTimeout, "every taken-over item acked", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == items })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxHeld > concurrency {
+		t.Fatalf("the live consumer held up to %d of the dead consumer's items at once, want at most %d (its Concurrency)", maxHeld, concurrency)
+	}
+	if len(handled) != items {
+		t.Fatalf("%d distinct items handled, want %d", len(handled), items)
+	}
+	for s, n := range handled {
+		if n != 1 {
+			t.Fatalf("%s handled %d times, want once", s, n)
+		}
+	}
+	if attempts[2] != items {
+		t.Fatalf("attempts %v, want every item delivered as attempt 2 (the dead consumer's delivery counts)", attempts)
+	}
+	for _, k := range []string{settle.ProcessingList(key, "dead"), settle.ProcessingList(key, "live")} {
+		if n, _ := r.Client.LLen(ctx, k).Result(); n != 0 {
+			t.Fatalf("%s holds %d items, want none", k, n)
+		}
+	}
+	if in, _ := r.Client.SIsMember(ctx, keys.ListConsumers(key), "dead").Result(); in {
+		t.Fatal("the emptied dead consumer is still registered")
 	}
 }

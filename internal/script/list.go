@@ -84,5 +84,34 @@ var listRecoverSrc string
 //
 //	KEYS: heartbeat, processing list, source list, dead-letter list, consumer set
 //	ARGV: check heartbeat ("1"/"0"), consumer name, (item, "list"|"dead"|"drop", value)…
-//	reply: -1 alive, else items taken
+//	reply: -1 alive, else the 1-based positions of the items taken
+//
+// Call it through RunListRecover, which reads the reply.
 var ListRecover = redis.NewScript(listRecoverSrc)
+
+// RunListRecover runs ListRecover and returns the positions (0-based, in the order of
+// the triples in args) of the items it took, or alive when the consumer's heartbeat
+// was present and nothing was done. On an error it is not known what was taken.
+func RunListRecover(ctx context.Context, rdb redis.Scripter, keys []string, args ...any) (taken []int, alive bool, err error) {
+	reply, err := ListRecover.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return nil, false, fmt.Errorf("list recover script: %w", err)
+	}
+	switch r := reply.(type) {
+	case int64:
+		if r == -1 {
+			return nil, true, nil
+		}
+	case []any:
+		taken = make([]int, len(r))
+		for i, p := range r {
+			n, ok := p.(int64)
+			if !ok || n < 1 {
+				return nil, false, fmt.Errorf("list recover script: unexpected position %v", p)
+			}
+			taken[i] = int(n - 1)
+		}
+		return taken, false, nil
+	}
+	return nil, false, fmt.Errorf("list recover script: unexpected reply %v", reply)
+}

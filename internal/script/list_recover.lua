@@ -14,9 +14,11 @@
 -- ARGV[3..] -> triples: the item as it is in KEYS[2]; where it goes: "list" (RPUSH to
 --            KEYS[3]), "dead" (RPUSH to KEYS[4]) or "drop" (nowhere); the value to push
 --
--- Returns -1 when the consumer is alive (KEYS[1] exists: nothing is done), else the
--- number of items taken out of KEYS[2] (an item no longer there is skipped). When KEYS[2]
--- is left empty, ARGV[2] is removed from KEYS[5].
+-- Returns -1 when the consumer is alive (KEYS[1] exists: nothing is done), else an array
+-- of the positions (1-based, in the order of the triples) of the items taken out of
+-- KEYS[2]: an item no longer there is skipped, so the caller knows exactly which values
+-- were pushed even when another consumer raced it. When KEYS[2] is left empty, ARGV[2]
+-- is removed from KEYS[5].
 --
 -- Atomic: the heartbeat check, every removal and every push are one step, and a value is
 -- pushed only if its item was removed, so two consumers recovering the same orphan never
@@ -30,10 +32,10 @@ for i = 2, 4 do
     return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a list')
   end
 end
-local moved = 0
+local moved = {}
 for i = 3, #ARGV, 3 do
   if redis.call('LREM', KEYS[2], 1, ARGV[i]) == 1 then
-    moved = moved + 1
+    moved[#moved + 1] = (i - 3) / 3 + 1
     if ARGV[i + 1] == 'list' then
       redis.call('RPUSH', KEYS[3], ARGV[i + 2])
     elseif ARGV[i + 1] == 'dead' then

@@ -137,9 +137,9 @@ func TestListRecover(t *testing.T) {
 		t.Parallel()
 		b := setupRecover(t)
 		b.r.Client.Set(ctx, b.hb, "1", time.Hour)
-		n, err := script.ListRecover.Run(ctx, b.r.Client, keys(b), "1", "a", "i1", "list", "i1+1").Int()
-		if err != nil || n != -1 {
-			t.Fatalf("recover of a live consumer: %d, %v; want -1", n, err)
+		taken, alive, err := script.RunListRecover(ctx, b.r.Client, keys(b), "1", "a", "i1", "list", "i1+1")
+		if err != nil || !alive || taken != nil {
+			t.Fatalf("recover of a live consumer: %v, alive %v, %v; want alive and nothing taken", taken, alive, err)
 		}
 		if l, _ := b.r.Client.LLen(ctx, b.proc).Result(); l != 3 {
 			t.Fatalf("processing list holds %d items, want 3 untouched", l)
@@ -149,10 +149,10 @@ func TestListRecover(t *testing.T) {
 	t.Run("MovesEachItemWhereGoDecidedAndUnregistersAnEmptiedConsumer", func(t *testing.T) {
 		t.Parallel()
 		b := setupRecover(t)
-		n, err := script.ListRecover.Run(ctx, b.r.Client, keys(b), "1", "a",
-			"i1", "list", "i1+1", "i2", "dead", "i2-dead", "i3", "drop", "", "gone", "list", "never").Int()
-		if err != nil || n != 3 {
-			t.Fatalf("recover: %d, %v; want 3 items taken (the gone one skipped)", n, err)
+		taken, alive, err := script.RunListRecover(ctx, b.r.Client, keys(b), "1", "a",
+			"i1", "list", "i1+1", "gone", "list", "never", "i2", "dead", "i2-dead", "i3", "drop", "")
+		if err != nil || alive || !slices.Equal(taken, []int{0, 2, 3}) {
+			t.Fatalf("recover: %v, alive %v, %v; want positions [0 2 3] taken (the gone one skipped)", taken, alive, err)
 		}
 		if got, _ := b.r.Client.LRange(ctx, b.list, 0, -1).Result(); !slices.Equal(got, []string{"i1+1"}) {
 			t.Fatalf("list %q, want [i1+1]", got)
@@ -172,12 +172,30 @@ func TestListRecover(t *testing.T) {
 		t.Parallel()
 		b := setupRecover(t)
 		b.r.Client.Set(ctx, b.hb, "1", time.Hour)
-		n, err := script.ListRecover.Run(ctx, b.r.Client, keys(b), "0", "a", "i1", "list", "i1+1").Int()
-		if err != nil || n != 1 {
-			t.Fatalf("own recovery: %d, %v; want 1", n, err)
+		taken, alive, err := script.RunListRecover(ctx, b.r.Client, keys(b), "0", "a", "i1", "list", "i1+1")
+		if err != nil || alive || !slices.Equal(taken, []int{0}) {
+			t.Fatalf("own recovery: %v, alive %v, %v; want position 0 taken", taken, alive, err)
 		}
 		if in, _ := b.r.Client.SIsMember(ctx, b.consumers, "a").Result(); !in {
 			t.Fatal("a consumer with items left was unregistered")
+		}
+	})
+
+	t.Run("TellsWhichItemsItTookWhenAnotherConsumerTookSomeFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setupRecover(t)
+		b.r.Client.LRem(ctx, b.proc, 1, "i2") // taken by a racing recovery
+		taken, _, err := script.RunListRecover(ctx, b.r.Client, keys(b), "1", "a",
+			"i1", "list", "i1+1", "i2", "list", "i2+1", "i3", "list", "i3+1")
+		if err != nil || !slices.Equal(taken, []int{0, 2}) {
+			t.Fatalf("recover: %v, %v; want positions [0 2]", taken, err)
+		}
+		if got, _ := b.r.Client.LRange(ctx, b.list, 0, -1).Result(); !slices.Equal(got, []string{"i1+1", "i3+1"}) {
+			t.Fatalf("list %q, want [i1+1 i3+1]", got)
+		}
+		taken, _, err = script.RunListRecover(ctx, b.r.Client, keys(b), "1", "a", "i1", "list", "i1+1")
+		if err != nil || taken == nil || len(taken) != 0 {
+			t.Fatalf("recover of items all gone: %v, %v; want an empty list of positions", taken, err)
 		}
 	})
 }
