@@ -45,6 +45,10 @@ const (
 // makes the process exit.
 const exitPoison = 3
 
+// workerConcurrency is every worker's Concurrency: the lot in which a transport takes
+// over a dead worker's deliveries.
+const workerConcurrency = 8
+
 // workerConfig is one worker process's configuration.
 type workerConfig struct {
 	Cap         int
@@ -126,7 +130,7 @@ func TestSoakWorker(t *testing.T) {
 		settle.Use(record(w, &ids)),
 		settle.MaxAttempts(cfg.Cap),
 		settle.DeadLetter(cfg.DeadLetter),
-		settle.Concurrency(8),
+		settle.Concurrency(workerConcurrency),
 	}
 
 	var src settle.Source
