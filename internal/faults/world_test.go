@@ -308,16 +308,19 @@ func (w *world) waitDrained() {
 // pending.
 func (w *world) drained(ctx context.Context) (bool, error) {
 	rdb := w.r.Client
-	if w.tr.list {
-		n, err := rdb.LLen(ctx, w.in).Result()
-		if err != nil || n > 0 {
-			return false, err
-		}
-		n, err = rdb.LLen(ctx, settle.ProcessingList(w.in, "c1")).Result()
-		return n == 0, err
-	}
 	// One MULTI/EXEC: read apart, a retry copy written between the two reads (its
 	// original acked, the copy not yet delivered) would look drained.
+	if w.tr.list {
+		var list, processing *redis.IntCmd
+		if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			list = p.LLen(ctx, w.in)
+			processing = p.LLen(ctx, settle.ProcessingList(w.in, "c1"))
+			return nil
+		}); err != nil {
+			return false, err
+		}
+		return list.Val() == 0 && processing.Val() == 0, nil
+	}
 	var infoCmd *redis.XInfoStreamCmd
 	var groupsCmd *redis.XInfoGroupsCmd
 	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
