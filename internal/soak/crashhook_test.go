@@ -318,9 +318,9 @@ func moved(name string, cmd redis.Cmder) bool {
 		}
 		entries, _ := vals[1].([]any)
 		return len(entries) > 0
-	case "list_recover": // items taken, or -1
-		n, _ := c.Val().(int64)
-		return n > 0
+	case "list_recover": // the positions of the items taken, or -1
+		taken, _ := c.Val().([]any)
+		return len(taken) > 0
 	}
 	return false
 }

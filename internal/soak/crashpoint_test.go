@@ -92,13 +92,14 @@ func crashCases() []crashCase {
 			"before list_move#3", "after list_move#3", // dead letter
 			"before lrem#1", "after lrem#1"},
 	}, {
-		// The ghost's row, its lease passed, is claimed with both rows (one more attempt:
-		// 2); attempt 2 Retry: put back; claimed again; attempt 3 RetryAfter: parked in its
-		// row; claimed again when due; attempt 4: moved to the dead group.
+		// The ghost's row, its lease passed, is taken over by one claim (one more attempt:
+		// 2), the other row claimed by another (a takeover is a claim of its own); attempt
+		// 2 Retry: put back; claimed again; attempt 3 RetryAfter: parked in its row;
+		// claimed again when due; attempt 4: moved to the dead group.
 		name: "InboxPostgres", transport: transportInbox, cap: 4, idle: time.Second,
-		points: []string{"after sql_claim#1",
-			"before sql_put_back#1", "after sql_put_back#1", "after sql_claim#2",
-			"before sql_park#1", "after sql_park#1", "after sql_claim#3",
+		points: []string{"after sql_claim#1", "after sql_claim#2",
+			"before sql_put_back#1", "after sql_put_back#1", "after sql_claim#3",
+			"before sql_park#1", "after sql_park#1", "after sql_claim#4",
 			"before sql_dead_letter#1", "after sql_dead_letter#1",
 			"before sql_ack#1", "after sql_ack#1"},
 	}}
