@@ -102,6 +102,7 @@ func Sources() map[string]string {
 		"park":          nowSrc + parkSrc,
 		"prune":         pruneSrc,
 		"release":       pendingAtSrc + releaseSrc,
+		"replay":        replaySrc,
 		"scan_gate":     nowSrc + scanGateSrc,
 		"stream_move":   streamMoveSrc,
 		"sweep":         nowSrc + nextDueSrc + sweepSrc,

@@ -24,6 +24,7 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"stream_move":   streamMove,
 		"sweep":         sweep,
 		"release":       release,
+		"replay":        replay,
 		"touch":         touch,
 		"value_park":    valuePark,
 	}

@@ -1,0 +1,315 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/wire"
+)
+
+// DeadLetter is one entry of a dead-letter stream, with the headers settle.DeadLetter
+// wrote read out.
+type DeadLetter struct {
+	Entry
+	// Error is the last error the handler returned (settle.HeaderDeadError).
+	Error string
+	// OriginalID is the id the message had where it was dead-lettered from
+	// (settle.HeaderDeadID).
+	OriginalID string
+	// Reason says why it was dead-lettered (settle.HeaderDeadReason).
+	Reason string
+	// Source is the key it was read from (settle.HeaderDeadSource), where a replay
+	// sends it back by default.
+	Source string
+}
+
+// Filter selects dead letters. Its zero value selects them all; each field set narrows
+// the selection (all of them must match).
+type Filter struct {
+	// Error selects the dead letters whose last error contains this substring.
+	Error string
+	// Headers selects the dead letters that carry each of these headers with this value.
+	Headers map[string]string
+	// IDs selects these entries only. Each must be in the stream: an id that is not is
+	// an error wrapping ErrEntryNotFound, and nothing is changed.
+	IDs []string
+	// Reason is a regular expression (RE2 syntax, unanchored) the dead-letter reason must
+	// match. One that does not compile is an error naming it.
+	Reason string
+	// Since selects the dead letters written at or after this time, read from their
+	// entry ids (milliseconds).
+	Since time.Time
+	// Source selects the dead letters read from this key.
+	Source string
+	// Until selects the dead letters written at or before this time, read from their
+	// entry ids (milliseconds).
+	Until time.Time
+}
+
+// matcher is a Filter with its regexp compiled.
+type matcher struct {
+	Filter
+	reason *regexp.Regexp
+}
+
+func (f Filter) compile() (*matcher, error) {
+	m := &matcher{Filter: f}
+	if f.Reason != "" {
+		re, err := regexp.Compile(f.Reason)
+		if err != nil {
+			return nil, fmt.Errorf("admin: filter: reason %q does not compile: %w", f.Reason, err)
+		}
+		m.reason = re
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		return nil, fmt.Errorf("admin: filter: Until %s is before Since %s", f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
+	}
+	return m, nil
+}
+
+func (m *matcher) match(d *DeadLetter) bool {
+	switch {
+	case m.reason != nil && !m.reason.MatchString(d.Reason),
+		m.Error != "" && !strings.Contains(d.Error, m.Error),
+		m.Source != "" && d.Source != m.Source,
+		!m.Since.IsZero() && d.Time.Before(m.Since.Truncate(time.Millisecond)),
+		!m.Until.IsZero() && d.Time.After(m.Until):
+		return false
+	}
+	for k, v := range m.Headers {
+		if got, ok := d.Headers[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// DeadLetters returns the dead letters of the dead-letter stream key that f selects,
+// oldest first, at most limit of them (limit <= 0: all).
+func (i *Inspector) DeadLetters(ctx context.Context, key string, f Filter, limit int) ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := i.scan(ctx, key, f, limit, func(d DeadLetter) { out = append(out, d) })
+	return out, err
+}
+
+// scanPage is how many entries one XRANGE of a scan reads.
+const scanPage = 500
+
+// scan calls each for the dead letters of key that f selects, oldest first (for f.IDs,
+// in their order, each once), at most limit (limit <= 0: all). It reads only.
+func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, each func(DeadLetter)) error {
+	m, err := f.compile()
+	if err != nil {
+		return err
+	}
+	if err := i.mustBe(ctx, key, "stream", "dead-letter stream", false); err != nil {
+		return err
+	}
+	n := 0
+	take := func(msg redis.XMessage) bool {
+		d := deadLetterOf(key, msg)
+		if m.match(&d) {
+			each(d)
+			n++
+		}
+		return limit <= 0 || n < limit
+	}
+	if len(f.IDs) > 0 {
+		return i.scanIDs(ctx, key, f.IDs, take)
+	}
+	start, end := "-", "+"
+	if !f.Since.IsZero() {
+		start = strconv.FormatInt(f.Since.UnixMilli(), 10)
+	}
+	if !f.Until.IsZero() {
+		end = strconv.FormatInt(f.Until.UnixMilli(), 10)
+	}
+	for {
+		msgs, err := i.rdb.XRangeN(ctx, key, start, end, scanPage).Result()
+		if err != nil {
+			return fmt.Errorf("admin: dead-letter stream %q: xrange %s %s: %w", key, start, end, err)
+		}
+		for _, msg := range msgs {
+			if !take(msg) {
+				return nil
+			}
+		}
+		if len(msgs) < scanPage {
+			return nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+}
+
+// scanIDs reads the entries ids of key, refusing (before calling take) any that is not
+// there.
+func (i *Inspector) scanIDs(ctx context.Context, key string, ids []string, take func(redis.XMessage) bool) error {
+	seen := map[string]bool{}
+	var msgs []redis.XMessage
+	var missing []string
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		got, err := i.rdb.XRange(ctx, key, id, id).Result()
+		if err != nil {
+			return fmt.Errorf("admin: dead-letter stream %q: entry %q: %w", key, id, err)
+		}
+		if len(got) == 0 {
+			missing = append(missing, id)
+			continue
+		}
+		msgs = append(msgs, got[0])
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: dead-letter stream %q has no entry %s", ErrEntryNotFound, key, strings.Join(missing, ", "))
+	}
+	for _, msg := range msgs {
+		if !take(msg) {
+			break
+		}
+	}
+	return nil
+}
+
+func deadLetterOf(key string, msg redis.XMessage) DeadLetter {
+	e := entryOf(key, msg)
+	return DeadLetter{
+		Entry:      e,
+		Error:      e.Headers[settle.HeaderDeadError],
+		OriginalID: e.Headers[settle.HeaderDeadID],
+		Reason:     e.Headers[settle.HeaderDeadReason],
+		Source:     e.Headers[settle.HeaderDeadSource],
+	}
+}
+
+func entryOf(key string, msg redis.XMessage) Entry {
+	payload, ok, headers := wire.FromStream(msg.Values)
+	return Entry{HasPayload: ok, Headers: headers, ID: msg.ID, Key: key, Payload: payload, Time: IDTime(msg.ID)}
+}
+
+// DeadLetterSummary is a dead-letter stream at a glance, as
+// Inspector.DeadLetterSummary sees it.
+type DeadLetterSummary struct {
+	// ByError groups the dead letters by their last error, normalised (see
+	// NormalizeError), most first.
+	ByError []Group
+	// ByReason groups them by reason, most first.
+	ByReason []Group
+	// BySource groups them by the key they were read from, most first.
+	BySource []Group
+	// Count is how many dead letters the filter selected.
+	Count int
+	// Key is the dead-letter stream's key.
+	Key string
+	// Newest is the id of the newest dead letter selected, "" when none was.
+	Newest string
+	// NewestAt is when the newest was dead-lettered (from its id).
+	NewestAt time.Time
+	// Oldest is the id of the oldest dead letter selected, "" when none was.
+	Oldest string
+	// OldestAt is when the oldest was dead-lettered (from its id).
+	OldestAt time.Time
+}
+
+// Group is the dead letters that share one value (a reason, a normalised error, a
+// source).
+type Group struct {
+	// Count is how many share it.
+	Count int
+	// Example is the value as the newest of them carried it (for ByError, the error
+	// before normalisation).
+	Example string
+	// Newest is the id of the newest of them.
+	Newest string
+	// Value is what they share.
+	Value string
+}
+
+// DeadLetterSummary reads every dead letter of the dead-letter stream key that f
+// selects (use the zero Filter for all) and counts and groups them. It reads the whole
+// selection, in pages: on a very long stream, narrow it with f.Since and f.Until.
+func (i *Inspector) DeadLetterSummary(ctx context.Context, key string, f Filter) (*DeadLetterSummary, error) {
+	s := &DeadLetterSummary{Key: key}
+	byReason, byError, bySource := grouper{}, grouper{}, grouper{}
+	err := i.scan(ctx, key, f, 0, func(d DeadLetter) {
+		s.Count++
+		if s.Oldest == "" {
+			s.Oldest, s.OldestAt = d.ID, d.Time
+		}
+		s.Newest, s.NewestAt = d.ID, d.Time
+		byReason.add(d.Reason, d.Reason, d.ID)
+		byError.add(NormalizeError(d.Error), d.Error, d.ID)
+		bySource.add(d.Source, d.Source, d.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.ByReason, s.ByError, s.BySource = byReason.groups(), byError.groups(), bySource.groups()
+	return s, nil
+}
+
+type grouper map[string]*Group
+
+func (g grouper) add(value, example, id string) {
+	gr := g[value]
+	if gr == nil {
+		gr = &Group{Value: value}
+		g[value] = gr
+	}
+	gr.Count++
+	gr.Example, gr.Newest = example, id
+}
+
+// groups returns the groups, most first, then by value.
+func (g grouper) groups() []Group {
+	out := make([]Group, 0, len(g))
+	for _, gr := range g {
+		out = append(out, *gr)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].Count != out[b].Count {
+			return out[a].Count > out[b].Count
+		}
+		return out[a].Value < out[b].Value
+	})
+	return out
+}
+
+var (
+	uuidRe  = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
+	hex0xRe = regexp.MustCompile(`(?i)\b0x[0-9a-f]+\b`)
+	hexRe   = regexp.MustCompile(`(?i)\b[0-9a-f]{8,}\b`)
+	digitRe = regexp.MustCompile(`[0-9]+`)
+	spaceRe = regexp.MustCompile(`\s+`)
+)
+
+// NormalizeError returns the form of a handler's error by which dead letters are
+// grouped, so that errors that differ only in the ids and numbers they name group
+// together ("order 123 failed" and "order 456 failed" are both "order <n> failed"). It
+// keeps the first line only (a panic's stack follows it), then replaces, in this order:
+// UUIDs with "<uuid>"; 0x-prefixed hex numbers with "<hex>"; words of 8 or more hex
+// digits with "<hex>" (or "<n>" when they are all decimal digits); every other run of
+// decimal digits with "<n>"; and folds white space.
+func NormalizeError(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	s = uuidRe.ReplaceAllString(s, "<uuid>")
+	s = hex0xRe.ReplaceAllString(s, "<hex>")
+	s = hexRe.ReplaceAllStringFunc(s, func(w string) string {
+		if strings.Trim(w, "0123456789") == "" {
+			return w // all digits: the next step makes it <n>
+		}
+		return "<hex>"
+	})
+	s = digitRe.ReplaceAllString(s, "<n>")
+	return strings.TrimSpace(spaceRe.ReplaceAllString(s, " "))
+}

@@ -1,0 +1,135 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/settlekit/settle"
+)
+
+// Entry is one stream entry as settle reads it: the payload field and a header per
+// other field.
+type Entry struct {
+	// HasPayload reports whether the entry has a payload field (an entry written by
+	// another client may not).
+	HasPayload bool
+	// Headers are the entry's other fields, settle's own (settle.HeaderPrefix) included.
+	Headers map[string]string
+	// ID is the entry's id.
+	ID string
+	// Key is the stream's key.
+	Key string
+	// Payload is the payload field's bytes, as they are stored.
+	Payload []byte
+	// Time is when the entry was added, from its id.
+	Time time.Time
+}
+
+// Peeked is an entry with its payload shown for a person.
+type Peeked struct {
+	Entry
+	// DecodeError says why the payload did not decode with the codec given ("" when it
+	// did); Shown then holds its bytes in hex.
+	DecodeError string
+	// Format says how Shown shows the payload: "json", "text" or "hex".
+	Format string
+	// Shown is the payload: as JSON when it decoded with the msgpack or JSON codec (or
+	// any codec that decodes into an interface value), as text when the raw codec was
+	// given and it is printable UTF-8, else as hex.
+	Shown string
+}
+
+// Peek returns entry id of the stream key with its payload decoded by codec (nil:
+// settle.Msgpack): msgpack and JSON are shown as JSON, raw as text or hex. A payload
+// that does not decode is no error: it is shown in hex with DecodeError saying why. A
+// missing key, a key that is not a stream, or an id the stream does not have is an
+// error naming it.
+func (i *Inspector) Peek(ctx context.Context, key, id string, codec settle.Codec) (*Peeked, error) {
+	if err := i.mustBe(ctx, key, "stream", "stream", false); err != nil {
+		return nil, err
+	}
+	msgs, err := i.rdb.XRange(ctx, key, id, id).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: stream %q: entry %q: %w", key, id, err)
+	}
+	if len(msgs) == 0 {
+		return nil, fmt.Errorf("%w: stream %q has no entry %s", ErrEntryNotFound, key, id)
+	}
+	p := &Peeked{Entry: entryOf(key, msgs[0])}
+	p.Format, p.Shown, p.DecodeError = Show(p.Payload, codec)
+	return p, nil
+}
+
+// Show renders payload for a person as Peek does, returning the format ("json", "text"
+// or "hex"), the text, and why it did not decode with codec ("" when it did).
+func Show(payload []byte, codec settle.Codec) (format, shown, decodeErr string) {
+	if codec == nil {
+		codec = settle.Msgpack
+	}
+	switch codec {
+	case settle.Raw:
+		if utf8.Valid(payload) && printable(payload) {
+			return "text", string(payload), ""
+		}
+		return "hex", hex.EncodeToString(payload), ""
+	case settle.JSON:
+		var b bytes.Buffer
+		if err := json.Compact(&b, payload); err != nil {
+			return "hex", hex.EncodeToString(payload), fmt.Sprintf("json: %v", err)
+		}
+		return "json", b.String(), ""
+	}
+	var v any
+	if err := codec.Unmarshal(payload, &v); err != nil {
+		return "hex", hex.EncodeToString(payload), fmt.Sprintf("%s: %v", codec.Name(), err)
+	}
+	b, err := json.Marshal(jsonable(v))
+	if err != nil {
+		return "hex", hex.EncodeToString(payload), fmt.Sprintf("%s: as JSON: %v", codec.Name(), err)
+	}
+	return "json", string(b), ""
+}
+
+// jsonable makes a decoded value JSON-encodable: maps with keys of any type get string
+// keys, byte strings that are UTF-8 become strings.
+func jsonable(v any) any {
+	switch v := v.(type) {
+	case map[any]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[fmt.Sprint(k)] = jsonable(e)
+		}
+		return out
+	case map[string]any:
+		for k, e := range v {
+			v[k] = jsonable(e)
+		}
+		return v
+	case []any:
+		for i, e := range v {
+			v[i] = jsonable(e)
+		}
+		return v
+	case []byte:
+		if utf8.Valid(v) {
+			return string(v)
+		}
+		return v
+	}
+	return v
+}
+
+func printable(b []byte) bool {
+	for _, r := range string(b) {
+		if !unicode.IsPrint(r) && !unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}
