@@ -2,6 +2,7 @@ package settle
 
 import (
 	"errors"
+	"unicode/utf8"
 
 	"github.com/settlekit/settle/internal/source"
 )
@@ -27,17 +28,22 @@ func deadLetterHeaders(d *source.Delivery, s settlement, lastErr error) map[stri
 	h[HeaderDeadSource] = d.Key
 	h[HeaderDeadID] = d.ID
 	h[HeaderDeadReason] = s.Reason
-	if lastErr != nil {
-		msg := lastErr.Error()
-		var pe *PanicError
-		if errors.As(lastErr, &pe) {
-			msg += "\n" + string(pe.Stack)
-		}
-		h[HeaderDeadError] = truncate(msg, maxErrorHeader)
-	} else {
-		h[HeaderDeadError] = ""
-	}
+	h[HeaderDeadError] = errorText(lastErr)
 	return h
+}
+
+// errorText is the text of a handler's error as a dead letter or a last-error column
+// keeps it: for a panic, the panic value and its stack; cut at 4 KiB ("" for nil).
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		msg += "\n" + string(pe.Stack)
+	}
+	return truncate(msg, maxErrorHeader)
 }
 
 // maxErrorHeader bounds the last-error header so a huge error (a panic stack, say) does
@@ -47,6 +53,9 @@ const maxErrorHeader = 4096
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // cut before a rune, not inside it
 	}
 	return s[:n] + "…(truncated)"
 }

@@ -357,7 +357,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
 	case ActionPutBack:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
-		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d}, ev)
+		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d, Err: errorText(o.Err)}, ev)
 	case ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.
@@ -365,12 +365,12 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		} else {
 			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
-		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Err: errorText(o.Err), Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
 	case ActionPark:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
-			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Err: errorText(o.Err), Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
 		}
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
 		m.scheduleCopy(d, ev, s.Delay, delays)
@@ -378,7 +378,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		return false
 	default: // ActionDeadLetter
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
-		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Headers: deadLetterHeaders(d, s, o.Err)}, ev)
+		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Err: errorText(o.Err), Headers: deadLetterHeaders(d, s, o.Err)}, ev)
 	}
 }
 

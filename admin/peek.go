@@ -1,16 +1,12 @@
 package admin
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/show"
 )
 
 // Entry is one stream entry as settle reads it: the payload field and a header per
@@ -69,67 +65,5 @@ func (i *Inspector) Peek(ctx context.Context, key, id string, codec settle.Codec
 // Show renders payload for a person as Peek does, returning the format ("json", "text"
 // or "hex"), the text, and why it did not decode with codec ("" when it did).
 func Show(payload []byte, codec settle.Codec) (format, shown, decodeErr string) {
-	if codec == nil {
-		codec = settle.Msgpack
-	}
-	switch codec {
-	case settle.Raw:
-		if utf8.Valid(payload) && printable(payload) {
-			return "text", string(payload), ""
-		}
-		return "hex", hex.EncodeToString(payload), ""
-	case settle.JSON:
-		var b bytes.Buffer
-		if err := json.Compact(&b, payload); err != nil {
-			return "hex", hex.EncodeToString(payload), fmt.Sprintf("json: %v", err)
-		}
-		return "json", b.String(), ""
-	}
-	var v any
-	if err := codec.Unmarshal(payload, &v); err != nil {
-		return "hex", hex.EncodeToString(payload), fmt.Sprintf("%s: %v", codec.Name(), err)
-	}
-	b, err := json.Marshal(jsonable(v))
-	if err != nil {
-		return "hex", hex.EncodeToString(payload), fmt.Sprintf("%s: as JSON: %v", codec.Name(), err)
-	}
-	return "json", string(b), ""
-}
-
-// jsonable makes a decoded value JSON-encodable: maps with keys of any type get string
-// keys, byte strings that are UTF-8 become strings.
-func jsonable(v any) any {
-	switch v := v.(type) {
-	case map[any]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			out[fmt.Sprint(k)] = jsonable(e)
-		}
-		return out
-	case map[string]any:
-		for k, e := range v {
-			v[k] = jsonable(e)
-		}
-		return v
-	case []any:
-		for i, e := range v {
-			v[i] = jsonable(e)
-		}
-		return v
-	case []byte:
-		if utf8.Valid(v) {
-			return string(v)
-		}
-		return v
-	}
-	return v
-}
-
-func printable(b []byte) bool {
-	for _, r := range string(b) {
-		if !unicode.IsPrint(r) && !unicode.IsSpace(r) {
-			return false
-		}
-	}
-	return true
+	return show.Payload(payload, codec)
 }

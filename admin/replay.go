@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/pace"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/wire"
 )
@@ -150,11 +150,11 @@ func (i *Inspector) Replay(ctx context.Context, key string, f Filter, opts ...Re
 		}
 		return res, nil
 	}
-	pace := newPacer(cfg.rate)
-	defer pace.stop()
+	pacer := pace.New(cfg.rate)
+	defer pacer.Stop()
 	for n, d := range sel {
 		if n > 0 {
-			if err := pace.wait(ctx); err != nil {
+			if err := pacer.Wait(ctx); err != nil {
 				return res, fmt.Errorf("admin: replay from %q stopped after %d of %d: %w", key, len(res.Replayed)+len(res.Gone), len(sel), err)
 			}
 		}
@@ -285,34 +285,4 @@ func (i *Inspector) Purge(ctx context.Context, key string, f Filter, opts ...Pur
 		res.Deleted += n
 	}
 	return res, nil
-}
-
-// pacer spaces a replay's moves at a rate.
-type pacer struct{ tick *time.Ticker }
-
-func newPacer(rate float64) *pacer {
-	every := time.Duration(float64(time.Second) / rate)
-	if rate <= 0 || every <= 0 {
-		return &pacer{}
-	}
-	return &pacer{tick: time.NewTicker(every)}
-}
-
-// wait returns at the pacer's next tick (at once without a rate), or with ctx's error.
-func (p *pacer) wait(ctx context.Context) error {
-	if p.tick == nil {
-		return ctx.Err()
-	}
-	select {
-	case <-p.tick.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (p *pacer) stop() {
-	if p.tick != nil {
-		p.tick.Stop()
-	}
 }

@@ -23,6 +23,8 @@ type dialect interface {
 	Dialect
 	// build returns the statements of one queue of table t.
 	build(t Table, q queueSpec) *statements
+	// admin returns what the operator's statements differ in (see dialect_admin.go).
+	admin() adminSpec
 	// begin starts a write transaction (BEGIN IMMEDIATE on SQLite).
 	begin(ctx context.Context, db *sql.DB) (txn, error)
 	// checkTimes returns a problem for each time column of table t whose values would not
@@ -44,9 +46,10 @@ type dialect interface {
 	// fencedMany runs write, a batched write of n leased rows fenced by their leases
 	// (see batched), and returns the ids of the rows it changed.
 	fencedMany(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any) ([]any, error)
-	// moveToTable moves the leased row into the dead-letter table, its attempt set to
-	// attempt, in one transaction and reports whether the lease still held.
-	moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error)
+	// moveToTable moves the leased row into the dead-letter table in one transaction and
+	// reports whether the lease still held. vals holds :id and :token (the fence),
+	// :attempt (the dead row's), :error (its last error) and :skew.
+	moveToTable(ctx context.Context, db *sql.DB, s *statements, vals map[string]any) (bool, error)
 	// skewArg is how the statements take the skew their "now" adds to the database's
 	// clock: zero in production, how far a test clock has moved under a test (see
 	// testSkew).
@@ -236,7 +239,7 @@ func quoteWith(name string, q byte) string {
 // quotedTable is a Table with every name quoted for one dialect; an empty column
 // stays empty.
 type quotedTable struct {
-	attempt, group, id, lease, payload, retryAfter, table string
+	attempt, deadAt, group, id, lastError, lease, payload, retryAfter, table string
 }
 
 func (t Table) quoted(q byte) quotedTable {
@@ -247,8 +250,8 @@ func (t Table) quoted(q byte) quotedTable {
 		return string(q) + s + string(q)
 	}
 	return quotedTable{
-		attempt: qc(t.Attempt), group: qc(t.Group), id: qc(t.ID), lease: qc(t.LockedUntil),
-		payload: qc(t.Payload), retryAfter: qc(t.RetryAfter), table: quoteWith(t.Name, q),
+		attempt: qc(t.Attempt), deadAt: qc(t.DeadAt), group: qc(t.Group), id: qc(t.ID), lastError: qc(t.LastError),
+		lease: qc(t.LockedUntil), payload: qc(t.Payload), retryAfter: qc(t.RetryAfter), table: quoteWith(t.Name, q),
 	}
 }
 
@@ -302,9 +305,10 @@ func (c quotedTable) claimCount() string {
 
 // rowColumns returns the columns a dead-letter move copies and the values it writes
 // for them: the lease cleared, the attempt the engine counted (attempt, an expression
-// of the dialect taking :attempt).
-func (c quotedTable) rowColumns(attempt string) (cols, vals []string) {
-	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload} {
+// of the dialect taking :attempt), the last error (lastError, taking :error) and the
+// dead-at time now, when the table has those columns.
+func (c quotedTable) rowColumns(attempt, lastError, now string) (cols, vals []string) {
+	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt} {
 		if col == "" {
 			continue
 		}
@@ -314,6 +318,10 @@ func (c quotedTable) rowColumns(attempt string) (cols, vals []string) {
 			vals = append(vals, "NULL")
 		case c.attempt:
 			vals = append(vals, attempt)
+		case c.lastError:
+			vals = append(vals, lastError)
+		case c.deadAt:
+			vals = append(vals, now)
 		default:
 			vals = append(vals, col)
 		}
@@ -344,6 +352,8 @@ type batchSpec struct {
 	lease string
 	// leaseUntil is a new lease's value, now + :lease.
 	leaseUntil string
+	// now is the statements' "now" (a dead-at time).
+	now string
 	// returning: the dialect's UPDATE returns the ids it changed (RETURNING); else a
 	// batch first locks and selects its rows with lockN, in the same transaction.
 	returning bool
@@ -351,8 +361,10 @@ type batchSpec struct {
 	// dialect's duration argument, see dialect.durArg).
 	retryAt func(delay string) string
 	style   placeholderStyle
-	// typed casts a statement argument whose type the dialect cannot infer (Postgres).
-	typed func(arg string) string
+	// typed casts a statement argument whose type the dialect cannot infer (Postgres),
+	// an integer; typedText, a text.
+	typed     func(arg string) string
+	typedText func(arg string) string
 }
 
 // batched sets the statements that settle n leased rows, or extend their leases, in one
@@ -375,15 +387,20 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 	if c.attempt != "" {
 		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
 	}
+	// failed is what a failed attempt also sets: each row's last error (:error<i>).
+	failed := func(int) string { return "" }
+	if c.lastError != "" {
+		failed = func(n int) string { return fmt.Sprintf(", %s = %s", c.lastError, c.byID(n, "error", b.typedText)) }
+	}
 	s.ackN = func(n int) string {
 		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, c.fences(n)), b.style).text
 	}
 	s.extendN = update(", "+b.lease, func(int) string { return c.lease + " = " + b.leaseUntil })
-	s.putBackN = update("", func(int) string { return c.lease + " = NULL" + plusOne })
+	s.putBackN = update("", func(n int) string { return c.lease + " = NULL" + plusOne + failed(n) })
 	s.releaseN = update("", func(int) string { return c.lease + " = NULL" })
 	if c.retryAfter != "" {
 		s.parkN = update("", func(n int) string {
-			return fmt.Sprintf("%s = NULL, %s = %s%s", c.lease, c.retryAfter, b.retryAt(c.byID(n, "delay", b.typed)), plusOne)
+			return fmt.Sprintf("%s = NULL, %s = %s%s%s", c.lease, c.retryAfter, b.retryAt(c.byID(n, "delay", b.typed)), plusOne, failed(n))
 		})
 	}
 	if c.group != "" {
@@ -392,7 +409,10 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 			if c.attempt != "" {
 				set += fmt.Sprintf(", %s = %s", c.attempt, c.byID(n, "attempt", b.typed))
 			}
-			return set
+			if c.deadAt != "" {
+				set += fmt.Sprintf(", %s = %s", c.deadAt, b.now)
+			}
+			return set + failed(n)
 		})
 	}
 	if !b.returning {

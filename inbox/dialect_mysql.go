@@ -80,7 +80,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), questionRepeated)
 	}
 	if q.deadTable != "" {
-		cols, vals := c.rowColumns(":attempt")
+		cols, vals := c.rowColumns(":attempt", ":error", myNow)
 		s.deadInsert = compile(fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s`,
 			quoteWith(q.deadTable, '`'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionRepeated)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionRepeated)
@@ -90,7 +90,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
 	s.publish = compile(c.publishInsert(myNow), questionRepeated)
-	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped})
+	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped, typedText: untyped, now: myNow})
 	return s
 }
 
@@ -209,8 +209,8 @@ func (mysql) lockedWrite(ctx context.Context, db *sql.DB, s *statements, write s
 	return ids, tx.Commit()
 }
 
-func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
-	return moveInTx(ctx, d, db, s, id, token, attempt)
+func (d mysql) moveToTable(ctx context.Context, db *sql.DB, s *statements, vals map[string]any) (bool, error) {
+	return moveInTx(ctx, d, db, s, vals)
 }
 
 func (mysql) skewArg(d time.Duration) any { return d.Microseconds() }
@@ -224,3 +224,13 @@ func (mysql) retryable(err error) bool {
 func (mysql) serialize(*sql.DB) func() { return func() {} }
 
 var _ = errors.New
+
+func (mysql) admin() adminSpec {
+	return adminSpec{
+		forUpdate: " FOR UPDATE",
+		// DATETIME holds no zone: the epoch is read in the session's, as NOW(6) is.
+		micros: func(x string) string { return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + x + ")" },
+		now:    myNow, quote: '`', style: questionRepeated,
+		text: func(x string) string { return "CAST(" + x + " AS CHAR)" },
+	}
+}

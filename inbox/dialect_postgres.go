@@ -71,7 +71,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), dollarNumbered)
 	}
 	if q.deadTable != "" {
-		cols, vals := c.rowColumns(":attempt::bigint")
+		cols, vals := c.rowColumns(":attempt::bigint", ":error::text", pgNow)
 		s.deadMove = compile(fmt.Sprintf(`WITH moved AS (DELETE FROM %s WHERE %s RETURNING %s) INSERT INTO %s (%s) SELECT %s FROM moved`,
 			c.table, fence, strings.Join(cols, ", "), quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", ")), dollarNumbered)
 	}
@@ -81,7 +81,7 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
 	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
 	s.notify = compile(`SELECT pg_notify(:channel, :group)`, dollarNumbered)
-	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }})
+	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }, typedText: func(arg string) string { return arg + "::text" }, now: pgNow})
 	return s
 }
 
@@ -132,8 +132,8 @@ func (postgres) fencedMany(ctx context.Context, db *sql.DB, _ *statements, write
 	return queryIDs(ctx, db, write.text, write.bind(vals))
 }
 
-func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
-	res, err := db.ExecContext(ctx, s.deadMove.text, s.deadMove.bind(map[string]any{"id": id, "token": token, "attempt": attempt})...)
+func (postgres) moveToTable(ctx context.Context, db *sql.DB, s *statements, vals map[string]any) (bool, error) {
+	res, err := db.ExecContext(ctx, s.deadMove.text, s.deadMove.bind(vals)...)
 	return affectedOne(res, err)
 }
 
@@ -149,3 +149,12 @@ func (postgres) retryable(err error) bool {
 }
 
 func (postgres) serialize(*sql.DB) func() { return func() {} }
+
+func (postgres) admin() adminSpec {
+	return adminSpec{
+		forUpdate: " FOR UPDATE",
+		micros:    func(x string) string { return "CAST(EXTRACT(EPOCH FROM " + x + ") * 1000000 AS BIGINT)" },
+		now:       pgNow, quote: '"', style: dollarNumbered,
+		text: func(x string) string { return "CAST(" + x + " AS TEXT)" },
+	}
+}

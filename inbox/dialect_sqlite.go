@@ -79,7 +79,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 		s.resend = compile(fmt.Sprintf(`UPDATE %s SET %s = :to, %s = NULL%s WHERE %s = :from`, c.table, c.group, c.lease, reset, c.group), questionNumbered)
 	}
 	if q.deadTable != "" {
-		cols, vals := c.rowColumns(":attempt")
+		cols, vals := c.rowColumns(":attempt", ":error", sqliteNow)
 		s.deadInsert = compile(fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s`,
 			quoteWith(q.deadTable, '"'), strings.Join(cols, ", "), strings.Join(vals, ", "), c.table, fence), questionNumbered)
 		s.deadDelete = compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, fence), questionNumbered)
@@ -90,7 +90,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	// BEGIN IMMEDIATE already holds the only write lock.
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, c.id, c.table, fence), questionNumbered)
 	s.publish = compile(c.publishInsert(sqliteNow), questionNumbered)
-	c.batched(s, batchSpec{lease: "CAST(" + c.lease + " AS TEXT)", leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("strftime(%s, %s, %s)", sqliteFormat, sqliteNow, delay) }, style: questionNumbered, typed: untyped})
+	c.batched(s, batchSpec{lease: "CAST(" + c.lease + " AS TEXT)", leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("strftime(%s, %s, %s)", sqliteFormat, sqliteNow, delay) }, style: questionNumbered, typed: untyped, typedText: untyped, now: sqliteNow})
 	return s
 }
 
@@ -151,7 +151,7 @@ const sqliteTimeGlob = `'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[
 // sqliteTimeForm says what a SQLite time column must hold, for the errors that refuse one.
 const sqliteTimeForm = `a SQLite time column of the inbox holds text in the form strftime('%Y-%m-%dT%H:%M:%f+00:00') writes (UTC, e.g. '2026-12-01T09:44:00.000+00:00'), the only one that compares in time order with the inbox's own times`
 
-// checkTimes refuses a retry_after or locked_until column whose values would not compare
+// checkTimes refuses a retry_after, locked_until or dead_at column whose values would not compare
 // in time order with the statements' text times (a row parked for an hour would be due at
 // once): one declared with a numeric type (INTEGER or REAL affinity), one whose DEFAULT
 // writes anything but the text form (CURRENT_TIMESTAMP writes '2026-12-01 09:44:00'),
@@ -186,6 +186,7 @@ func (sqlite) checkTimes(ctx context.Context, db *sql.DB, t Table) []error {
 	for _, col := range []struct{ name, dflt string }{
 		{t.RetryAfter, "DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'))"},
 		{t.LockedUntil, "no DEFAULT (NULL: not leased)"},
+		{t.DeadAt, "no DEFAULT (NULL: not dead)"},
 	} {
 		c, ok := declared[strings.ToLower(col.name)]
 		if col.name == "" || !ok {
@@ -277,8 +278,8 @@ func (sqlite) fencedMany(ctx context.Context, db *sql.DB, _ *statements, write s
 	return queryIDs(ctx, db, write.text, write.bind(vals))
 }
 
-func (d sqlite) moveToTable(ctx context.Context, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
-	return moveInTx(ctx, d, db, s, id, token, attempt)
+func (d sqlite) moveToTable(ctx context.Context, db *sql.DB, s *statements, vals map[string]any) (bool, error) {
+	return moveInTx(ctx, d, db, s, vals)
 }
 
 func (sqlite) skewArg(d time.Duration) any { return sqliteModifier(d) }
@@ -302,4 +303,15 @@ func (sqlite) serialize(db *sql.DB) func() {
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	return mu.Unlock
+}
+
+func (sqlite) admin() adminSpec {
+	return adminSpec{
+		// The text of sqliteFormat: whole seconds, then the milliseconds at 21.
+		micros: func(x string) string {
+			return fmt.Sprintf("(CAST(strftime('%%s', %[1]s) AS INTEGER) * 1000000 + CAST(substr(%[1]s, 21, 3) AS INTEGER) * 1000)", x)
+		},
+		now: sqliteNow, quote: '"', style: questionNumbered,
+		text: func(x string) string { return "CAST(" + x + " AS TEXT)" },
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -79,11 +80,10 @@ func affectedOne(res sql.Result, err error) (bool, error) {
 	return n == 1, nil
 }
 
-// moveInTx moves a leased row into the dead-letter table, its attempt set to attempt,
-// with two statements in one transaction (SQLite, MySQL/MariaDB); a lease taken over
-// changes nothing.
-func moveInTx(ctx context.Context, d dialect, db *sql.DB, s *statements, id, token any, attempt int64) (bool, error) {
-	vals := map[string]any{"id": id, "token": token, "attempt": attempt}
+// moveInTx moves a leased row into the dead-letter table (vals: see
+// dialect.moveToTable) with two statements in one transaction (SQLite, MySQL/MariaDB);
+// a lease taken over changes nothing.
+func moveInTx(ctx context.Context, d dialect, db *sql.DB, s *statements, vals map[string]any) (bool, error) {
 	tx, err := d.begin(ctx, db)
 	if err != nil {
 		return false, err
@@ -146,4 +146,35 @@ func attemptOf(v any) int64 {
 		return 1
 	}
 	return n
+}
+
+// checkColumns returns one error naming every column of want that table lacks (s: any
+// statements of the dialect).
+func checkColumns(ctx context.Context, db *sql.DB, s *statements, table string, want []string) error {
+	rows, err := db.QueryContext(ctx, s.columns(table))
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
+	}
+	have, err := rows.Columns()
+	_ = rows.Close()
+	if err != nil {
+		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
+	}
+	var missing []string
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if strings.EqualFold(h, w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("inbox: table %s lacks the columns %s named by the table spec", table, strings.Join(missing, ", "))
+	}
+	return nil
 }

@@ -20,11 +20,20 @@ type Table struct {
 	// integer defaulting to 1). Optional: without it every delivery reads attempt 1, and
 	// an attempts cap is refused.
 	Attempt string
+	// DeadAt names the column holding when a row was dead-lettered (a time column, NULL
+	// until then), written by the move to the dead letter with the queue's "now".
+	// Optional; when given, a dead-letter table needs it too.
+	DeadAt string
 	// Group names the column holding which queue a row waits in. Optional: without it
 	// the whole table is one queue, and dead letters go to a dead-letter table.
 	Group string
 	// ID names the row's generated primary key. Required.
 	ID string
+	// LastError names the column holding the last error the handler returned for the
+	// row (text, NULL until one), cut at 4 KiB: written at every failed attempt (a retry,
+	// a delayed retry) and at the dead letter. Optional; when given, a dead-letter table
+	// needs it too.
+	LastError string
 	// LockedUntil names the lease column: a claimed row is hidden until the time it
 	// holds (NULL: not leased). Required.
 	LockedUntil string
@@ -60,7 +69,7 @@ func (t Table) problems() []error {
 // columnNames returns the columns the spec names, in a fixed order.
 func (t Table) columnNames() []string {
 	var out []string
-	for _, c := range []string{t.ID, t.Group, t.Attempt, t.RetryAfter, t.LockedUntil, t.Payload} {
+	for _, c := range []string{t.ID, t.Group, t.Attempt, t.RetryAfter, t.LockedUntil, t.Payload, t.LastError, t.DeadAt} {
 		if c != "" {
 			out = append(out, c)
 		}

@@ -193,32 +193,7 @@ func (t *transport) dueIndexed(ctx context.Context) bool {
 
 // checkColumns returns one error naming every column of want that table lacks.
 func (t *transport) checkColumns(ctx context.Context, table string, want []string) error {
-	rows, err := t.q.ib.db.QueryContext(ctx, t.s.columns(table))
-	if err != nil {
-		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
-	}
-	have, err := rows.Columns()
-	_ = rows.Close()
-	if err != nil {
-		return fmt.Errorf("inbox: table %s: read its columns: %w", table, err)
-	}
-	var missing []string
-	for _, w := range want {
-		found := false
-		for _, h := range have {
-			if strings.EqualFold(h, w) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			missing = append(missing, w)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("inbox: table %s lacks the columns %s named by the table spec", table, strings.Join(missing, ", "))
-	}
-	return nil
+	return checkColumns(ctx, t.q.ib.db, t.s, table, want)
 }
 
 // skew is how far the statements move the database's clock: nothing in production, how
@@ -368,9 +343,10 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 			})
 		}
 	}
-	batch(puts, "put back", t.s.putBackN, nil, t.q.group)
+	batch(puts, "put back", t.s.putBackN, withError, t.q.group)
 	batch(parks, "retry after", t.s.parkN, func(m source.Move, i int, args map[string]any) {
 		args[fmt.Sprintf("delay%d", i)] = t.d.durArg(m.Delay)
+		withError(m, i, args)
 	}, t.q.group)
 	if len(releases) > 0 {
 		// Rows handed back at a graceful stop are for the other processes: tell them.
@@ -384,6 +360,7 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 		batch(idx, "dead letter", t.s.deadGroupN, func(m source.Move, i int, args map[string]any) {
 			args["dest"] = dest
 			args[fmt.Sprintf("attempt%d", i)] = int64(m.Delivery.Attempt)
+			withError(m, i, args)
 		}, dest)
 	}
 	if len(singles) > 0 {
@@ -394,7 +371,7 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 				sem <- struct{}{}
 				each.Go(func() {
 					defer func() { <-sem }()
-					errs[i] = t.deadLetter(ctx, ms[i].Delivery, ms[i].Dest, ms[i].Headers)
+					errs[i] = t.deadLetter(ctx, ms[i].Delivery, ms[i].Dest, ms[i].Headers, ms[i].Err)
 				})
 			}
 			each.Wait()
@@ -402,6 +379,21 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// withError adds the last error of move m, the statement's i-th row, to args (see
+// batched: a table without a last-error column ignores it).
+func withError(m source.Move, i int, args map[string]any) {
+	args[fmt.Sprintf("error%d", i)] = lastError(m.Err)
+}
+
+// lastError is an error's text as a last-error column holds it: valid UTF-8 (a text
+// column may refuse anything else), NULL for none.
+func lastError(text string) any {
+	if text == "" {
+		return nil
+	}
+	return strings.ToValidUTF8(text, "\uFFFD")
 }
 
 // maxSingleMoves bounds the moves of one Moves call written one row at a time that run
@@ -468,7 +460,7 @@ func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int,
 // counted: the cap, also for a row whose last claim counted one more attempt because
 // the delivery at the cap crashed its worker (the engine dead-letters such a row without
 // running its handler).
-func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string) error {
+func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest string, headers map[string]string, errText string) error {
 	db := t.q.ib.db
 	switch {
 	case t.q.cfg.deadLetter != nil:
@@ -477,7 +469,8 @@ func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest str
 		})
 	default:
 		return t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
-			return t.d.moveToTable(ctx, db, t.s, h.id, h.token, int64(d.Attempt))
+			vals := map[string]any{"id": h.id, "token": h.token, "attempt": int64(d.Attempt), "error": lastError(errText), "skew": t.d.skewArg(t.skew())}
+			return t.d.moveToTable(ctx, db, t.s, vals)
 		})
 	}
 }

@@ -204,6 +204,10 @@ type Move struct {
 	Delivery *Delivery
 	// Dest is the dead-letter destination (ActionDeadLetter).
 	Dest string
+	// Err is the text of the error the handler returned, cut at 4 KiB as
+	// settle.HeaderDeadError is (ActionCopy, ActionDeadLetter, ActionPark,
+	// ActionPutBack); "" for none. A table inbox writes it to its last-error column.
+	Err string
 	// Headers are the written message's headers (ActionCopy, ActionDeadLetter,
 	// ActionPark).
 	Headers map[string]string

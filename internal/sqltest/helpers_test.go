@@ -111,6 +111,7 @@ func sharedDB(driver, dsn string) func(t testing.TB) *sql.DB {
 // README recommends.
 type cols struct {
 	noAttempt, noGroup, noRetryAfter, noDueIndex bool
+	why                                          bool // last_error and dead_at columns
 }
 
 // spec is the Table of a test table named name.
@@ -124,6 +125,9 @@ func (c cols) spec(name string) inbox.Table {
 	}
 	if c.noRetryAfter {
 		t.RetryAfter = ""
+	}
+	if c.why {
+		t.LastError, t.DeadAt = "last_error", "dead_at"
 	}
 	return t
 }
@@ -160,6 +164,9 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 			parts = append(parts, "retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'))")
 		}
 		parts = append(parts, "locked_until TEXT", "payload BLOB NOT NULL")
+		if c.why {
+			parts = append(parts, "last_error TEXT", "dead_at TEXT")
+		}
 	case inbox.Postgres:
 		parts = append(parts, "id BIGSERIAL PRIMARY KEY")
 		if !c.noGroup {
@@ -172,6 +179,9 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 			parts = append(parts, "retry_after TIMESTAMPTZ NOT NULL DEFAULT now()")
 		}
 		parts = append(parts, "locked_until TIMESTAMPTZ", "payload BYTEA NOT NULL")
+		if c.why {
+			parts = append(parts, "last_error TEXT", "dead_at TIMESTAMPTZ")
+		}
 	case inbox.MySQL:
 		parts = append(parts, "id BIGINT AUTO_INCREMENT PRIMARY KEY")
 		if !c.noGroup {
@@ -184,6 +194,9 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 			parts = append(parts, "retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)")
 		}
 		parts = append(parts, "locked_until DATETIME(6) NULL", "payload LONGBLOB NOT NULL")
+		if c.why {
+			parts = append(parts, "last_error TEXT", "dead_at DATETIME(6) NULL")
+		}
 	}
 	q := quoteFor(b.d)
 	ddl := fmt.Sprintf("CREATE TABLE %s (%s)", q(name), strings.Join(parts, ", "))
