@@ -53,6 +53,18 @@ func setupDead(t *testing.T, b backend, c cols) *adminBundle {
 	return x
 }
 
+// forEachDeadLetter runs fn per backend for a dead-letter group and a dead-letter
+// table (c.noGroup).
+func forEachDeadLetter(t *testing.T, fn func(t *testing.T, b backend, c cols)) {
+	t.Helper()
+	for _, c := range []cols{{}, {noGroup: true}} {
+		t.Run(fmt.Sprintf("NoGroup=%v", c.noGroup), func(t *testing.T) {
+			t.Parallel()
+			forEachBackend(t, func(t *testing.T, b backend) { fn(t, b, c) })
+		})
+	}
+}
+
 // payloads returns the payloads of rows, sorted.
 func payloads(rows []inbox.Row) []string {
 	var out []string
@@ -69,48 +81,43 @@ func payloads(rows []inbox.Row) []string {
 // error too.
 func TestDeadInboxRowsCarryTheirLastErrorAndWhenTheyDied(t *testing.T) {
 	t.Parallel()
-	for _, c := range []cols{{}, {noGroup: true}} {
-		t.Run(fmt.Sprintf("NoGroup=%v", c.noGroup), func(t *testing.T) {
-			t.Parallel()
-			forEachBackend(t, func(t *testing.T, b backend) {
-				x := setupDead(t, b, c)
-				rows, err := x.ib.DeadRows(context.Background(), x.dead, inbox.Filter{}, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(rows) != 5 {
-					t.Fatalf("got %d dead rows, want 5: %+v", len(rows), rows)
-				}
-				for _, r := range rows {
-					want := "smtp unavailable"
-					if strings.HasPrefix(string(r.Payload), "addr") {
-						want = "bad address 42"
-					}
-					if r.LastError != want || r.Attempt != 2 || !r.LockedUntil.IsZero() {
-						t.Errorf("row %s (%s): got last error %q, attempt %d, lease %v; want %q, 2, none", r.ID, r.Payload, r.LastError, r.Attempt, r.LockedUntil, want)
-					}
-					if r.DeadAt.Before(x.started) || r.DeadAt.After(time.Now().Add(time.Minute)) {
-						t.Errorf("row %s: dead at %v, want after %v and about now", r.ID, r.DeadAt, x.started)
-					}
-				}
-				p, err := x.ib.Peek(context.Background(), rows[0].ID, settle.Raw)
-				if c.noGroup {
-					// Peek reads the inbox's table: the row is in the dead-letter table.
-					if !errors.Is(err, inbox.ErrRowNotFound) {
-						t.Fatalf("peek a row of the dead-letter table in the inbox's: got %v, want ErrRowNotFound", err)
-					}
-					p, err = x.ib.PeekDead(context.Background(), x.dead, rows[0].ID, settle.Raw)
-				}
-				if err != nil || p.Format != "text" || p.Shown != string(rows[0].Payload) || p.DecodeError != "" {
-					t.Fatalf("peek %s: got %+v, %v; want its payload as text", rows[0].ID, p, err)
-				}
-				parked, err := x.ib.Peek(context.Background(), x.idOf(t, "later-1"), settle.Raw)
-				if err != nil || !strings.HasSuffix(parked.LastError, ": try later") || !parked.DeadAt.IsZero() || parked.Shown != "later-1" || parked.RetryAfter.Before(time.Now().Add(50*time.Minute)) {
-					t.Fatalf("peek the parked row: got %+v, %v; want its last error (try later), not dead, due in an hour", parked, err)
-				}
-			})
-		})
-	}
+	forEachDeadLetter(t, func(t *testing.T, b backend, c cols) {
+		x := setupDead(t, b, c)
+		rows, err := x.ib.DeadRows(context.Background(), x.dead, inbox.Filter{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 5 {
+			t.Fatalf("got %d dead rows, want 5: %+v", len(rows), rows)
+		}
+		for _, r := range rows {
+			want := "smtp unavailable"
+			if strings.HasPrefix(string(r.Payload), "addr") {
+				want = "bad address 42"
+			}
+			if r.LastError != want || r.Attempt != 2 || !r.LockedUntil.IsZero() {
+				t.Errorf("row %s (%s): got last error %q, attempt %d, lease %v; want %q, 2, none", r.ID, r.Payload, r.LastError, r.Attempt, r.LockedUntil, want)
+			}
+			if r.DeadAt.Before(x.started) || r.DeadAt.After(time.Now().Add(time.Minute)) {
+				t.Errorf("row %s: dead at %v, want after %v and about now", r.ID, r.DeadAt, x.started)
+			}
+		}
+		p, err := x.ib.Peek(context.Background(), rows[0].ID, settle.Raw)
+		if c.noGroup {
+			// Peek reads the inbox's table: the row is in the dead-letter table.
+			if !errors.Is(err, inbox.ErrRowNotFound) {
+				t.Fatalf("peek a row of the dead-letter table in the inbox's: got %v, want ErrRowNotFound", err)
+			}
+			p, err = x.ib.PeekDead(context.Background(), x.dead, rows[0].ID, settle.Raw)
+		}
+		if err != nil || p.Format != "text" || p.Shown != string(rows[0].Payload) || p.DecodeError != "" {
+			t.Fatalf("peek %s: got %+v, %v; want its payload as text", rows[0].ID, p, err)
+		}
+		parked, err := x.ib.Peek(context.Background(), x.idOf(t, "later-1"), settle.Raw)
+		if err != nil || !strings.HasSuffix(parked.LastError, ": try later") || !parked.DeadAt.IsZero() || parked.Shown != "later-1" || parked.RetryAfter.Before(time.Now().Add(50*time.Minute)) {
+			t.Fatalf("peek the parked row: got %+v, %v; want its last error (try later), not dead, due in an hour", parked, err)
+		}
+	})
 }
 
 // idOf returns the id of the row of the inbox's table holding payload.
