@@ -699,7 +699,46 @@ func TestStatsTellsEachKeyByItsType(t *testing.T) {
 	if got[3].Kind != kindMissing {
 		t.Errorf("%s: %+v, want missing", missing, got[3])
 	}
+	plain := lines[struct {
+		Kind   string `json:"kind"`
+		Length int64  `json:"length"`
+	}](t, b.ok(t, nil, "stats", b.in, "--json").stdout)
+	if len(plain) != 1 || plain[0].Kind != kindStream || plain[0].Length != b.streamLen {
+		t.Errorf("stats of %s without --group: %+v, want a stream of %d (not dead letters)", b.in, plain, b.streamLen)
+	}
 	if human := b.ok(t, nil, "stats", b.in, b.dlq, delayed, missing, "--group", b.group).stdout; !strings.Contains(human, "dead letters") {
 		t.Errorf("stats table:\n%s", human)
+	}
+}
+
+func TestConfirmOnATerminalGoesAheadOnlyOnYes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		answer string
+		tty    bool
+		yes    bool
+		wantOK bool
+	}{
+		{name: "YesOnATerminal", answer: "y\n", tty: true, wantOK: true},
+		{name: "YesSpelledOut", answer: " Yes \n", tty: true, wantOK: true},
+		{name: "NoOnATerminal", answer: "n\n", tty: true},
+		{name: "EnterOnATerminal", answer: "\n", tty: true},
+		{name: "EOFOnATerminal", answer: "", tty: true},
+		{name: "NoTerminal", answer: "y\n"},
+		{name: "NoTerminalWithYesFlag", yes: true, wantOK: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var prompt bytes.Buffer
+			a := &app{stderr: &prompt, stdin: strings.NewReader(tc.answer), stdinTTY: tc.tty}
+			err := a.confirm("replay 4 dead letters", tc.yes)
+			if (err == nil) != tc.wantOK {
+				t.Errorf("confirm: %v, want ok %v", err, tc.wantOK)
+			}
+			if tc.tty && !tc.yes && !strings.Contains(prompt.String(), "Replay 4 dead letters? [y/N]") {
+				t.Errorf("prompt %q, want the question", prompt.String())
+			}
+		})
 	}
 }

@@ -160,6 +160,7 @@ type statJSON struct {
 	DelaySet    *delaySetJSON `json:"delay_set,omitempty"`
 	Key         string        `json:"key"`
 	Kind        string        `json:"kind"`
+	Length      *int64        `json:"length,omitempty"`
 	Stream      *streamJSON   `json:"stream,omitempty"`
 	Type        string        `json:"type"`
 }
@@ -180,8 +181,9 @@ func (a *app) statsCommand() *cobra.Command {
 		Use:   "stats KEY...",
 		Short: "One screen of counts for the keys named",
 		Long: `Show one line per key: a stream that has the consumer group --group is shown as a
-stream (length, lag, pending, dead consumers); any other stream as a dead-letter stream
-(count, oldest, the most common reason); a sorted set as a delay set (size, overdue). A
+stream (length, lag, pending, dead consumers); a stream whose oldest entry is a dead
+letter as a dead-letter stream (count, oldest, the most common reason and error); any
+other stream by its length; a sorted set as a delay set (size, overdue). A
 missing key is shown as missing (an empty delay set is one); other types are named.`,
 		Example: `  settle stats '{refunds}' '{refunds}.dlq' '{refunds}.delayed' --group refunds`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -239,6 +241,18 @@ func (a *app) stat(ctx context.Context, key, groupName string, reclaim time.Dura
 				return st, err
 			}
 		}
+		dead, err := a.firstIsDeadLetter(ctx, key)
+		if err != nil {
+			return st, err
+		}
+		if !dead {
+			n, err := a.rdb.XLen(ctx, key).Result()
+			if err != nil {
+				return st, fmt.Errorf("stream %q: xlen: %w", key, err)
+			}
+			st.Kind, st.Length = kindStream, &n
+			return st, nil
+		}
 		s, err := a.insp.DeadLetterSummary(ctx, key, admin.Filter{})
 		if err != nil {
 			return st, err
@@ -253,6 +267,20 @@ func (a *app) stat(ctx context.Context, key, groupName string, reclaim time.Dura
 		st.Kind = kindOther
 	}
 	return st, nil
+}
+
+// firstIsDeadLetter reports whether the oldest entry of the stream key carries the
+// dead-letter source header: stats then reads key as a dead-letter stream.
+func (a *app) firstIsDeadLetter(ctx context.Context, key string) (bool, error) {
+	first, err := a.rdb.XRangeN(ctx, key, "-", "+", 1).Result()
+	if err != nil {
+		return false, fmt.Errorf("stream %q: xrange: %w", key, err)
+	}
+	if len(first) == 0 {
+		return false, nil
+	}
+	_, ok := first[0].Values[settle.HeaderDeadSource]
+	return ok, nil
 }
 
 func (a *app) printStats(stats []statJSON) error {
@@ -270,6 +298,10 @@ func (a *app) printStats(stats []statJSON) error {
 		switch st.Kind {
 		case kindStream:
 			s := st.Stream
+			if s == nil {
+				fmt.Fprintf(w, "%s\tstream\t%d\tno --group given (or not its group), no dead letters\n", st.Key, *st.Length)
+				continue
+			}
 			fmt.Fprintf(w, "%s\tstream\t%d\tgroup %s: lag %d, pending %d, consumers %d (%d dead)\n", st.Key, s.Length, s.Group, s.Lag, s.Pending, len(s.Consumers), len(s.Dead))
 		case kindDeadLetters:
 			d := st.DeadLetters
