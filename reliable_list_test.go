@@ -168,7 +168,7 @@ func TestReliableList(t *testing.T) {
 		if n, _ := r.Client.LLen(ctx, orphan).Result(); n != 0 {
 			t.Fatalf("orphaned processing list still holds %d items", n)
 		}
-		if in, _ := r.Client.SIsMember(ctx, "{"+key+"}:consumers", "a").Result(); in {
+		if in, _ := r.Client.SIsMember(ctx, keys.ListConsumers(key), "a").Result(); in {
 			t.Fatal("dead consumer still registered")
 		}
 	})
@@ -233,7 +233,7 @@ func TestReliableList(t *testing.T) {
 		if err := r.Client.LMove(ctx, key, settle.ProcessingList(key, "c"), "LEFT", "RIGHT").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Client.Set(ctx, "{"+key+"}:heartbeat:c", "1", time.Hour).Err(); err != nil {
+		if err := r.Client.Set(ctx, keys.ListHeartbeat(key, "c"), "1", time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 		rec := sourcetest.NewRecorder()
