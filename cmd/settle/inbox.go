@@ -87,6 +87,21 @@ func (ic *inboxCLI) withInbox(fn func(ctx context.Context, ib *inbox.Inbox, args
 	}
 }
 
+// withDead is the RunE of a command on the dead letter DEAD (its first argument) that
+// the filter flags ff select from: a filter that does not parse is refused before the
+// database is opened.
+func (ic *inboxCLI) withDead(ff *rowFilterFlags, fn func(ctx context.Context, ib *inbox.Inbox, dead string, f inbox.Filter) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		f, err := ff.filter(time.Now())
+		if err != nil {
+			return err
+		}
+		return ic.withInbox(func(ctx context.Context, ib *inbox.Inbox, args []string) error {
+			return fn(ctx, ib, args[0], f)
+		})(cmd, args)
+	}
+}
+
 // groupViewJSON is inbox.GroupView as --json prints it.
 type groupViewJSON struct {
 	Dead        *int64 `json:"dead,omitempty"`
@@ -296,25 +311,19 @@ together; needs --last-error). With --rows, list the rows instead, in id order.`
 		Example: `  settle inbox --config settle.json dead ls emails.dead
   settle inbox --config settle.json dead ls emails.dead --rows --error unavailable --json`,
 		Args: exactArgs("DEAD"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := ff.filter(time.Now())
+		RunE: ic.withDead(&ff, func(ctx context.Context, ib *inbox.Inbox, dead string, f inbox.Filter) error {
+			rs, err := ib.DeadRows(ctx, dead, f, 0)
 			if err != nil {
 				return err
 			}
-			return ic.withInbox(func(ctx context.Context, ib *inbox.Inbox, args []string) error {
-				rs, err := ib.DeadRows(ctx, args[0], f, 0)
-				if err != nil {
-					return err
+			if rows {
+				if limit > 0 && len(rs) > limit {
+					rs = rs[:limit]
 				}
-				if rows {
-					if limit > 0 && len(rs) > limit {
-						rs = rs[:limit]
-					}
-					return ic.printRows(rs)
-				}
-				return ic.printDeadSummary(summarize(ib.Table().Name, args[0], rs))
-			})(cmd, args)
-		},
+				return ic.printRows(rs)
+			}
+			return ic.printDeadSummary(summarize(ib.Table().Name, dead, rs))
+		}),
 	}
 	ff.add(c)
 	c.Flags().BoolVar(&rows, "rows", false, "list the rows instead of the summary")
@@ -503,34 +512,26 @@ filter on a column not named, an id not in the dead letter is refused and nothin
 		Example: `  settle inbox --config settle.json dead replay emails.dead --to emails --error unavailable --rate 50
   settle inbox --config settle.json dead replay emails.dead --to emails --id 42 --yes`,
 		Args: exactArgs("DEAD"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := ff.filter(time.Now())
-			if err != nil {
-				return err
+		RunE: ic.withDead(&ff, func(ctx context.Context, ib *inbox.Inbox, dead string, f inbox.Filter) error {
+			opts := []inbox.ActionOption{inbox.Limit(limit), inbox.Rate(rate)}
+			if to != "" {
+				opts = append(opts, inbox.To(to))
 			}
-			return ic.withInbox(func(ctx context.Context, ib *inbox.Inbox, args []string) error {
-				dead := args[0]
-				opts := []inbox.ActionOption{inbox.Limit(limit), inbox.Rate(rate)}
-				if cmd.Flags().Changed("to") {
-					opts = append(opts, inbox.To(to))
-				}
-				show := func(r *inbox.ReplayResult) error { return ic.printRowReplay(ib.Table().Name, dead, r) }
-				return twoPass(ic.a, af,
-					func() (*inbox.ReplayResult, int, string, error) {
-						dry, err := ib.Replay(ctx, dead, f, append(opts, inbox.DryRun())...)
-						if err != nil {
-							return nil, 0, "", err
-						}
-						where := fmt.Sprintf("group %q", dry.To)
-						if ib.Table().Group == "" {
-							where = "table " + ib.Table().Name
-						}
-						return dry, len(dry.Replayed), fmt.Sprintf("replay %d dead rows of %q to %s", len(dry.Replayed), dead, where), nil
-					},
-					func() (*inbox.ReplayResult, error) { return ib.Replay(ctx, dead, f, opts...) },
-					show)
-			})(cmd, args)
-		},
+			return twoPass(ic.a, af,
+				func() (*inbox.ReplayResult, int, string, error) {
+					dry, err := ib.Replay(ctx, dead, f, append(opts, inbox.DryRun())...)
+					if err != nil {
+						return nil, 0, "", err
+					}
+					where := fmt.Sprintf("group %q", dry.To)
+					if ib.Table().Group == "" {
+						where = "table " + ib.Table().Name
+					}
+					return dry, len(dry.Replayed), fmt.Sprintf("replay %d dead rows of %q to %s", len(dry.Replayed), dead, where), nil
+				},
+				func() (*inbox.ReplayResult, error) { return ib.Replay(ctx, dead, f, opts...) },
+				func(r *inbox.ReplayResult) error { return ic.printRowReplay(ib.Table().Name, dead, r) })
+		}),
 	}
 	ff.add(c)
 	af.add(c)
@@ -593,26 +594,18 @@ func (ic *inboxCLI) deadPurgeCommand() *cobra.Command {
 		Long: `Delete the rows of the dead letter DEAD that the filters select (all without one).
 The selection is checked first, as for replay; a purge run again deletes nothing more.`,
 		Args: exactArgs("DEAD"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := ff.filter(time.Now())
-			if err != nil {
-				return err
-			}
-			return ic.withInbox(func(ctx context.Context, ib *inbox.Inbox, args []string) error {
-				dead := args[0]
-				show := func(r *inbox.PurgeResult) error { return ic.printRowPurge(ib.Table().Name, dead, r) }
-				return twoPass(ic.a, af,
-					func() (*inbox.PurgeResult, int, string, error) {
-						dry, err := ib.Purge(ctx, dead, f, inbox.Limit(limit), inbox.DryRun())
-						if err != nil {
-							return nil, 0, "", err
-						}
-						return dry, len(dry.IDs), fmt.Sprintf("delete %d dead rows of %q", len(dry.IDs), dead), nil
-					},
-					func() (*inbox.PurgeResult, error) { return ib.Purge(ctx, dead, f, inbox.Limit(limit)) },
-					show)
-			})(cmd, args)
-		},
+		RunE: ic.withDead(&ff, func(ctx context.Context, ib *inbox.Inbox, dead string, f inbox.Filter) error {
+			return twoPass(ic.a, af,
+				func() (*inbox.PurgeResult, int, string, error) {
+					dry, err := ib.Purge(ctx, dead, f, inbox.Limit(limit), inbox.DryRun())
+					if err != nil {
+						return nil, 0, "", err
+					}
+					return dry, len(dry.IDs), fmt.Sprintf("delete %d dead rows of %q", len(dry.IDs), dead), nil
+				},
+				func() (*inbox.PurgeResult, error) { return ib.Purge(ctx, dead, f, inbox.Limit(limit)) },
+				func(r *inbox.PurgeResult) error { return ic.printRowPurge(ib.Table().Name, dead, r) })
+		}),
 	}
 	ff.add(c)
 	af.add(c)

@@ -165,6 +165,26 @@ func (x *sqlBundle) deadRows(t *testing.T) {
 			published++
 		}
 	}
+	runUntilSettled(t, published, func(app *settle.App) {
+		app.Mount(x.ib.Queue(groupEmails), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			switch p := string(m.Payload); {
+			case strings.HasPrefix(p, "smtp"):
+				return errors.New("smtp unavailable")
+			case strings.HasPrefix(p, "addr"):
+				return errors.New("bad address 42")
+			}
+			return nil
+		}), settle.MaxAttempts(2), settle.DeadLetter(groupDead), settle.Backoff(func(int, error) time.Duration { return 0 }))
+	})
+	if n := x.count(t, groupDead); n != deadRows {
+		t.Fatalf("the dead-letter group holds %d rows after the run, want %d", n, deadRows)
+	}
+}
+
+// runUntilSettled runs an App with the mounts mount makes until n messages are settled
+// for good (seen by Config.OnSettled: no sleeps), then stops it.
+func runUntilSettled(t *testing.T, n int, mount func(app *settle.App)) {
+	t.Helper()
 	var mu sync.Mutex
 	finals := 0
 	done := make(chan struct{})
@@ -175,7 +195,7 @@ func (x *sqlBundle) deadRows(t *testing.T) {
 			defer mu.Unlock()
 			if s.Final() {
 				finals++
-				if finals == published {
+				if finals == n {
 					close(done)
 				}
 			}
@@ -184,31 +204,21 @@ func (x *sqlBundle) deadRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.Mount(x.ib.Queue(groupEmails), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
-		switch p := string(m.Payload); {
-		case strings.HasPrefix(p, "smtp"):
-			return errors.New("smtp unavailable")
-		case strings.HasPrefix(p, "addr"):
-			return errors.New("bad address 42")
-		}
-		return nil
-	}), settle.MaxAttempts(2), settle.DeadLetter(groupDead), settle.Backoff(func(int, error) time.Duration { return 0 }))
-	runCtx, cancel := context.WithCancel(ctx)
+	mount(app)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(runCtx) }()
+	go func() { runErr <- app.Run(ctx) }()
 	select {
 	case <-done:
 	case err := <-runErr:
-		t.Fatalf("Run returned before the mails were settled: %v", err)
+		t.Fatalf("Run returned before the %d messages were settled: %v", n, err)
 	case <-time.After(waitBound):
-		t.Fatalf("the mails were not all settled within %s", waitBound)
+		t.Fatalf("the %d messages were not all settled within %s", n, waitBound)
 	}
 	cancel()
 	if err := <-runErr; err != nil {
 		t.Fatalf("Run: %v", err)
-	}
-	if n := x.count(t, groupDead); n != deadRows {
-		t.Fatalf("the dead-letter group holds %d rows after the run, want %d", n, deadRows)
 	}
 }
 
