@@ -102,12 +102,14 @@ func (ic *inboxCLI) withDead(ff *rowFilterFlags, fn func(ctx context.Context, ib
 	}
 }
 
-// groupViewJSON is inbox.GroupView as --json prints it.
+// groupViewJSON is inbox.GroupView as --json prints it; a line of inbox stats about a
+// dead letter has Kind "dead-letter" and its count only.
 type groupViewJSON struct {
 	Dead        *int64 `json:"dead,omitempty"`
 	DeadLetter  string `json:"dead_letter,omitempty"`
 	Due         int64  `json:"due"`
 	Group       string `json:"group"`
+	Kind        string `json:"kind"`
 	LeasePassed int64  `json:"lease_passed"`
 	Leased      int64  `json:"leased"`
 	OldestDueMs int64  `json:"oldest_due_ms"`
@@ -116,7 +118,7 @@ type groupViewJSON struct {
 }
 
 func groupViewJSONOf(table, dead string, v *inbox.GroupView) groupViewJSON {
-	out := groupViewJSON{DeadLetter: dead, Due: v.Due, Group: v.Group, LeasePassed: v.LeasePassed, Leased: v.Leased,
+	out := groupViewJSON{DeadLetter: dead, Due: v.Due, Group: v.Group, Kind: kindGroup, LeasePassed: v.LeasePassed, Leased: v.Leased,
 		OldestDueMs: ms(v.OldestDue), Table: table, Waiting: v.Waiting}
 	if dead != "" {
 		n := v.Dead
@@ -124,6 +126,12 @@ func groupViewJSONOf(table, dead string, v *inbox.GroupView) groupViewJSON {
 	}
 	return out
 }
+
+// The kinds of the lines of inbox view and inbox stats.
+const (
+	kindDeadLetter = "dead-letter"
+	kindGroup      = "group"
+)
 
 func (ic *inboxCLI) viewCommand() *cobra.Command {
 	var dead string
@@ -174,6 +182,10 @@ func (ic *inboxCLI) printViews(vs []groupViewJSON) error {
 	w := a.table()
 	fmt.Fprintln(w, "TABLE\tGROUP\tDUE\tLEASED\tLEASE PASSED\tWAITING\tOLDEST DUE\tDEAD")
 	for _, v := range vs {
+		if v.Kind == kindDeadLetter {
+			fmt.Fprintf(w, "%s\t%s (dead letter)\t-\t-\t-\t-\t-\t%d\n", v.Table, v.DeadLetter, *v.Dead)
+			continue
+		}
 		dead := "-"
 		if v.Dead != nil {
 			dead = fmt.Sprintf("%d (%s)", *v.Dead, v.DeadLetter)
@@ -224,7 +236,7 @@ without a group column is one queue); the dead letters of --dead, else those of
 					return err
 				}
 				n := v.Dead
-				vs = append(vs, groupViewJSON{Dead: &n, DeadLetter: d, Table: t.Name})
+				vs = append(vs, groupViewJSON{Dead: &n, DeadLetter: d, Kind: kindDeadLetter, Table: t.Name})
 			}
 			return ic.printViews(vs)
 		}),

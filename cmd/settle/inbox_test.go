@@ -318,6 +318,7 @@ type (
 		Dead    *int64 `json:"dead"`
 		Due     int64  `json:"due"`
 		Group   string `json:"group"`
+		Kind    string `json:"kind"`
 		Leased  int64  `json:"leased"`
 		Waiting int64  `json:"waiting"`
 	}
@@ -357,6 +358,15 @@ func TestInboxDeadLsCountsTheDeadRowsExactly(t *testing.T) {
 		decode(t, x.ok(t, "--json", "dead", "ls", groupDead, "--id", rows[0].ID, "--id", rows[1].ID).stdout, &ids)
 		if ids.Count != 2 {
 			t.Errorf("--id twice: got %d, want 2", ids.Count)
+		}
+		if b.d == inbox.SQLite {
+			// A path ending .db is a SQLite DSN too.
+			r := runBin(t, nil, append([]string{"inbox", "--json"}, append(x.flags(), "dead", "ls", groupDead, "--dsn", strings.TrimPrefix(x.dsn, "file:"))...)...)
+			var path deadLsOut
+			expectFail(t, r, exitOK)
+			if decode(t, r.stdout, &path); path.Count != deadRows {
+				t.Errorf("--dsn PATH.db: got %d, want %d", path.Count, deadRows)
+			}
 		}
 		if out := x.ok(t, "dead", "ls", groupDead).stdout; !strings.Contains(out, fmt.Sprintf("%d dead rows", deadRows)) || !strings.Contains(out, "smtp unavailable") {
 			t.Errorf("the table for a person does not say the count and the errors:\n%s", out)
@@ -529,6 +539,18 @@ func TestInboxBadInputFailsWithExitCode1NamingItAndChangesNothing(t *testing.T) 
 				expectFail(t, runBin(t, nil, tc.args...), exitError, tc.says...)
 			})
 		}
+		t.Run("ErrorFilterWithoutLastErrorColumn", func(t *testing.T) {
+			// The mailer example's table: no last_error nor dead_at column named.
+			fs := x.flags()
+			fs = append([]string{"inbox"}, fs[:len(fs)-4]...)
+			r := runBin(t, nil, append(fs, "--json", "dead", "ls", groupDead)...)
+			expectFail(t, r, exitOK)
+			var ls deadLsOut
+			if decode(t, r.stdout, &ls); ls.Count != deadRows {
+				t.Errorf("dead ls without the last-error column: got %d, want %d", ls.Count, deadRows)
+			}
+			expectFail(t, runBin(t, nil, append(fs, "dead", "ls", groupDead, "--error", "smtp")...), exitError, "last-error column")
+		})
 		x.unchanged(t)
 		if b.d == inbox.SQLite {
 			if _, err := os.Stat(strings.TrimPrefix(badDSN, "file:")); !errors.Is(err, os.ErrNotExist) {
@@ -573,7 +595,8 @@ func TestInboxConfigFileNamesTheTableAndItsGroups(t *testing.T) {
 			t.Fatalf("stats with --config: exit %d; stderr:\n%s", r.code, r.stderr)
 		}
 		vs := lines[viewOut](t, r.stdout)
-		if len(vs) != 2 || vs[0].Group != groupEmails || vs[0].Dead != nil || vs[1].Dead == nil || *vs[1].Dead != deadRows {
+		if len(vs) != 2 || vs[0].Kind != "group" || vs[0].Group != groupEmails || vs[0].Dead != nil ||
+			vs[1].Kind != "dead-letter" || vs[1].Dead == nil || *vs[1].Dead != deadRows {
 			t.Errorf("stats with --config: got %+v, want the group %s and its %d dead rows", vs, groupEmails, deadRows)
 		}
 		expectFail(t, runBin(t, nil, "inbox", "--config", path, "dead", "ls", groupDead), exitError, "--inbox", "mailer", "other")
