@@ -324,15 +324,16 @@ together; needs --last-error). With --rows, list the rows instead, in id order.`
   settle inbox --config settle.json dead ls emails.dead --rows --error unavailable --json`,
 		Args: exactArgs("DEAD"),
 		RunE: ic.withDead(&ff, func(ctx context.Context, ib *inbox.Inbox, dead string, f inbox.Filter) error {
+			if rows {
+				rs, err := ib.DeadRows(ctx, dead, f, limit)
+				if err != nil {
+					return err
+				}
+				return ic.printRows(rs)
+			}
 			rs, err := ib.DeadRows(ctx, dead, f, 0)
 			if err != nil {
 				return err
-			}
-			if rows {
-				if limit > 0 && len(rs) > limit {
-					rs = rs[:limit]
-				}
-				return ic.printRows(rs)
 			}
 			return ic.printDeadSummary(summarize(ib.Table().Name, dead, rs))
 		}),

@@ -269,14 +269,20 @@ func runBin(t *testing.T, stdin io.Reader, args ...string) result {
 	return r
 }
 
+// okBin runs the binary with args and fails t unless it exits 0.
+func okBin(t *testing.T, args ...string) result {
+	t.Helper()
+	r := runBin(t, nil, args...)
+	if r.code != 0 {
+		t.Fatalf("settle %s: exit %d, want 0; stderr:\n%s", strings.Join(args, " "), r.code, r.stderr)
+	}
+	return r
+}
+
 // ok runs the inbox command and fails t unless it exits 0.
 func (x *sqlBundle) ok(t *testing.T, args ...string) result {
 	t.Helper()
-	r := x.settle(t, nil, args...)
-	if r.code != 0 {
-		t.Fatalf("settle inbox %s: exit %d, want 0; stderr:\n%s", strings.Join(args, " "), r.code, r.stderr)
-	}
-	return r
+	return okBin(t, append(append([]string{"inbox"}, x.flags()...), args...)...)
 }
 
 // expectFail fails t unless r exited with code and says each of says on stderr.
@@ -361,9 +367,8 @@ func TestInboxDeadLsCountsTheDeadRowsExactly(t *testing.T) {
 		}
 		if b.d == inbox.SQLite {
 			// A path ending .db is a SQLite DSN too.
-			r := runBin(t, nil, append([]string{"inbox", "--json"}, append(x.flags(), "dead", "ls", groupDead, "--dsn", strings.TrimPrefix(x.dsn, "file:"))...)...)
+			r := x.ok(t, "--json", "dead", "ls", groupDead, "--dsn", strings.TrimPrefix(x.dsn, "file:"))
 			var path deadLsOut
-			expectFail(t, r, exitOK)
 			if decode(t, r.stdout, &path); path.Count != deadRows {
 				t.Errorf("--dsn PATH.db: got %d, want %d", path.Count, deadRows)
 			}
@@ -543,8 +548,7 @@ func TestInboxBadInputFailsWithExitCode1NamingItAndChangesNothing(t *testing.T) 
 			// The mailer example's table: no last_error nor dead_at column named.
 			fs := x.flags()
 			fs = append([]string{"inbox"}, fs[:len(fs)-4]...)
-			r := runBin(t, nil, append(fs, "--json", "dead", "ls", groupDead)...)
-			expectFail(t, r, exitOK)
+			r := okBin(t, append(fs, "--json", "dead", "ls", groupDead)...)
 			var ls deadLsOut
 			if decode(t, r.stdout, &ls); ls.Count != deadRows {
 				t.Errorf("dead ls without the last-error column: got %d, want %d", ls.Count, deadRows)
@@ -582,19 +586,11 @@ func TestInboxConfigFileNamesTheTableAndItsGroups(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ls deadLsOut
-		r := runBin(t, nil, "inbox", "--config", path, "--inbox", "mailer", "--json", "dead", "ls", groupDead)
-		if r.code != 0 {
-			t.Fatalf("dead ls with --config: exit %d; stderr:\n%s", r.code, r.stderr)
-		}
-		decode(t, r.stdout, &ls)
+		decode(t, okBin(t, "inbox", "--config", path, "--inbox", "mailer", "--json", "dead", "ls", groupDead).stdout, &ls)
 		if ls.Count != deadRows {
 			t.Errorf("dead ls with --config: got %d, want %d", ls.Count, deadRows)
 		}
-		r = runBin(t, nil, "inbox", "--config", path, "--inbox", "mailer", "--json", "stats")
-		if r.code != 0 {
-			t.Fatalf("stats with --config: exit %d; stderr:\n%s", r.code, r.stderr)
-		}
-		vs := lines[viewOut](t, r.stdout)
+		vs := lines[viewOut](t, okBin(t, "inbox", "--config", path, "--inbox", "mailer", "--json", "stats").stdout)
 		if len(vs) != 2 || vs[0].Kind != "group" || vs[0].Group != groupEmails || vs[0].Dead != nil ||
 			vs[1].Kind != "dead-letter" || vs[1].Dead == nil || *vs[1].Dead != deadRows {
 			t.Errorf("stats with --config: got %+v, want the group %s and its %d dead rows", vs, groupEmails, deadRows)
