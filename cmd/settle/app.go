@@ -116,7 +116,7 @@ Exit codes:
 	root.PersistentFlags().BoolVar(&a.json, "json", false, "print JSON (one object per line for lists)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
-	root.AddCommand(a.dlqCommand(), a.pendingCommand(), a.delayedCommand(), a.statsCommand())
+	root.AddCommand(a.dlqCommand(), a.pendingCommand(), a.delayedCommand(), a.statsCommand(), a.inboxCommand())
 	return root
 }
 

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"   // the MySQL/MariaDB driver of --dsn user@tcp(host:port)/db
+	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL driver of --dsn postgres://…
+	"github.com/spf13/cobra"
+	_ "modernc.org/sqlite" // the SQLite driver of --dsn file:… or a .db/.sqlite path
+
+	"github.com/settlekit/settle/inbox"
+)
+
+// EnvDSN names the environment variable read when --dsn is not given.
+const EnvDSN = "SETTLE_DSN"
+
+// fileConfig is the config file --config names: the inboxes (SQL tables) the command
+// may act on, each with its table spec and its groups. A DSN given there is used when
+// neither --dsn nor SETTLE_DSN is.
+//
+//	{
+//	  "dsn": "postgres://app@db:5432/app",
+//	  "inboxes": [{
+//	    "name": "mailer",
+//	    "table": {"name": "mail_jobs", "id": "id", "group": "name", "attempt": "attempt",
+//	              "retry_after": "retry_after", "locked_until": "locked_until", "payload": "payload"},
+//	    "groups": ["emails"],
+//	    "dead": ["emails.dead"]
+//	  }]
+//	}
+type fileConfig struct {
+	DSN     string        `json:"dsn"`
+	Inboxes []inboxConfig `json:"inboxes"`
+}
+
+// inboxConfig is one inbox of the config file.
+type inboxConfig struct {
+	// Dead names its dead letters (dead-letter groups, or dead-letter tables).
+	Dead []string `json:"dead"`
+	// Groups names the groups its mounts read.
+	Groups []string `json:"groups"`
+	// Name names the inbox for --inbox (defaults to the table's name).
+	Name  string      `json:"name"`
+	Table tableConfig `json:"table"`
+}
+
+// tableConfig is inbox.Table as the config file spells it.
+type tableConfig struct {
+	Attempt     string `json:"attempt"`
+	DeadAt      string `json:"dead_at"`
+	Group       string `json:"group"`
+	ID          string `json:"id"`
+	LastError   string `json:"last_error"`
+	LockedUntil string `json:"locked_until"`
+	Name        string `json:"name"`
+	Payload     string `json:"payload"`
+	RetryAfter  string `json:"retry_after"`
+}
+
+// sqlFlags are the flags that say which database and which table: --dsn, --config,
+// --inbox and the table flags (which override the config file's columns).
+type sqlFlags struct {
+	config string
+	dsn    string
+	inbox  string
+	table  tableConfig
+}
+
+func (sf *sqlFlags) add(cmd *cobra.Command) {
+	fs := cmd.PersistentFlags()
+	fs.StringVar(&sf.dsn, "dsn", "", "database `DSN`: postgres://…, user:pass@tcp(host:port)/db, or file:….db (default $"+EnvDSN+")")
+	fs.StringVar(&sf.config, "config", "", "a JSON config `FILE` naming the inboxes: their tables, columns, groups and dead letters")
+	fs.StringVar(&sf.inbox, "inbox", "", "the inbox of the config file to act on, by `NAME` (needed when it names more than one)")
+	fs.StringVar(&sf.table.Name, "table", "", "the inbox table `NAME` (optionally schema-qualified)")
+	fs.StringVar(&sf.table.ID, "id-column", "", "the table's id `COLUMN` (default id)")
+	fs.StringVar(&sf.table.Group, "group", "", "the table's group `COLUMN` (none: one queue, dead letters in a dead-letter table)")
+	fs.StringVar(&sf.table.Attempt, "attempt", "", "the table's attempt `COLUMN` (none: every row reads attempt 1)")
+	fs.StringVar(&sf.table.RetryAfter, "retry-after", "", "the table's retry-after `COLUMN` (none: every row not leased is due)")
+	fs.StringVar(&sf.table.LockedUntil, "locked-until", "", "the table's lease `COLUMN` (default locked_until)")
+	fs.StringVar(&sf.table.Payload, "payload", "", "the table's payload `COLUMN` (default payload)")
+	fs.StringVar(&sf.table.LastError, "last-error", "", "the table's last-error `COLUMN` (none: --error is refused)")
+	fs.StringVar(&sf.table.DeadAt, "dead-at", "", "the table's dead-at `COLUMN` (none: --since and --until are refused)")
+}
+
+// spec returns the inbox the flags and the config file name, the DSN to use and where
+// it came from.
+func (sf *sqlFlags) spec() (ic inboxConfig, dsn, from string, err error) {
+	var fc fileConfig
+	if sf.config != "" {
+		b, err := os.ReadFile(sf.config)
+		if err != nil {
+			return ic, "", "", fmt.Errorf("--config: %w", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&fc); err != nil {
+			return ic, "", "", fmt.Errorf("--config %s: %w", sf.config, err)
+		}
+		if ic, err = fc.pick(sf.inbox, sf.config); err != nil {
+			return ic, "", "", err
+		}
+	} else if sf.inbox != "" {
+		return ic, "", "", errors.New("--inbox needs --config: the inboxes are named in the config file")
+	}
+	t := &ic.Table
+	for _, o := range []struct {
+		dst *string
+		v   string
+	}{
+		{&t.Attempt, sf.table.Attempt}, {&t.DeadAt, sf.table.DeadAt}, {&t.Group, sf.table.Group},
+		{&t.ID, sf.table.ID}, {&t.LastError, sf.table.LastError}, {&t.LockedUntil, sf.table.LockedUntil},
+		{&t.Name, sf.table.Name}, {&t.Payload, sf.table.Payload}, {&t.RetryAfter, sf.table.RetryAfter},
+	} {
+		if o.v != "" {
+			*o.dst = o.v
+		}
+	}
+	for _, d := range []struct {
+		dst *string
+		v   string
+	}{{&t.ID, "id"}, {&t.LockedUntil, "locked_until"}, {&t.Payload, "payload"}} {
+		if *d.dst == "" {
+			*d.dst = d.v
+		}
+	}
+	if t.Name == "" {
+		return ic, "", "", usagef("name the inbox table: --table NAME, or --config FILE")
+	}
+	dsn, from = sf.dsn, "--dsn"
+	if dsn == "" {
+		dsn, from = os.Getenv(EnvDSN), EnvDSN
+	}
+	if dsn == "" && fc.DSN != "" {
+		dsn, from = fc.DSN, "the dsn of "+sf.config
+	}
+	if dsn == "" {
+		return ic, "", "", usagef("name the database: --dsn DSN or $%s", EnvDSN)
+	}
+	return ic, dsn, from, nil
+}
+
+// pick returns the inbox of fc named name ("" when fc names one only).
+func (fc fileConfig) pick(name, file string) (inboxConfig, error) {
+	var names []string
+	for _, ic := range fc.Inboxes {
+		n := ic.Name
+		if n == "" {
+			n = ic.Table.Name
+		}
+		if name == "" && len(fc.Inboxes) == 1 || n == name {
+			return ic, nil
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	switch {
+	case len(fc.Inboxes) == 0:
+		return inboxConfig{}, fmt.Errorf("--config %s names no inboxes", file)
+	case name == "":
+		return inboxConfig{}, fmt.Errorf("--config %s names %d inboxes (%s): choose one with --inbox NAME", file, len(names), strings.Join(names, ", "))
+	}
+	return inboxConfig{}, fmt.Errorf("--inbox %q: %s names no such inbox (it names %s)", name, file, strings.Join(names, ", "))
+}
+
+// inboxTable is the inbox.Table of tc.
+func (tc tableConfig) inboxTable() inbox.Table {
+	return inbox.Table{
+		Attempt: tc.Attempt, DeadAt: tc.DeadAt, Group: tc.Group, ID: tc.ID, LastError: tc.LastError,
+		LockedUntil: tc.LockedUntil, Name: tc.Name, Payload: tc.Payload, RetryAfter: tc.RetryAfter,
+	}
+}
+
+// openSQL opens the database dsn names and returns its inbox dialect: postgres:// or
+// postgresql:// is PostgreSQL (pgx), file:… or a path ending .db, .sqlite or .sqlite3
+// SQLite (modernc.org/sqlite; the file must exist), anything else MySQL/MariaDB
+// (go-sql-driver/mysql, with parseTime=true added). It checks that the database answers.
+func openSQL(ctx context.Context, dsn, from string) (*sql.DB, inbox.Dialect, error) {
+	var driver string
+	var d inbox.Dialect
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		driver, d = "pgx", inbox.Postgres
+	case isSQLite(dsn):
+		path := strings.TrimPrefix(dsn, "file:")
+		path, _, _ = strings.Cut(path, "?")
+		if _, err := os.Stat(path); err != nil {
+			return nil, nil, fmt.Errorf("no SQLite database at %s (%s): %w", path, from, err)
+		}
+		if !strings.HasPrefix(dsn, "file:") {
+			dsn = "file:" + dsn
+		}
+		if !strings.Contains(dsn, "busy_timeout") {
+			dsn += sep(dsn) + "_pragma=busy_timeout(5000)"
+		}
+		driver, d = "sqlite", inbox.SQLite
+	default:
+		if !strings.Contains(dsn, "parseTime") {
+			dsn += sep(dsn) + "parseTime=true"
+		}
+		driver, d = "mysql", inbox.MySQL
+		_ = mysql.SetLogger(log.New(io.Discard, "", 0)) // its errors come back to us, and are reported once
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %q: %w", from, redactDSN(dsn), err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		_ = db.Close()
+		return nil, nil, fmt.Errorf("cannot connect to the database at %s (%s): %w", redactDSN(dsn), from, err)
+	}
+	return db, d, nil
+}
+
+func isSQLite(dsn string) bool {
+	path, _, _ := strings.Cut(dsn, "?")
+	if strings.HasPrefix(path, "file:") {
+		return true
+	}
+	for _, ext := range []string{".db", ".sqlite", ".sqlite3"} {
+		if strings.HasSuffix(path, ext) {
+			return true
+		}
+	}
+	return false
+}
+
+// sep is the separator before one more DSN parameter.
+func sep(dsn string) string {
+	if strings.Contains(dsn, "?") {
+		return "&"
+	}
+	return "?"
+}
+
+// mysqlPassword is the password of a MySQL DSN (user:password@tcp(…)/db).
+var mysqlPassword = regexp.MustCompile(`^([^:@/]*):[^@]*@`)
+
+// redactDSN hides the password of a DSN.
+func redactDSN(dsn string) string {
+	if strings.Contains(dsn, "://") {
+		if u, err := url.Parse(dsn); err == nil {
+			return u.Redacted()
+		}
+		return dsn
+	}
+	return mysqlPassword.ReplaceAllString(dsn, "${1}:xxxxx@")
+}
