@@ -38,7 +38,7 @@ type actionConfig struct {
 }
 
 // SelectionOption bounds what an action does to its selection (DryRun, Limit). It is a
-// ReplayOption and a PurgeOption.
+// ReplayOption, a PurgeOption, a PendingOption, a DelayOption and a SeekOption.
 type SelectionOption struct{ set func(*actionConfig) }
 
 func (o SelectionOption) applyPurge(c *actionConfig)  { o.set(c) }
@@ -50,8 +50,9 @@ func DryRun() SelectionOption {
 	return SelectionOption{set: func(c *actionConfig) { c.dryRun = true }}
 }
 
-// Limit bounds an action to the first n dead letters its filter selects, oldest first.
-// n must not be negative. Defaults to 0: no bound.
+// Limit bounds an action to the first n dead letters its filter selects, oldest first
+// (the first n ids given, for pending entries; the first n members due, for a delay
+// set). n must not be negative. Defaults to 0: no bound.
 func Limit(n int) SelectionOption {
 	return SelectionOption{set: func(c *actionConfig) { c.limit = n }}
 }

@@ -76,7 +76,7 @@ mount's settle.Reclaim) is dead: its process probably died.`,
 		},
 	}
 	ls.Flags().DurationVar(&reclaim, "reclaim-idle", settle.DefaultReclaim, "idle past which a consumer holding entries counts as dead")
-	return group("pending", "A stream's consumer group and its pending entries", ls)
+	return group("pending", "A stream's consumer group and its pending entries", ls, a.pendingReleaseCommand(), a.pendingDeadCommand())
 }
 
 func (a *app) printStream(s *admin.StreamInfo) error {
@@ -94,16 +94,7 @@ func (a *app) printStream(s *admin.StreamInfo) error {
 		fmt.Fprintf(a.stdout, "; oldest %s: added %s ago, idle %s, delivered %d times", s.OldestPendingID, dur(s.OldestPendingAge), dur(s.OldestPendingIdle), s.OldestPendingDeliveries)
 	}
 	fmt.Fprintf(a.stdout, "\n  dead consumers (holding entries, idle past %s): %d\n\n", s.ReclaimIdle, len(s.Dead))
-	w := a.table()
-	fmt.Fprintln(w, "CONSUMER\tPENDING\tIDLE\tDEAD")
-	for _, c := range s.Consumers {
-		dead := ""
-		if c.Dead {
-			dead = "dead"
-		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", c.Name, c.Pending, dur(c.Idle), dead)
-	}
-	return w.Flush()
+	return a.printConsumers(s.Consumers)
 }
 
 // delaySetJSON is admin.DelaySetInfo as --json prints it.
@@ -121,6 +112,7 @@ func delaySetJSONOf(d *admin.DelaySetInfo) delaySetJSON {
 }
 
 func (a *app) delayedCommand() *cobra.Command {
+	var members int
 	ls := &cobra.Command{
 		Use:   "ls KEY",
 		Short: "Show the durable delay set KEY: size, next due, overdue",
@@ -132,6 +124,9 @@ is an empty set.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.connect(cmd.Context()); err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("members") {
+				return a.delayedMembers(cmd.Context(), args[0], members)
 			}
 			d, err := a.insp.DelaySet(cmd.Context(), args[0])
 			if err != nil {
@@ -151,7 +146,9 @@ is an empty set.`,
 			return nil
 		},
 	}
-	return group("delayed", "A durable delay set", ls)
+	ls.Flags().IntVar(&members, "members", 0, "list the members instead, earliest due first, at most `N` (0: all)")
+	ls.Flags().Lookup("members").NoOptDefVal = "0"
+	return group("delayed", "A durable delay set", ls, a.delayedPromoteCommand(), a.delayedCancelCommand())
 }
 
 // statJSON is one key of stats --json: Kind says which view is filled in.

@@ -13,20 +13,23 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 	t.Parallel()
 
 	scripts := map[string]*redis.Script{
-		"channel_sweep": channelSweep,
-		"claim":         claim,
-		"list_move":     listMove,
-		"list_recover":  ListRecover,
-		"list_sweep":    listSweep,
-		"park":          park,
-		"prune":         prune,
-		"scan_gate":     scanGate,
-		"stream_move":   streamMove,
-		"sweep":         sweep,
-		"release":       release,
-		"replay":        replay,
-		"touch":         touch,
-		"value_park":    valuePark,
+		"channel_sweep":   channelSweep,
+		"claim":           claim,
+		"delay_promote":   delayPromote,
+		"list_move":       listMove,
+		"list_recover":    ListRecover,
+		"list_sweep":      listSweep,
+		"park":            park,
+		"pending_dead":    pendingDead,
+		"pending_release": pendingRelease,
+		"prune":           prune,
+		"scan_gate":       scanGate,
+		"stream_move":     streamMove,
+		"sweep":           sweep,
+		"release":         release,
+		"replay":          replay,
+		"touch":           touch,
+		"value_park":      valuePark,
 	}
 	srcs := Sources()
 	if len(srcs) != len(scripts) {
