@@ -14,7 +14,11 @@
 // # Actions
 //
 // [Inspector.Replay] moves dead letters back to the stream they came from (or to
-// another), attempt reset; [Inspector.Purge] deletes them. Both take a [Filter] that
+// another), attempt reset; [Inspector.Purge] deletes them. [Inspector.ReleasePending]
+// hands a stuck pending entry back to its group, [Inspector.DeadLetterPending]
+// dead-letters it now, [Inspector.PruneConsumers] removes consumers holding nothing,
+// [Inspector.Promote] and [Inspector.Cancel] act on delay-set members, and
+// [Inspector.Seek] moves a group to an id or a time. Both take a [Filter] that
 // selects dead letters, and options: [DryRun], [Limit], and for a replay [Rate] and
 // [To]. Each dead letter moves in one Lua script (append to the destination, delete
 // from the dead letter), so a replay interrupted by a crash and run again moves nothing

@@ -86,9 +86,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "settle",
-		Short: "Inspect and act on what settle holds in Redis",
-		Long: `settle shows what settle holds in Redis (dead letters, consumer groups, delay sets)
-and acts on it (replay, purge, export, import), through the settle/admin API.
+		Short: "Inspect and act on what settle holds in Redis and in SQL inboxes",
+		Long: `settle shows what settle holds in Redis (dead letters, consumer groups and their
+pending entries, delay sets) and in SQL inboxes (settle inbox: groups and dead rows), and acts
+on it (replay, purge, export, import, release, dead-letter, promote, cancel, prune, seek),
+through the settle/admin API and the inbox's operator methods.
 
 The key a command acts on is its first argument, e.g.
   settle dlq ls '{refunds}.dlq'
@@ -97,8 +99,9 @@ The key a command acts on is its first argument, e.g.
 Connection: --redis URL, else $` + EnvRedisURL + `, else ` + defaultRedisURL + `.
 Output: tables for a person; --json prints JSON (one object per line for lists).
 
-Destructive actions (dlq replay, dlq purge, dlq import) ask for confirmation on a
-terminal, refuse without one unless --yes is given, and support --dry-run.
+Actions that change what is stored (dlq replay|purge|import, pending release|dead,
+consumers prune, delayed promote|cancel, seek, inbox dead replay|purge) ask for
+confirmation on a terminal, refuse without one unless --yes is given, and support --dry-run.
 
 Exit codes:
   0  success

@@ -1,9 +1,11 @@
-// Command settle shows an operator what settle holds in Redis and acts on it: the dead
-// letters of a dead-letter stream (list them grouped by reason, error and source, show
-// one decoded, replay or purge a filtered selection, export and import them as NDJSON),
-// a stream's consumer group and its pending entries, a durable delay set, and one
-// screen of counts for the keys it is pointed at. Every view and action is a call of
-// the library's operator API, github.com/settlekit/settle/admin.
+// Command settle shows an operator what settle holds in Redis and in SQL inboxes and acts
+// on it: the dead letters of a dead-letter stream (list them grouped by reason, error and
+// source, show one decoded, replay or purge a filtered selection, export and import them
+// as NDJSON), a stream's consumer group and its pending entries (release one, dead-letter
+// one, prune idle consumers, seek the group), a durable delay set (promote or cancel
+// members), an inbox's groups and dead rows (settle inbox), and one screen of counts for
+// the keys it is pointed at. Every view and action is a call of the library's operator
+// API: github.com/settlekit/settle/admin, and the inbox's methods.
 //
 // Run it from the repository root with
 //
@@ -25,7 +27,8 @@
 //
 // # Destructive actions
 //
-// dlq replay, dlq purge and dlq import change what Redis holds. Each first checks the
+// dlq replay|purge|import, pending release|dead, consumers prune, delayed
+// promote|cancel, seek and inbox dead replay|purge change what is stored. Each first checks the
 // whole selection (and reports what it would do), then asks for confirmation on a
 // terminal; without a terminal it refuses unless --yes is given. --dry-run reports
 // what would change and changes nothing.
