@@ -117,6 +117,7 @@ Exit codes:
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(a.dlqCommand(), a.pendingCommand(), a.delayedCommand(), a.statsCommand())
+	root.AddCommand(a.pauseCommand(), a.resumeCommand())
 	return root
 }
 
