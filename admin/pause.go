@@ -21,6 +21,11 @@ func ControlKey(key, group string) string { return keys.Paused(key, group) }
 // holds (heartbeats and leases go on; a graceful stop still works). Pausing twice is
 // pausing once, and nothing else changes.
 //
+// A paused mount neither reads nor sweeps: copies parked in a durable delay set stay
+// there until the resume, and a set with a TTL expires TTL after its last park, so a
+// pause longer than that TTL loses them. Give such a set a TTL longer than any pause
+// (or none).
+//
 // A stream needs its group, and the group must exist; a list takes no group. A key
 // that does not exist is taken for an empty list (its mounts pause all the same), unless
 // it is a Pub/Sub channel with subscribers here: a subscriber cannot be paused (Redis
