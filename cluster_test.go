@@ -202,6 +202,7 @@ func newClusterStreamSubject(t *testing.T, c *conformanceClock, mk func(rdb redi
 		},
 		Source: mk(r.Client, in, group),
 	}
+	pauseByKey(s, r.Client, in, group)
 	if c != nil {
 		s.Advance = c.Advance
 		s.Config.Test.Clock = c
@@ -229,6 +230,7 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 		},
 		Source: settle.List(r.Client, in),
 	}
+	pauseByKey(s, r.Client, in, "")
 	if reliable {
 		s.Source = settle.ReliableList(r.Client, in, settle.Consumer("c"))
 		s.Pending = func(t testing.TB) int64 {

@@ -267,8 +267,15 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		}
 	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
+	var pause pauseState
 
 	for ctx.Err() == nil {
+		if m.paused(ctx, &pause) {
+			// Paused from outside (see pause.go): read nothing new; what the mount holds
+			// runs and settles, heartbeats and leases go on, and a stop still drains.
+			m.waitPaused(ctx)
+			continue
+		}
 		n := 0
 	room:
 		for n < readSize {

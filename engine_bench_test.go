@@ -23,6 +23,7 @@ func (nopTransport) Open(context.Context) error     { return nil }
 func (nopTransport) Fetch(context.Context, int, time.Duration) ([]*source.Delivery, error) {
 	return nil, nil
 }
+func (nopTransport) Paused(context.Context) (bool, error)          { return false, nil }
 func (nopTransport) Ack(context.Context, []*source.Delivery) error { return nil }
 func (nopTransport) Moves(_ context.Context, ms []source.Move) []error {
 	return make([]error, len(ms))

@@ -58,6 +58,7 @@ func newListSubject(t *testing.T, reliable bool, c *conformanceClock) *sourcetes
 		},
 		Source: settle.List(r.Client, in),
 	}
+	pauseByKey(s, r.Client, in, "")
 	if reliable {
 		s.Source = settle.ReliableList(r.Client, in, settle.Consumer("c"))
 		s.Pending = func(t testing.TB) int64 {

@@ -43,6 +43,9 @@ type StreamInfo struct {
 	// OldestPendingIdle is how long the oldest pending entry has gone without being
 	// delivered, claimed or touched by a heartbeat; 0 when nothing is pending.
 	OldestPendingIdle time.Duration
+	// Paused reports that the group's mounts are paused: its control key exists (see
+	// Inspector.Pause).
+	Paused bool
 	// Pending is how many entries were delivered to the group and not acknowledged.
 	Pending int64
 	// ReclaimIdle is the idle past which a consumer holding entries counts as dead.
@@ -83,7 +86,7 @@ func ReclaimIdle(d time.Duration) StreamOption {
 }
 
 // Stream returns the stream key and its consumer group, read with XLEN, XINFO GROUPS,
-// XPENDING and XINFO CONSUMERS (not one snapshot: each figure is as of its own
+// XPENDING, XINFO CONSUMERS and EXISTS of its control key (not one snapshot: each figure is as of its own
 // command). A missing key, a key that is not a stream, or a group the stream does not
 // have is an error naming it.
 func (i *Inspector) Stream(ctx context.Context, key, group string, opts ...StreamOption) (*StreamInfo, error) {
@@ -116,6 +119,9 @@ func (i *Inspector) Stream(ctx context.Context, key, group string, opts ...Strea
 		return nil, fmt.Errorf("%w: stream %q has no group %q", ErrGroupNotFound, key, group)
 	}
 	if err := i.oldestPending(ctx, info); err != nil {
+		return nil, err
+	}
+	if info.Paused, err = i.Paused(ctx, key, group); err != nil {
 		return nil, err
 	}
 	consumers, err := i.rdb.XInfoConsumers(ctx, key, group).Result()

@@ -34,6 +34,7 @@ type Memory struct {
 	mu       sync.Mutex
 	name     string
 	parked   []*parkedMessage
+	paused   bool
 	ready    []*memoryMessage
 	seq      uint64
 	wake     chan struct{} // closed and replaced on every change

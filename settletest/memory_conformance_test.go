@@ -43,6 +43,8 @@ func newMemorySubject(c *settletest.Clock) *sourcetest.Subject {
 			mem.Publish(payload, headers)
 		},
 		Source: mem,
+		Pause:  func(testing.TB) { mem.Pause() },
+		Resume: func(testing.TB) { mem.Resume() },
 	}
 	if c != nil {
 		s.Advance = c.Advance

@@ -121,6 +121,7 @@ Exit codes:
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(a.dlqCommand(), a.pendingCommand(), a.delayedCommand(), a.statsCommand(), a.inboxCommand())
 	root.AddCommand(a.consumersCommand(), a.seekCommand())
+	root.AddCommand(a.pauseCommand(), a.resumeCommand())
 	return root
 }
 

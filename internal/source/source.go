@@ -15,6 +15,11 @@
 //   - Open, once, from Run (create a consumer group, start a heartbeat).
 //   - Fetch, from one goroutine per mount, one call at a time: up to max deliveries,
 //     blocking at most wait for the first.
+//   - Paused, from the same goroutine, between Fetches, at most once per second of
+//     the App's clock: whether an operator paused the mount from outside the process
+//     (a control key beside the source, a control row in the inbox's table). While it
+//     answers true the engine fetches nothing (what the mount holds still settles);
+//     an error keeps the last answer.
 //   - Ack and Moves, from other goroutines, concurrently with Fetch and with each
 //     other: Ack completes deliveries (ack, drop, a rejected or lost one); Moves applies
 //     every other settlement, one Move each, in a batch (Info.BatchesMoves) or one at a
@@ -105,6 +110,11 @@ type Transport interface {
 	// Fetch returns up to max deliveries, waiting at most wait for the first one (a
 	// negative wait: not at all). It returns (nil, nil) when nothing came.
 	Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error)
+	// Paused reports whether the mount is paused from outside the process: a Redis
+	// source's control key (keys.Paused) exists, an inbox's control row is there. It
+	// is one round trip, and reads nothing else. A transport that cannot be paused
+	// returns (false, nil) and says why in its docs.
+	Paused(ctx context.Context) (bool, error)
 	// Ack completes deliveries: their messages go nowhere. An error applies to every
 	// delivery unless it is an *AckErrors, which says which failed.
 	Ack(ctx context.Context, ds []*Delivery) error

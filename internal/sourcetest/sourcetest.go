@@ -43,6 +43,10 @@ type Features struct {
 	// UsesDeliveryCounter: attempts come from the transport's own counter and a retry
 	// leaves the message pending until its min-idle passes (ClaimingStream).
 	UsesDeliveryCounter bool
+	// NeverPaused: the transport cannot be paused (PubSub: Redis keeps nothing for a
+	// subscriber, so a pause would only lose what is published meanwhile); the pause
+	// scenarios are skipped.
+	NeverPaused bool
 }
 
 // Subject is one fresh transport under test, with keys or a table of its own.
@@ -69,6 +73,10 @@ type Subject struct {
 	// Source is the source to mount. The suite may mount it on a second App after the
 	// first has returned (a restart).
 	Source settle.Source
+	// Pause and Resume pause and resume the mounts of Source from outside the App, as
+	// an operator does (settle/admin's Pause, the inbox's): a control key or row.
+	// Required unless Features.NeverPaused.
+	Pause, Resume func(t testing.TB)
 }
 
 // Dead is one dead letter as read back from its destination.
@@ -122,6 +130,23 @@ func (r *Recorder) WaitFor(t testing.TB, timeout time.Duration, what string, con
 // fake clock), when nudge is not nil.
 func (r *Recorder) waitFor(t testing.TB, timeout time.Duration, what string, nudge func(), cond func([]settle.Settled) bool) []settle.Settled {
 	t.Helper()
+	var evs []settle.Settled
+	waitSignal(t, timeout, nudge, func() (bool, <-chan struct{}) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		evs = append([]settle.Settled(nil), r.events...)
+		return cond(evs), r.wake
+	}, func() {
+		t.Fatalf("timed out after %s waiting for %s; events: %s", timeout, what, describe(evs))
+	})
+	return evs
+}
+
+// waitSignal waits until check reports done, woken by the channel check returns
+// (closed at the next change), calling nudge (when not nil) every few milliseconds
+// meanwhile; after timeout it calls fail, which must stop the test.
+func waitSignal(t testing.TB, timeout time.Duration, nudge func(), check func() (done bool, wake <-chan struct{}), fail func()) {
+	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	var tick <-chan time.Time
@@ -131,19 +156,17 @@ func (r *Recorder) waitFor(t testing.TB, timeout time.Duration, what string, nud
 		tick = ticker.C
 	}
 	for {
-		r.mu.Lock()
-		evs := append([]settle.Settled(nil), r.events...)
-		wake := r.wake
-		r.mu.Unlock()
-		if cond(evs) {
-			return evs
+		done, wake := check()
+		if done {
+			return
 		}
 		select {
 		case <-wake:
 		case <-tick:
 			nudge()
 		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s; events: %s", timeout, what, describe(evs))
+			fail()
+			return
 		}
 	}
 }
@@ -167,6 +190,7 @@ type Running struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	err     error
+	logs    *logWatch
 	stop    sync.Once
 	subject *Subject
 }
@@ -187,13 +211,15 @@ func Start(t testing.TB, s *Subject, h settle.Handler, opts ...settle.MountOptio
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
+	logs := newLogWatch()
+	cfg.Logger = slog.New(logs.handler(cfg.Logger.Handler()))
 	app, err := settle.New(cfg)
 	if err != nil {
 		t.Fatalf("settle.New: %v", err)
 	}
 	app.Mount(s.Source, h, opts...)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Running{Recorder: rec, cancel: cancel, done: make(chan struct{}), subject: s}
+	r := &Running{Recorder: rec, cancel: cancel, done: make(chan struct{}), logs: logs, subject: s}
 	go func() {
 		defer close(r.done)
 		r.err = app.Run(ctx)

@@ -36,6 +36,8 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"DrainFinishesInFlight", testDrainFinishesInFlight},
 		{"DrainTimeoutCancelsHandlers", testDrainTimeoutCancelsHandlers},
 		{"StopHandsBackWhatNeverStarted", testStopHandsBackWhatNeverStarted},
+		{"PausedMountReadsNothingNewAndResumes", testPausedMountReadsNothingNewAndResumes},
+		{"StopWhilePausedKeepsWhatWaits", testStopWhilePausedKeepsWhatWaits},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -60,6 +60,16 @@ func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 			}
 		},
 		Source: ib.Queue("jobs", inbox.Poll(20*time.Millisecond)),
+		Pause: func(t testing.TB) {
+			if err := ib.Pause(context.Background(), "jobs"); err != nil {
+				t.Fatalf("pause: %v", err)
+			}
+		},
+		Resume: func(t testing.TB) {
+			if err := ib.Resume(context.Background(), "jobs"); err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+		},
 	}
 	if fake {
 		// The suite's waits nudge the fake clock a minute every few milliseconds: a lease
