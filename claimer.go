@@ -236,15 +236,26 @@ func (c *claimer) atRisk() []string {
 	return c.s.owner.inflightIDs()
 }
 
-// takeDue takes up to max ids of the entries left pending that are due at now. c.mu is
-// held.
+// takeDue takes up to max ids of the entries left pending that are due at now, each once:
+// an entry left again after a scan claimed it back is in dues twice, and an id listed
+// twice in one XCLAIM is claimed (its delivery count raised) twice. c.mu is held.
 func (c *claimer) takeDue(now time.Time, max int) []string {
 	var ids []string
+	var seen map[string]bool
 	for len(c.dues) > 0 && len(ids) < max && !now.Before(c.dues[0].due) {
 		b := &c.dues[0]
-		n := min(len(b.ids), max-len(ids))
-		ids = append(ids, b.ids[:n]...)
-		if b.ids = b.ids[n:]; len(b.ids) == 0 {
+		for len(b.ids) > 0 && len(ids) < max {
+			id := b.ids[0]
+			b.ids = b.ids[1:]
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		if len(b.ids) == 0 {
 			c.dues = c.dues[1:]
 		}
 	}

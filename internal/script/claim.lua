@@ -49,7 +49,8 @@ if ARGV[4] == '' then
   local take, count = {}, {}
   for _, id in ipairs(listed) do
     local p = found[id]
-    if p and not inflight[id] and p[1] >= tonumber(ARGV[3]) then
+    -- An id listed twice is claimed once (XCLAIM would raise its count twice).
+    if p and not inflight[id] and not count[id] and p[1] >= tonumber(ARGV[3]) then
       take[#take + 1] = id
       count[id] = p[2] + 1
     end
