@@ -102,11 +102,7 @@ With --entries, list the entries instead, oldest first.`,
 
 func (a *app) printSummary(s *admin.DeadLetterSummary) error {
 	if a.json {
-		return a.printJSON(summaryJSON{
-			ByError: groupsJSON(s.ByError), ByReason: groupsJSON(s.ByReason), BySource: groupsJSON(s.BySource),
-			Count: s.Count, Key: s.Key, Newest: s.Newest, NewestAt: timeOrNil(s.NewestAt),
-			Oldest: s.Oldest, OldestAt: timeOrNil(s.OldestAt),
-		})
+		return a.printJSON(summaryJSONOf(s))
 	}
 	fmt.Fprintf(a.stdout, "%s: %d dead letters\n", s.Key, s.Count)
 	if s.Count == 0 {
