@@ -2,6 +2,7 @@ package settle
 
 import (
 	"errors"
+	"time"
 	"unicode/utf8"
 
 	"github.com/settlekit/settle/internal/source"
@@ -10,6 +11,10 @@ import (
 // Headers a dead letter carries besides the message's own headers, whose retry count is
 // set to the attempts spent.
 const (
+	// HeaderDeadAt is when the message was dead-lettered, on the App's clock: RFC 3339
+	// in UTC with milliseconds ("2006-01-02T15:04:05.000Z"). A list or channel dead
+	// letter has no entry id to tell the time by; a stream dead letter carries it too.
+	HeaderDeadAt = HeaderPrefix + "dead-at"
 	// HeaderDeadError is the last error the handler returned (for a panic, the panic
 	// value and its stack), cut at 4 KiB.
 	HeaderDeadError = HeaderPrefix + "dead-error"
@@ -21,10 +26,15 @@ const (
 	HeaderDeadSource = HeaderPrefix + "dead-source"
 )
 
+// deadAtLayout is the time layout of HeaderDeadAt (time.RFC3339 parses it).
+const deadAtLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // deadLetterHeaders returns the headers of d's dead letter: d's own headers as they
-// arrived, retry count set to the attempts spent, and the dead-letter headers.
-func deadLetterHeaders(d *source.Delivery, s settlement, lastErr error) map[string]string {
+// arrived, retry count set to the attempts spent, and the dead-letter headers; now is
+// the App's clock at the dead letter.
+func deadLetterHeaders(d *source.Delivery, s settlement, lastErr error, now time.Time) map[string]string {
 	h := withRetryCount(d.Headers, d.Attempt)
+	h[HeaderDeadAt] = now.UTC().Format(deadAtLayout)
 	h[HeaderDeadSource] = d.Key
 	h[HeaderDeadID] = d.ID
 	h[HeaderDeadReason] = s.Reason

@@ -378,7 +378,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		return false
 	default: // ActionDeadLetter
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
-		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Err: errorText(o.Err), Headers: deadLetterHeaders(d, s, o.Err)}, ev)
+		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Err: errorText(o.Err), Headers: deadLetterHeaders(d, s, o.Err, m.eng.clock.Now())}, ev)
 	}
 }
 

@@ -239,9 +239,14 @@ type Group struct {
 // selects (use the zero Filter for all) and counts and groups them. It reads the whole
 // selection, in pages: on a very long stream, narrow it with f.Since and f.Until.
 func (i *Inspector) DeadLetterSummary(ctx context.Context, key string, f Filter) (*DeadLetterSummary, error) {
+	return summarize(key, func(each func(DeadLetter)) error { return i.scan(ctx, key, f, 0, each) })
+}
+
+// summarize counts and groups the dead letters scan gives each, oldest first.
+func summarize(key string, scan func(each func(DeadLetter)) error) (*DeadLetterSummary, error) {
 	s := &DeadLetterSummary{Key: key}
 	byReason, byError, bySource := grouper{}, grouper{}, grouper{}
-	err := i.scan(ctx, key, f, 0, func(d DeadLetter) {
+	err := scan(func(d DeadLetter) {
 		s.Count++
 		if s.Oldest == "" {
 			s.Oldest, s.OldestAt = d.ID, d.Time

@@ -8,8 +8,11 @@
 // its consumer groups: length, lag, pending entries, consumers, dead consumers),
 // [Inspector.DeadLetterSummary] (a dead-letter stream grouped by reason, normalised
 // error and source), [Inspector.DeadLetters] (its entries), [Inspector.Peek] (one entry,
-// its payload decoded) and [Inspector.DelaySet] (a durable delay set: size, next due,
-// overdue). "Now" is the Redis server's TIME, never this host's clock.
+// its payload decoded), [Inspector.DelaySet] (a durable delay set: size, next due,
+// overdue), [Inspector.ReliableList] (a reliable list: length, each consumer's
+// processing list, heartbeat alive or orphaned), and [Inspector.ListDeadLetterSummary]
+// and [Inspector.ListDeadLetters] (a dead-letter list, its members named by index).
+// "Now" is the Redis server's TIME, never this host's clock.
 //
 // # Actions
 //
@@ -18,7 +21,8 @@
 // hands a stuck pending entry back to its group, [Inspector.DeadLetterPending]
 // dead-letters it now, [Inspector.PruneConsumers] removes consumers holding nothing,
 // [Inspector.Promote] and [Inspector.Cancel] act on delay-set members, and
-// [Inspector.Seek] moves a group to an id or a time. Both take a [Filter] that
+// [Inspector.Seek] moves a group to an id or a time; [Inspector.ReplayList] and
+// [Inspector.PurgeList] are Replay and Purge for a dead-letter list. Both take a [Filter] that
 // selects dead letters, and options: [DryRun], [Limit], and for a replay [Rate] and
 // [To]. Each dead letter moves in one Lua script (append to the destination, delete
 // from the dead letter), so a replay interrupted by a crash and run again moves nothing

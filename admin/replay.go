@@ -77,6 +77,14 @@ func To(key string) ReplayOption {
 // selection returns the dead letters of key an action configured by cfg acts on, or
 // cfg's or f's refusal.
 func (i *Inspector) selection(ctx context.Context, key string, f Filter, cfg actionConfig) ([]DeadLetter, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	return i.DeadLetters(ctx, key, f, cfg.limit)
+}
+
+// check refuses a negative Limit or Rate.
+func (cfg actionConfig) check() error {
 	var errs []error
 	if cfg.limit < 0 {
 		errs = append(errs, fmt.Errorf("admin: Limit(%d) is negative", cfg.limit))
@@ -84,10 +92,7 @@ func (i *Inspector) selection(ctx context.Context, key string, f Filter, cfg act
 	if cfg.rate < 0 {
 		errs = append(errs, fmt.Errorf("admin: Rate(%g) is negative", cfg.rate))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return i.DeadLetters(ctx, key, f, cfg.limit)
+	return errors.Join(errs...)
 }
 
 // ReplayResult is what a replay moved (or, in a dry run, would move).
@@ -141,7 +146,7 @@ func (i *Inspector) Replay(ctx context.Context, key string, f Filter, opts ...Re
 	if err != nil {
 		return nil, err
 	}
-	if err := i.checkDestinations(ctx, key, sel, cfg.to); err != nil {
+	if err := i.checkDestinations(ctx, key, sel, cfg.to, "stream"); err != nil {
 		return nil, err
 	}
 	res := &ReplayResult{DryRun: cfg.dryRun}
@@ -182,8 +187,9 @@ func destination(d DeadLetter, to string) string {
 }
 
 // checkDestinations refuses a selection any of whose dead letters could not be moved
-// from the dead-letter stream key: every problem, joined.
-func (i *Inspector) checkDestinations(ctx context.Context, key string, sel []DeadLetter, to string) error {
+// from the dead-letter key (of type kind: "stream", or "list", whose destinations may
+// not exist yet): every problem, joined.
+func (i *Inspector) checkDestinations(ctx context.Context, key string, sel []DeadLetter, to, kind string) error {
 	var errs []error
 	dests := map[string]bool{}
 	var noSource []string
@@ -214,7 +220,7 @@ func (i *Inspector) checkDestinations(ctx context.Context, key string, sel []Dea
 				continue
 			}
 		}
-		if err := i.mustBe(ctx, dest, "stream", "destination stream", false); err != nil {
+		if err := i.mustBe(ctx, dest, kind, "destination "+kind, kind == "list"); err != nil {
 			errs = append(errs, err)
 		}
 	}

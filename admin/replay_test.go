@@ -12,7 +12,6 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/admin"
-	"github.com/settlekit/settle/internal/redistest"
 )
 
 func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
@@ -200,29 +199,6 @@ func TestReplayRefusesADestinationInAnotherSlotBeforeMovingAnything(t *testing.T
 	}
 	if res, err := insp.Replay(b.ctx, b.dlq, admin.Filter{}, admin.Limit(1)); err != nil || len(res.Replayed) != 1 {
 		t.Fatalf("Replay to the source, in the slot = %+v, %v", res, err)
-	}
-}
-
-func TestReplayOnClusterStaysInOneSlot(t *testing.T) {
-	t.Parallel()
-	c := redistest.Cluster(t)
-	ctx := context.Background()
-	in, dlq, other := c.Key("in"), c.Key("dlq"), c.Other("in")
-	for _, k := range []string{in, other} {
-		if err := c.Client.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []any{"payload", "first"}}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Client.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: []any{"payload", "p", settle.HeaderDeadSource, in, settle.HeaderRetryCount, "3"}}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	insp := admin.NewInspector(c.Client)
-	if _, err := insp.Replay(ctx, dlq, admin.Filter{}, admin.To(other)); !errors.Is(err, admin.ErrCrossSlot) {
-		t.Fatalf("Replay across slots = %v, want ErrCrossSlot", err)
-	}
-	res, err := insp.Replay(ctx, dlq, admin.Filter{})
-	if err != nil || len(res.Replayed) != 1 {
-		t.Fatalf("Replay in one slot = %+v, %v", res, err)
 	}
 }
 

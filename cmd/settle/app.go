@@ -50,9 +50,10 @@ func usagef(format string, args ...any) error {
 
 // app is one run of the command: its streams, its flags, its connection.
 type app struct {
+	cluster  bool
 	insp     *admin.Inspector
 	json     bool
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	redisURL string
 	stderr   io.Writer
 	stdin    io.Reader
@@ -96,7 +97,10 @@ The key a command acts on is its first argument, e.g.
   settle dlq ls '{refunds}.dlq'
   settle pending ls '{refunds}' refunds
 
-Connection: --redis URL, else $` + EnvRedisURL + `, else ` + defaultRedisURL + `.
+Connection: --redis URL, else $` + EnvRedisURL + `, else $` + EnvRedisCluster + ` (a cluster's
+nodes), else ` + defaultRedisURL + `. A Redis Cluster: --cluster, or a comma-separated
+list of nodes (--redis 127.0.0.1:7001,127.0.0.1:7002); replays then refuse a destination
+in another hash slot.
 Output: tables for a person; --json prints JSON (one object per line for lists).
 
 Actions that change what is stored (dlq replay|purge|import, pending release|dead,
@@ -116,11 +120,12 @@ Exit codes:
 		RunE:          groupRun,
 	}
 	root.PersistentFlags().StringVar(&a.redisURL, "redis", "", "Redis URL (default $"+EnvRedisURL+", else "+defaultRedisURL+")")
+	root.PersistentFlags().BoolVar(&a.cluster, "cluster", false, "connect to a Redis Cluster: --redis names seed nodes (comma-separated addresses or URLs; a comma implies --cluster)")
 	root.PersistentFlags().BoolVar(&a.json, "json", false, "print JSON (one object per line for lists)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(a.dlqCommand(), a.pendingCommand(), a.delayedCommand(), a.statsCommand(), a.inboxCommand())
-	root.AddCommand(a.consumersCommand(), a.seekCommand())
+	root.AddCommand(a.consumersCommand(), a.seekCommand(), a.listCommand())
 	root.AddCommand(a.pauseCommand(), a.resumeCommand())
 	return root
 }
@@ -159,20 +164,22 @@ func (a *app) connect(ctx context.Context) error {
 	if a.insp != nil {
 		return nil
 	}
-	raw := a.redisURL
-	from := "--redis"
-	if raw == "" {
-		raw, from = os.Getenv(EnvRedisURL), EnvRedisURL
-	}
-	if raw == "" {
-		raw, from = defaultRedisURL, "the default Redis URL"
-	}
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		return fmt.Errorf("%s %q: %w", from, redact(raw), err)
-	}
+	raw, from, cluster := a.redisTarget()
 	redis.SetLogger(quietLogger{}) // its dial errors come back to us, and are reported once
-	rdb := redis.NewClient(opt)
+	var rdb redis.UniversalClient
+	if cluster {
+		c, err := newClusterClient(raw)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", from, redact(raw), err)
+		}
+		rdb = c
+	} else {
+		opt, err := redis.ParseURL(raw)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", from, redact(raw), err)
+		}
+		rdb = redis.NewClient(opt)
+	}
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {

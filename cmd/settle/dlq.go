@@ -15,7 +15,7 @@ import (
 
 func (a *app) dlqCommand() *cobra.Command {
 	return group("dlq", "Dead letters: list, show, replay, purge, export, import",
-		a.dlqLsCommand(), a.dlqShowCommand(), a.dlqReplayCommand(), a.dlqPurgeCommand(),
+		a.dlqLsCommand(a.streams()), a.dlqShowCommand(), a.dlqReplayCommand(a.streams()), a.dlqPurgeCommand(a.streams()),
 		a.dlqExportCommand(), a.dlqImportCommand())
 }
 
@@ -58,20 +58,20 @@ type deadLetterJSON struct {
 	Time       time.Time         `json:"time"`
 }
 
-func (a *app) dlqLsCommand() *cobra.Command {
+func (a *app) dlqLsCommand(st store) *cobra.Command {
 	var ff filterFlags
 	var entries bool
 	var limit int
 	c := &cobra.Command{
 		Use:   "ls KEY",
 		Short: "Count the dead letters of KEY, grouped by reason, normalised error and source",
-		Long: `Count the dead letters of the dead-letter stream KEY (all, or those the filters
+		Long: `Count the dead letters of the dead-letter ` + st.noun + ` KEY (all, or those the filters
 select), grouped by reason, by normalised error (ids and numbers replaced, so that
 "card 4242 declined" and "card 1881 declined" group together) and by source.
-With --entries, list the entries instead, oldest first.`,
+With --entries, list the entries instead, oldest first.` + st.note,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, none, err := a.selected(cmd.Context(), args[0], &ff)
+			f, none, err := a.selectedIn(cmd.Context(), st, args[0], &ff)
 			if err != nil {
 				return err
 			}
@@ -79,7 +79,7 @@ With --entries, list the entries instead, oldest first.`,
 			case entries && none:
 				return a.printDeadLetters(nil)
 			case entries:
-				dls, err := a.insp.DeadLetters(cmd.Context(), args[0], f, limit)
+				dls, err := st.entries(cmd.Context(), args[0], f, limit)
 				if err != nil {
 					return err
 				}
@@ -87,7 +87,7 @@ With --entries, list the entries instead, oldest first.`,
 			case none:
 				return a.printSummary(&admin.DeadLetterSummary{Key: args[0]})
 			}
-			s, err := a.insp.DeadLetterSummary(cmd.Context(), args[0], f)
+			s, err := st.summary(cmd.Context(), args[0], f)
 			if err != nil {
 				return err
 			}
@@ -102,11 +102,7 @@ With --entries, list the entries instead, oldest first.`,
 
 func (a *app) printSummary(s *admin.DeadLetterSummary) error {
 	if a.json {
-		return a.printJSON(summaryJSON{
-			ByError: groupsJSON(s.ByError), ByReason: groupsJSON(s.ByReason), BySource: groupsJSON(s.BySource),
-			Count: s.Count, Key: s.Key, Newest: s.Newest, NewestAt: timeOrNil(s.NewestAt),
-			Oldest: s.Oldest, OldestAt: timeOrNil(s.OldestAt),
-		})
+		return a.printJSON(summaryJSONOf(s))
 	}
 	fmt.Fprintf(a.stdout, "%s: %d dead letters\n", s.Key, s.Count)
 	if s.Count == 0 {

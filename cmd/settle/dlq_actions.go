@@ -58,7 +58,7 @@ type replayedJSON struct {
 	To    string `json:"to"`
 }
 
-func (a *app) dlqReplayCommand() *cobra.Command {
+func (a *app) dlqReplayCommand(st store) *cobra.Command {
 	var ff filterFlags
 	var af actionFlags
 	var limit int
@@ -66,20 +66,19 @@ func (a *app) dlqReplayCommand() *cobra.Command {
 	var to string
 	c := &cobra.Command{
 		Use:   "replay KEY",
-		Short: "Move dead letters of KEY back to the stream they came from, attempts reset",
-		Long: `Move the dead letters of the dead-letter stream KEY that the filters select (all
-without a filter) back to the stream each came from, or to --to, oldest first. Each goes
+		Short: "Move dead letters of KEY back to the " + st.noun + " they came from, attempts reset",
+		Long: `Move the dead letters of the dead-letter ` + st.noun + ` KEY that the filters select (all
+without a filter) back to the ` + st.noun + ` each came from, or to --to, oldest first. Each goes
 back with settle's own headers removed (its attempts start again) and a
 settle-replayed-from header; each moves in one script, so a replay run again moves
 nothing twice. The whole selection is checked first: a missing key, an id not found, a
 regexp that does not compile, a destination that is missing or in another cluster slot
-is refused and nothing moves.`,
-		Example: `  settle dlq replay '{refunds}.dlq' --reason unavailable --rate 50
-  settle dlq replay '{refunds}.dlq' --id 1700000000000-0 --yes`,
-		Args: exactArgs("KEY"),
+is refused and nothing moves.` + st.note,
+		Example: st.replayExample,
+		Args:    exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			f, none, err := a.selected(cmd.Context(), key, &ff)
+			f, none, err := a.selectedIn(cmd.Context(), st, key, &ff)
 			if err != nil {
 				return err
 			}
@@ -92,13 +91,13 @@ is refused and nothing moves.`,
 			}
 			return twoPass(a, af,
 				func() (*admin.ReplayResult, int, string, error) {
-					dry, err := a.insp.Replay(cmd.Context(), key, f, append(opts, admin.DryRun())...)
+					dry, err := st.replay(cmd.Context(), key, f, append(opts, admin.DryRun())...)
 					if err != nil {
 						return nil, 0, "", err
 					}
 					return dry, len(dry.Replayed), fmt.Sprintf("replay %d dead letters of %q to %s", len(dry.Replayed), key, destinations(dry)), nil
 				},
-				func() (*admin.ReplayResult, error) { return a.insp.Replay(cmd.Context(), key, f, opts...) },
+				func() (*admin.ReplayResult, error) { return st.replay(cmd.Context(), key, f, opts...) },
 				func(r *admin.ReplayResult) error { return a.printReplay(key, r) })
 		},
 	}
@@ -106,7 +105,7 @@ is refused and nothing moves.`,
 	af.add(c)
 	c.Flags().IntVar(&limit, "limit", 0, "replay at most `N`, oldest first (0: all)")
 	c.Flags().Float64Var(&rate, "rate", 0, "replay at most `N` a second (0: as fast as Redis answers)")
-	c.Flags().StringVar(&to, "to", "", "replay to this stream `KEY` instead of each dead letter's source")
+	c.Flags().StringVar(&to, "to", "", "replay to this "+st.noun+" `KEY` instead of each dead letter's source")
 	return c
 }
 
@@ -169,20 +168,20 @@ type purgeJSON struct {
 	Selected []string `json:"selected"`
 }
 
-func (a *app) dlqPurgeCommand() *cobra.Command {
+func (a *app) dlqPurgeCommand(st store) *cobra.Command {
 	var ff filterFlags
 	var af actionFlags
 	var limit int
 	c := &cobra.Command{
 		Use:   "purge KEY",
 		Short: "Delete dead letters of KEY",
-		Long: `Delete the dead letters of the dead-letter stream KEY that the filters select (all
+		Long: `Delete the dead letters of the dead-letter ` + st.noun + ` KEY that the filters select (all
 without a filter). The selection is checked first, as for replay; a purge run again
-deletes nothing more.`,
+deletes nothing more.` + st.note,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			f, none, err := a.selected(cmd.Context(), key, &ff)
+			f, none, err := a.selectedIn(cmd.Context(), st, key, &ff)
 			if err != nil {
 				return err
 			}
@@ -191,13 +190,13 @@ deletes nothing more.`,
 			}
 			return twoPass(a, af,
 				func() (*admin.PurgeResult, int, string, error) {
-					dry, err := a.insp.Purge(cmd.Context(), key, f, admin.Limit(limit), admin.DryRun())
+					dry, err := st.purge(cmd.Context(), key, f, admin.Limit(limit), admin.DryRun())
 					if err != nil {
 						return nil, 0, "", err
 					}
 					return dry, len(dry.IDs), fmt.Sprintf("delete %d dead letters of %q", len(dry.IDs), key), nil
 				},
-				func() (*admin.PurgeResult, error) { return a.insp.Purge(cmd.Context(), key, f, admin.Limit(limit)) },
+				func() (*admin.PurgeResult, error) { return st.purge(cmd.Context(), key, f, admin.Limit(limit)) },
 				func(r *admin.PurgeResult) error { return a.printPurge(key, r) })
 		},
 	}

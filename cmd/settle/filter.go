@@ -60,6 +60,11 @@ func (ff *filterFlags) selector(now time.Time) (selector, error) {
 // selected parses the filter flags, connects, and resolves them on key: the prelude of
 // every dead-letter command.
 func (a *app) selected(ctx context.Context, key string, ff *filterFlags) (f admin.Filter, none bool, err error) {
+	return a.selectedIn(ctx, a.streams(), key, ff)
+}
+
+// selectedIn is selected for the dead letters of st.
+func (a *app) selectedIn(ctx context.Context, st store, key string, ff *filterFlags) (f admin.Filter, none bool, err error) {
 	sel, err := ff.selector(time.Now())
 	if err != nil {
 		return admin.Filter{}, false, err
@@ -67,7 +72,7 @@ func (a *app) selected(ctx context.Context, key string, ff *filterFlags) (f admi
 	if err := a.connect(ctx); err != nil {
 		return admin.Filter{}, false, err
 	}
-	return a.resolve(ctx, key, sel)
+	return a.resolve(ctx, st, key, sel)
 }
 
 // resolve returns the admin.Filter that selects the dead letters of key sel selects;
@@ -79,11 +84,11 @@ func (a *app) selected(ctx context.Context, key string, ff *filterFlags) (f admi
 // and an operator's "reason unavailable" means either. So with --reason the command
 // reads the selection (admin.DeadLetters), matches the regexp itself, and hands the ids
 // that match to admin as Filter.IDs.
-func (a *app) resolve(ctx context.Context, key string, sel selector) (f admin.Filter, none bool, err error) {
+func (a *app) resolve(ctx context.Context, st store, key string, sel selector) (f admin.Filter, none bool, err error) {
 	if sel.reason == nil {
 		return sel.filter, false, nil
 	}
-	dls, err := a.insp.DeadLetters(ctx, key, sel.filter, 0)
+	dls, err := st.entries(ctx, key, sel.filter, 0)
 	if err != nil {
 		return admin.Filter{}, false, err
 	}

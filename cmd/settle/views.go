@@ -158,6 +158,7 @@ type statJSON struct {
 	Key         string        `json:"key"`
 	Kind        string        `json:"kind"`
 	Length      *int64        `json:"length,omitempty"`
+	List        *listJSON     `json:"list,omitempty"`
 	Stream      *streamJSON   `json:"stream,omitempty"`
 	Type        string        `json:"type"`
 }
@@ -166,6 +167,7 @@ type statJSON struct {
 const (
 	kindDeadLetters = "dead-letters"
 	kindDelaySet    = "delay-set"
+	kindList        = "list"
 	kindMissing     = "missing"
 	kindOther       = "other"
 	kindStream      = "stream"
@@ -180,7 +182,9 @@ func (a *app) statsCommand() *cobra.Command {
 		Long: `Show one line per key: a stream that has the consumer group --group is shown as a
 stream (length, lag, pending, dead consumers); a stream whose oldest entry is a dead
 letter as a dead-letter stream (count, oldest, the most common reason and error); any
-other stream by its length; a sorted set as a delay set (size, overdue). A
+other stream by its length; a sorted set as a delay set (size, overdue); a list whose
+first member is a dead letter as a dead-letter list, any other list as a (reliable) list
+(length, processing, consumers, orphaned). A
 missing key is shown as missing (an empty delay set is one); other types are named.`,
 		Example: `  settle stats '{refunds}' '{refunds}.dlq' '{refunds}.delayed' --group refunds`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -226,6 +230,8 @@ func (a *app) stat(ctx context.Context, key, groupName string, reclaim time.Dura
 		}
 		j := delaySetJSONOf(d)
 		st.Kind, st.DelaySet = kindDelaySet, &j
+	case "list":
+		return a.statList(ctx, st)
 	case "stream":
 		if groupName != "" {
 			s, err := a.insp.Stream(ctx, key, groupName, admin.ReclaimIdle(reclaim))
@@ -255,11 +261,8 @@ func (a *app) stat(ctx context.Context, key, groupName string, reclaim time.Dura
 			return st, err
 		}
 		st.Kind = kindDeadLetters
-		st.DeadLetters = &summaryJSON{
-			ByError: groupsJSON(s.ByError), ByReason: groupsJSON(s.ByReason), BySource: groupsJSON(s.BySource),
-			Count: s.Count, Key: s.Key, Newest: s.Newest, NewestAt: timeOrNil(s.NewestAt),
-			Oldest: s.Oldest, OldestAt: timeOrNil(s.OldestAt),
-		}
+		j := summaryJSONOf(s)
+		st.DeadLetters = &j
 	default:
 		st.Kind = kindOther
 	}
@@ -316,6 +319,9 @@ func (a *app) printStats(stats []statJSON) error {
 		case kindDelaySet:
 			d := st.DelaySet
 			fmt.Fprintf(w, "%s\tdelay set\t%d\toverdue %d (oldest %s)\n", st.Key, d.Size, d.Overdue, dur(time.Duration(d.OldestOverdueMs)*time.Millisecond))
+		case kindList:
+			l := st.List
+			fmt.Fprintf(w, "%s\treliable list\t%d\tprocessing %d, consumers %d (%d orphaned)\n", st.Key, l.Length, l.Processing, len(l.Consumers), len(l.Orphaned))
 		case kindMissing:
 			fmt.Fprintf(w, "%s\tmissing\t0\t(or an empty delay set)\n", st.Key)
 		default:

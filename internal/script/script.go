@@ -99,6 +99,7 @@ func Sources() map[string]string {
 		"delay_promote":   nowSrc + delayPromoteSrc,
 		"list_move":       listMoveSrc,
 		"list_recover":    listRecoverSrc,
+		"list_replay":     listReplaySrc,
 		"list_sweep":      nowSrc + nextDueSrc + listSweepSrc,
 		"park":            nowSrc + parkSrc,
 		"pending_dead":    pendingDeadSrc,

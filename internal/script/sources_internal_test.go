@@ -18,6 +18,7 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"delay_promote":   delayPromote,
 		"list_move":       listMove,
 		"list_recover":    ListRecover,
+		"list_replay":     listReplay,
 		"list_sweep":      listSweep,
 		"park":            park,
 		"pending_dead":    pendingDead,
