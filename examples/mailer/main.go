@@ -11,13 +11,14 @@
 //
 // A mail gets five deliveries, the first included (settle.MaxAttempts(5)); the fifth
 // failure moves its row into the group emails.dead of the same table, payload and
-// attempt kept. By default the dead rows stay there for an operator; with -review a
-// subscriber on emails.dead logs each for a person and acks it.
+// attempt kept, its last_error and dead_at saying why and when. By default the dead rows
+// stay there for an operator; with -review a subscriber on emails.dead logs each for a
+// person and acks it.
 //
 // It runs on an embedded SQLite file by default; -dsn points it at Postgres
 // (postgres://…) or MySQL/MariaDB (user@tcp(host:port)/db). It creates the table
-// mail_jobs if missing, publishes -n mails, runs until each is settled, and prints as its
-// last line:
+// mail_jobs if missing (adding last_error and dead_at to one from before them),
+// publishes -n mails, runs until each is settled, and prints as its last line:
 //
 //	settled N: acked A, dropped D, dead-lettered X, reviewed R
 package main
@@ -118,10 +119,13 @@ const (
 	mountReview = "review"
 )
 
-// spec is mail_jobs as seed 000 declares it.
+// spec is mail_jobs as seed 000 declares it, with the two optional columns that tell an
+// operator why and when a mail died: the handler's last error and when the row was
+// dead-lettered (settle inbox dead ls|replay --error filters on them).
 var spec = inbox.Table{
 	Name: table, ID: "id", Group: "name", Attempt: "attempt",
 	RetryAfter: "retry_after", LockedUntil: "locked_until", Payload: "payload",
+	LastError: "last_error", DeadAt: "dead_at",
 }
 
 // schemas are mail_jobs per dialect.
@@ -132,14 +136,18 @@ var schemas = map[inbox.Dialect]string{
     attempt INTEGER NOT NULL DEFAULT 1,
     retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')),
     locked_until TEXT,
-    payload BLOB NOT NULL)`,
+    payload BLOB NOT NULL,
+    last_error TEXT,
+    dead_at TEXT)`,
 	inbox.Postgres: `CREATE TABLE IF NOT EXISTS mail_jobs (
     id BIGSERIAL PRIMARY KEY,
     name TEXT NOT NULL,
     attempt SMALLINT NOT NULL DEFAULT 1,
     retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
     locked_until TIMESTAMPTZ,
-    payload BYTEA NOT NULL)`,
+    payload BYTEA NOT NULL,
+    last_error TEXT,
+    dead_at TIMESTAMPTZ)`,
 	inbox.MySQL: `CREATE TABLE IF NOT EXISTS mail_jobs (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     name VARCHAR(191) NOT NULL,
@@ -147,7 +155,46 @@ var schemas = map[inbox.Dialect]string{
     retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     locked_until DATETIME(6) NULL,
     payload LONGBLOB NOT NULL,
+    last_error TEXT NULL,
+    dead_at DATETIME(6) NULL,
     KEY (name))`,
+}
+
+// addedColumns are the columns mail_jobs gained after its first version, with their type
+// per dialect (dead_at, like locked_until, has no DEFAULT: NULL until the row dies).
+var addedColumns = []struct{ name, sqlite, postgres, mysql string }{
+	{"last_error", "TEXT", "TEXT", "TEXT NULL"},
+	{"dead_at", "TEXT", "TIMESTAMPTZ", "DATETIME(6) NULL"},
+}
+
+// migrate adds addedColumns to a mail_jobs created before them (CREATE TABLE IF NOT
+// EXISTS leaves such a table as it is), as a real service's migration would.
+func migrate(ctx context.Context, db *sql.DB, d inbox.Dialect) error {
+	for _, c := range addedColumns {
+		if d == inbox.Postgres {
+			if _, err := db.ExecContext(ctx, "ALTER TABLE mail_jobs ADD COLUMN IF NOT EXISTS "+c.name+" "+c.postgres); err != nil {
+				return fmt.Errorf("add column %s to %s: %w", c.name, table, err)
+			}
+			continue
+		}
+		// MySQL 8 has no ADD COLUMN IF NOT EXISTS (MariaDB has), SQLite neither: ask first.
+		q, typ := `SELECT COUNT(*) FROM pragma_table_info('mail_jobs') WHERE name = ?`, c.sqlite
+		if d == inbox.MySQL {
+			q, typ = `SELECT COUNT(*) FROM information_schema.columns
+    WHERE table_schema = DATABASE() AND table_name = 'mail_jobs' AND column_name = ?`, c.mysql
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, q, c.name).Scan(&n); err != nil {
+			return fmt.Errorf("look for column %s of %s: %w", c.name, table, err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, "ALTER TABLE mail_jobs ADD COLUMN "+c.name+" "+typ); err != nil {
+			return fmt.Errorf("add column %s to %s: %w", c.name, table, err)
+		}
+	}
+	return nil
 }
 
 func main() {
@@ -278,6 +325,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, schemas[dialect]); err != nil {
 		return fmt.Errorf("create %s: %w", table, err)
+	}
+	if err := migrate(ctx, db, dialect); err != nil {
+		return err
 	}
 	ib := inbox.New(db, dialect, spec)
 	var b [4]byte

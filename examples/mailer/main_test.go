@@ -4,14 +4,22 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
 )
 
-var summaryRE = regexp.MustCompile(`^settled ([0-9]+): acked ([0-9]+), dropped ([0-9]+), dead-lettered ([0-9]+), reviewed ([0-9]+)$`)
+var (
+	summaryRE   = regexp.MustCompile(`^settled ([0-9]+): acked ([0-9]+), dropped ([0-9]+), dead-lettered ([0-9]+), reviewed ([0-9]+)$`)
+	publishedRE = regexp.MustCompile(`^published [0-9]+ mails to .*, batch ([0-9a-f]+)\)$`)
+)
 
 func TestMailerSettlesEveryMailAndReviewsDeadLetters(t *testing.T) {
 	var stdout, stderr bytes.Buffer
@@ -76,5 +84,91 @@ func TestTallyCountsOnlyItsOwnAppliedSettlementsAndWaitsForReviews(t *testing.T)
 	}
 	if got, want := tl.summary(), "settled 2: acked 1, dropped 0, dead-lettered 1, reviewed 1"; got != want {
 		t.Fatalf("tally %q, want %q", got, want)
+	}
+}
+
+// oldSQLiteSchema is mail_jobs as the mailer created it before last_error and dead_at.
+const oldSQLiteSchema = `CREATE TABLE mail_jobs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')),
+    locked_until TEXT,
+    payload BLOB NOT NULL)`
+
+// A mail dead-lettered at its fifth failure keeps that failure's error and when it died,
+// so that an operator can list and replay the dead letters by error; on SQLite the
+// table is one created before those columns, which the mailer adds. It runs on a fresh
+// SQLite file, and on the shared mail_jobs of Postgres and MariaDB/MySQL when
+// SETTLE_POSTGRES_URL / SETTLE_MYSQL_DSN are set (it deletes the dead rows it made).
+func TestDeadMailsCarryTheirLastErrorAndWhenTheyDied(t *testing.T) {
+	t.Parallel()
+	sqlite := "file:" + filepath.Join(t.TempDir(), "mailer.db")
+	dsns := map[string]string{"SQLite": sqlite}
+	if url := os.Getenv("SETTLE_POSTGRES_URL"); url != "" {
+		dsns["Postgres"] = url
+	} else {
+		t.Log("SETTLE_POSTGRES_URL not set: Postgres skipped")
+	}
+	if dsn := os.Getenv("SETTLE_MYSQL_DSN"); dsn != "" {
+		dsns["MySQL"] = dsn
+	} else {
+		t.Log("SETTLE_MYSQL_DSN not set: MySQL/MariaDB skipped")
+	}
+	for name, dsn := range dsns {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, dialect, err := openSQL(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if dsn == sqlite {
+				if _, err := db.ExecContext(ctx, oldSQLiteSchema); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := time.Now()
+			var stdout, stderr bytes.Buffer
+			if err := run(ctx, []string{"-n", "100", "-dsn", dsn}, &stdout, &stderr); err != nil {
+				t.Fatalf("run: %v\n%s", err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			pub, sum := publishedRE.FindStringSubmatch(lines[0]), summaryRE.FindStringSubmatch(lines[len(lines)-1])
+			if pub == nil || sum == nil {
+				t.Fatalf("output %q: want the published line first and the summary last", stdout.String())
+			}
+			dead, _ := strconv.Atoi(sum[4])
+			if dead == 0 {
+				t.Fatalf("%s: no mail was dead-lettered; pick -n or -seed so that some are", sum[0])
+			}
+
+			ib := inbox.New(db, dialect, spec)
+			rows, err := ib.DeadRows(ctx, groupDead, inbox.Filter{}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ours []string
+			for _, r := range rows {
+				var mail Mail
+				if err := settle.Msgpack.Unmarshal(r.Payload, &mail); err != nil || mail.Batch != pub[1] {
+					continue // another run's
+				}
+				ours = append(ours, r.ID)
+				if !strings.Contains(r.LastError, errUnavailable.Error()) && !strings.Contains(r.LastError, errBusy.Error()) {
+					t.Errorf("dead row %s: last error %q, want its fifth failure's (%q or %q)", r.ID, r.LastError, errUnavailable, errBusy)
+				}
+				if r.DeadAt.Before(start.Add(-time.Minute)) || r.DeadAt.After(time.Now().Add(time.Minute)) {
+					t.Errorf("dead row %s: dead at %v, want during the run (from %v)", r.ID, r.DeadAt, start)
+				}
+			}
+			if len(ours) != dead {
+				t.Errorf("%d dead rows of batch %s in %s, want the summary's %d", len(ours), pub[1], groupDead, dead)
+			}
+			if _, err := ib.Purge(ctx, groupDead, inbox.Filter{IDs: ours}); err != nil {
+				t.Errorf("delete the dead rows this test made: %v", err)
+			}
+		})
 	}
 }
