@@ -50,15 +50,17 @@ func usagef(format string, args ...any) error {
 
 // app is one run of the command: its streams, its flags, its connection.
 type app struct {
-	cluster  bool
-	insp     *admin.Inspector
-	json     bool
-	rdb      redis.UniversalClient
-	redisURL string
-	stderr   io.Writer
-	stdin    io.Reader
-	stdinTTY bool
-	stdout   io.Writer
+	cfg        *fileConfig // read from configPath by config
+	cluster    bool
+	configPath string
+	insp       *admin.Inspector
+	json       bool
+	rdb        redis.UniversalClient
+	redisURL   string
+	stderr     io.Writer
+	stdin      io.Reader
+	stdinTTY   bool
+	stdout     io.Writer
 }
 
 // run runs the command line args and returns the exit code.
@@ -98,9 +100,17 @@ The key a command acts on is its first argument, e.g.
   settle pending ls '{refunds}' refunds
 
 Connection: --redis URL, else $` + EnvRedisURL + `, else $` + EnvRedisCluster + ` (a cluster's
-nodes), else ` + defaultRedisURL + `. A Redis Cluster: --cluster, or a comma-separated
-list of nodes (--redis 127.0.0.1:7001,127.0.0.1:7002); replays then refuse a destination
-in another hash slot.
+nodes), else the "redis" of --config, else ` + defaultRedisURL + ` (one rule: the
+flag, the environment, the config file, the default; the inbox's --dsn alike). A Redis
+Cluster: --cluster, or a comma-separated list of nodes (--redis 127.0.0.1:7001,127.0.0.1:7002);
+replays then refuse a destination in another hash slot.
+Config: --config FILE (JSON) names which keys belong together, e.g.
+  {"redis": "redis://127.0.0.1:6379/0",
+   "mounts": [{"name": "refunds", "kind": "stream", "key": "{refunds}", "group": "refunds",
+               "delayed": "{refunds}.delayed", "dead_letter": "{refunds}.dlq"}],
+   "dsn": "…", "inboxes": [{"name": "mailer", "table": {…}, "groups": […], "dead": […]}]}
+A mount's kind is stream, claiming-stream, list or reliable-list; "settle stats --config
+FILE" shows every mount and inbox group of it, --mount NAME one mount.
 Output: tables for a person; --json prints JSON (one object per line for lists).
 
 Actions that change what is stored (dlq replay|purge|import, pending release|dead,
@@ -121,6 +131,7 @@ Exit codes:
 	}
 	root.PersistentFlags().StringVar(&a.redisURL, "redis", "", "Redis URL (default $"+EnvRedisURL+", else "+defaultRedisURL+")")
 	root.PersistentFlags().BoolVar(&a.cluster, "cluster", false, "connect to a Redis Cluster: --redis names seed nodes (comma-separated addresses or URLs; a comma implies --cluster)")
+	root.PersistentFlags().StringVar(&a.configPath, "config", "", "a JSON config `FILE` naming which keys belong together: the Redis mounts (stream and group or list, delay set, dead letter) and the SQL inboxes")
 	root.PersistentFlags().BoolVar(&a.json, "json", false, "print JSON (one object per line for lists)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
@@ -164,7 +175,11 @@ func (a *app) connect(ctx context.Context) error {
 	if a.insp != nil {
 		return nil
 	}
-	raw, from, cluster := a.redisTarget()
+	fc, err := a.config()
+	if err != nil {
+		return err
+	}
+	raw, from, cluster := a.redisTarget(fc)
 	redis.SetLogger(quietLogger{}) // its dial errors come back to us, and are reported once
 	var rdb redis.UniversalClient
 	if cluster {

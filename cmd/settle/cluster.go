@@ -12,9 +12,12 @@ import (
 // SETTLE_REDIS_URL is given: the comma-separated addresses of a Redis Cluster's nodes.
 const EnvRedisCluster = "SETTLE_REDIS_CLUSTER"
 
-// redisTarget returns where to connect and who said so: --redis, else
-// SETTLE_REDIS_URL, else SETTLE_REDIS_CLUSTER (a cluster), else the default URL.
-func (a *app) redisTarget() (raw, from string, cluster bool) {
+// redisTarget returns where to connect and who said so, by the one rule of every
+// connection (the flag, else the environment, else the config file, else the default):
+// --redis, else SETTLE_REDIS_URL, else SETTLE_REDIS_CLUSTER (a cluster), else the
+// "redis" of the config file fc (nil without one), else the default URL. A comma in
+// --redis, SETTLE_REDIS_URL or the file's "redis" lists a cluster's nodes.
+func (a *app) redisTarget(fc *fileConfig) (raw, from string, cluster bool) {
 	switch {
 	case a.redisURL != "":
 		return a.redisURL, "--redis", a.cluster || strings.Contains(a.redisURL, ",")
@@ -23,6 +26,8 @@ func (a *app) redisTarget() (raw, from string, cluster bool) {
 		return raw, EnvRedisURL, a.cluster || strings.Contains(raw, ",")
 	case os.Getenv(EnvRedisCluster) != "":
 		return os.Getenv(EnvRedisCluster), EnvRedisCluster, true
+	case fc != nil && fc.Redis != "":
+		return fc.Redis, "the redis of " + a.configPath, a.cluster || strings.Contains(fc.Redis, ",")
 	}
 	return defaultRedisURL, "the default Redis URL", a.cluster
 }

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -22,19 +19,7 @@ import (
 // onCluster runs the binary with args against the cluster's nodes.
 func onCluster(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"--redis", os.Getenv(redistest.EnvCluster)}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{stderr: errb.String(), stdout: out.String()}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("settle %s: %v", strings.Join(args, " "), err)
-	}
-	return r
+	return runSettle(t, nil, nil, append([]string{"--redis", os.Getenv(redistest.EnvCluster)}, args...)...)
 }
 
 func TestClusterDlqReplayToAnotherSlotFailsWithExit1AndChangesNothing(t *testing.T) {

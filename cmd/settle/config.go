@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,11 +26,18 @@ import (
 // EnvDSN names the environment variable read when --dsn is not given.
 const EnvDSN = "SETTLE_DSN"
 
-// fileConfig is the config file --config names: the inboxes (SQL tables) the command
-// may act on, each with its table spec and its groups. A DSN given there is used when
-// neither --dsn nor SETTLE_DSN is.
+// fileConfig is the config file --config names: which keys belong together. Its Redis
+// mounts (each a stream and its group, or a list, with its delay set and dead letter)
+// and its inboxes (SQL tables, each with its table spec, its groups and dead letters),
+// and where to connect: a URL or DSN given there is used when neither the flag nor the
+// environment variable names one (see redisTarget and sqlFlags.spec).
 //
 //	{
+//	  "redis": "redis://127.0.0.1:6379/0",
+//	  "mounts": [{
+//	    "name": "refunds", "kind": "stream", "key": "{refunds}", "group": "refunds",
+//	    "delayed": "{refunds}.delayed", "dead_letter": "{refunds}.dlq"
+//	  }],
 //	  "dsn": "postgres://app@db:5432/app",
 //	  "inboxes": [{
 //	    "name": "mailer",
@@ -42,6 +50,118 @@ const EnvDSN = "SETTLE_DSN"
 type fileConfig struct {
 	DSN     string        `json:"dsn"`
 	Inboxes []inboxConfig `json:"inboxes"`
+	Mounts  []mountConfig `json:"mounts"`
+	Redis   string        `json:"redis"`
+}
+
+// mountConfig is one Redis mount of the config file: the keys one settle mount reads
+// and writes.
+type mountConfig struct {
+	// DeadLetter names its dead letter: a dead-letter stream for a stream kind, a
+	// dead-letter list for a list kind ("": none).
+	DeadLetter string `json:"dead_letter"`
+	// Delayed names its durable delay set ("": none).
+	Delayed string `json:"delayed"`
+	// Group names the consumer group of a stream kind (required there; a list has none).
+	Group string `json:"group"`
+	// Key names the stream or the list (required).
+	Key string `json:"key"`
+	// Kind is one of the mount kinds (mountKinds).
+	Kind string `json:"kind"`
+	// Name names the mount for --mount (defaults to its key).
+	Name string `json:"name"`
+}
+
+// The kinds of mount a config file names, as settle's constructors do.
+const (
+	mountClaimingStream = "claiming-stream"
+	mountList           = "list"
+	mountReliableList   = "reliable-list"
+	mountStream         = "stream"
+)
+
+// mountKinds are the kinds a mount may be, for the error that names an unknown one.
+var mountKinds = []string{mountStream, mountClaimingStream, mountList, mountReliableList}
+
+// isStream reports whether the mount reads a stream's consumer group.
+func (mc mountConfig) isStream() bool {
+	return mc.Kind == mountStream || mc.Kind == mountClaimingStream
+}
+
+// loadConfig reads and checks the config file path: unknown fields, a mount without a
+// key, of an unknown kind, a stream without its group or a list with one, and two
+// mounts of one name are refused, naming them. A mount without a name is named by its
+// key.
+func loadConfig(path string) (*fileConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var fc fileConfig
+	if err := dec.Decode(&fc); err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	seen := map[string]bool{}
+	for k := range fc.Mounts {
+		mc := &fc.Mounts[k]
+		what := fmt.Sprintf("mount %d", k+1)
+		if mc.Name != "" {
+			what = fmt.Sprintf("mount %q", mc.Name)
+		}
+		if mc.Key == "" {
+			return nil, fmt.Errorf("--config %s: %s has no key (the stream or list it reads)", path, what)
+		}
+		if mc.Name == "" {
+			mc.Name, what = mc.Key, fmt.Sprintf("mount %q", mc.Key)
+		}
+		switch {
+		case !slices.Contains(mountKinds, mc.Kind):
+			return nil, fmt.Errorf("--config %s: %s: unknown kind %q (one of %s)", path, what, mc.Kind, strings.Join(mountKinds, ", "))
+		case mc.isStream() && mc.Group == "":
+			return nil, fmt.Errorf("--config %s: %s: a %s needs its consumer group", path, what, mc.Kind)
+		case !mc.isStream() && mc.Group != "":
+			return nil, fmt.Errorf("--config %s: %s: a %s has no consumer group (got %q)", path, what, mc.Kind, mc.Group)
+		case seen[mc.Name]:
+			return nil, fmt.Errorf("--config %s: two mounts are named %q", path, mc.Name)
+		}
+		seen[mc.Name] = true
+	}
+	return &fc, nil
+}
+
+// config returns the config file --config names, read and checked once; nil without
+// --config.
+func (a *app) config() (*fileConfig, error) {
+	if a.configPath == "" || a.cfg != nil {
+		return a.cfg, nil
+	}
+	fc, err := loadConfig(a.configPath)
+	if err != nil {
+		return nil, err
+	}
+	a.cfg = fc
+	return fc, nil
+}
+
+// mount returns the mounts of fc that --mount name selects: all of them for "".
+func (fc *fileConfig) mount(name, file string) ([]mountConfig, error) {
+	if name == "" {
+		return fc.Mounts, nil
+	}
+	var names []string
+	for _, mc := range fc.Mounts {
+		if mc.Name == name {
+			return []mountConfig{mc}, nil
+		}
+		names = append(names, mc.Name)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("--mount %q: %s names no mounts", name, file)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("--mount %q: %s names no such mount (it names %s)", name, file, strings.Join(names, ", "))
 }
 
 // inboxConfig is one inbox of the config file.
@@ -68,19 +188,17 @@ type tableConfig struct {
 	RetryAfter  string `json:"retry_after"`
 }
 
-// sqlFlags are the flags that say which database and which table: --dsn, --config,
-// --inbox and the table flags (which override the config file's columns).
+// sqlFlags are the flags that say which database and which table: --dsn, --inbox and
+// the table flags (which override the columns of the config file, the root's --config).
 type sqlFlags struct {
-	config string
-	dsn    string
-	inbox  string
-	table  tableConfig
+	dsn   string
+	inbox string
+	table tableConfig
 }
 
 func (sf *sqlFlags) add(cmd *cobra.Command) {
 	fs := cmd.PersistentFlags()
 	fs.StringVar(&sf.dsn, "dsn", "", "database `DSN`: postgres://…, user:pass@tcp(host:port)/db, or file:….db (default $"+EnvDSN+")")
-	fs.StringVar(&sf.config, "config", "", "a JSON config `FILE` naming the inboxes: their tables, columns, groups and dead letters")
 	fs.StringVar(&sf.inbox, "inbox", "", "the inbox of the config file to act on, by `NAME` (needed when it names more than one)")
 	fs.StringVar(&sf.table.Name, "table", "", "the inbox table `NAME` (optionally schema-qualified)")
 	fs.StringVar(&sf.table.ID, "id-column", "", "the table's id `COLUMN` (default id)")
@@ -93,21 +211,11 @@ func (sf *sqlFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&sf.table.DeadAt, "dead-at", "", "the table's dead-at `COLUMN` (none: --since and --until are refused)")
 }
 
-// spec returns the inbox the flags and the config file name, the DSN to use and where
-// it came from.
-func (sf *sqlFlags) spec() (ic inboxConfig, dsn, from string, err error) {
-	var fc fileConfig
-	if sf.config != "" {
-		b, err := os.ReadFile(sf.config)
-		if err != nil {
-			return ic, "", "", fmt.Errorf("--config: %w", err)
-		}
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&fc); err != nil {
-			return ic, "", "", fmt.Errorf("--config %s: %w", sf.config, err)
-		}
-		if ic, err = fc.pick(sf.inbox, sf.config); err != nil {
+// spec returns the inbox the flags and the config file fc (read from path; nil
+// without --config) name, the DSN to use and where it came from.
+func (sf *sqlFlags) spec(fc *fileConfig, path string) (ic inboxConfig, dsn, from string, err error) {
+	if fc != nil {
+		if ic, err = fc.pick(sf.inbox, path); err != nil {
 			return ic, "", "", err
 		}
 	} else if sf.inbox != "" {
@@ -126,32 +234,33 @@ func (sf *sqlFlags) spec() (ic inboxConfig, dsn, from string, err error) {
 			*o.dst = o.v
 		}
 	}
-	for _, d := range []struct {
-		dst *string
-		v   string
-	}{{&t.ID, "id"}, {&t.LockedUntil, "locked_until"}, {&t.Payload, "payload"}} {
-		if *d.dst == "" {
-			*d.dst = d.v
-		}
-	}
+	*t = t.withDefaults()
 	if t.Name == "" {
 		return ic, "", "", usagef("name the inbox table: --table NAME, or --config FILE")
 	}
-	dsn, from = sf.dsn, "--dsn"
-	if dsn == "" {
-		dsn, from = os.Getenv(EnvDSN), EnvDSN
-	}
-	if dsn == "" && fc.DSN != "" {
-		dsn, from = fc.DSN, "the dsn of "+sf.config
-	}
-	if dsn == "" {
-		return ic, "", "", usagef("name the database: --dsn DSN or $%s", EnvDSN)
+	if dsn, from, err = resolveDSN(sf.dsn, fc, path); err != nil {
+		return ic, "", "", err
 	}
 	return ic, dsn, from, nil
 }
 
+// resolveDSN returns the DSN to use and where it came from: the flag's, else
+// $SETTLE_DSN, else the "dsn" of the config file fc (nil without one), the one rule of
+// redisTarget.
+func resolveDSN(flag string, fc *fileConfig, path string) (dsn, from string, err error) {
+	switch {
+	case flag != "":
+		return flag, "--dsn", nil
+	case os.Getenv(EnvDSN) != "":
+		return os.Getenv(EnvDSN), EnvDSN, nil
+	case fc != nil && fc.DSN != "":
+		return fc.DSN, "the dsn of " + path, nil
+	}
+	return "", "", usagef("name the database: --dsn DSN, $%s, or \"dsn\" in --config", EnvDSN)
+}
+
 // pick returns the inbox of fc named name ("" when fc names one only).
-func (fc fileConfig) pick(name, file string) (inboxConfig, error) {
+func (fc *fileConfig) pick(name, file string) (inboxConfig, error) {
 	var names []string
 	for _, ic := range fc.Inboxes {
 		n := ic.Name
@@ -171,6 +280,20 @@ func (fc fileConfig) pick(name, file string) (inboxConfig, error) {
 		return inboxConfig{}, fmt.Errorf("--config %s names %d inboxes (%s): choose one with --inbox NAME", file, len(names), strings.Join(names, ", "))
 	}
 	return inboxConfig{}, fmt.Errorf("--inbox %q: %s names no such inbox (it names %s)", name, file, strings.Join(names, ", "))
+}
+
+// withDefaults is tc with the columns that have a default named: id, locked_until and
+// payload.
+func (tc tableConfig) withDefaults() tableConfig {
+	for _, d := range []struct {
+		dst *string
+		v   string
+	}{{&tc.ID, "id"}, {&tc.LockedUntil, "locked_until"}, {&tc.Payload, "payload"}} {
+		if *d.dst == "" {
+			*d.dst = d.v
+		}
+	}
+	return tc
 }
 
 // inboxTable is the inbox.Table of tc.

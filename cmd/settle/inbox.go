@@ -57,7 +57,11 @@ func (ic *inboxCLI) open(ctx context.Context) (*inbox.Inbox, error) {
 	if ic.ib != nil {
 		return ic.ib, nil
 	}
-	cfg, dsn, from, err := ic.sf.spec()
+	fc, err := ic.a.config()
+	if err != nil {
+		return nil, err
+	}
+	cfg, dsn, from, err := ic.sf.spec(fc, ic.a.configPath)
 	if err != nil {
 		return nil, err
 	}
@@ -102,19 +106,41 @@ func (ic *inboxCLI) withDead(ff *rowFilterFlags, fn func(ctx context.Context, ib
 	}
 }
 
-// groupViewJSON is inbox.GroupView as --json prints it; a line of inbox stats about a
-// dead letter has Kind "dead-letter" and its count only.
+// groupViewJSON is inbox.GroupView as --json prints it, with whether the group is
+// paused; a line of inbox stats about a dead letter has Kind "dead-letter" and its count
+// only (no paused). Inbox names the inbox of the config file in settle stats.
 type groupViewJSON struct {
 	Dead        *int64 `json:"dead,omitempty"`
 	DeadLetter  string `json:"dead_letter,omitempty"`
 	Due         int64  `json:"due"`
 	Group       string `json:"group"`
+	Inbox       string `json:"inbox,omitempty"`
 	Kind        string `json:"kind"`
 	LeasePassed int64  `json:"lease_passed"`
 	Leased      int64  `json:"leased"`
 	OldestDueMs int64  `json:"oldest_due_ms"`
+	Paused      *bool  `json:"paused,omitempty"`
 	Table       string `json:"table"`
 	Waiting     int64  `json:"waiting"`
+}
+
+// groupView reads the group g of ib (and the count of the dead letter dead, "" for
+// none) and whether g is paused: (*inbox.Inbox).Paused, one more SELECT. A table
+// without a group column is never paused.
+func groupView(ctx context.Context, ib *inbox.Inbox, g, dead string) (groupViewJSON, error) {
+	v, err := ib.View(ctx, g, dead)
+	if err != nil {
+		return groupViewJSON{}, err
+	}
+	paused := false
+	if ib.Table().Group != "" {
+		if paused, err = ib.Paused(ctx, g); err != nil {
+			return groupViewJSON{}, err
+		}
+	}
+	j := groupViewJSONOf(ib.Table().Name, dead, v)
+	j.Paused = &paused
+	return j, nil
 }
 
 func groupViewJSONOf(table, dead string, v *inbox.GroupView) groupViewJSON {
@@ -140,7 +166,8 @@ func (ic *inboxCLI) viewCommand() *cobra.Command {
 		Short: "What a group of the inbox holds: due, leased, lease passed, waiting, dead",
 		Long: `Show what the group GROUP of the inbox table holds, read in one statement: the rows
 due, leased (in flight), whose lease passed (their worker never settled them), waiting
-(parked by a RetryAfter), and how long the oldest due row has been due; with --dead, how
+(parked by a RetryAfter), how long the oldest due row has been due, and whether the group
+is paused ((*inbox.Inbox).Pause: its mounts read nothing new); with --dead, how
 many rows the dead letter DEAD holds (a group of the table, or a dead-letter table).
 GROUP is omitted for a table without a group column.`,
 		Example: `  settle inbox --config settle.json view emails --dead emails.dead`,
@@ -158,19 +185,40 @@ GROUP is omitted for a table without a group column.`,
 			if g == "" && ib.Table().Group != "" {
 				return usagef("name the GROUP to view: table %s has a group column (%s)", ib.Table().Name, ib.Table().Group)
 			}
-			v, err := ib.View(ctx, g, dead)
+			v, err := groupView(ctx, ib, g, dead)
 			if err != nil {
 				return err
 			}
-			return ic.printViews([]groupViewJSON{groupViewJSONOf(ib.Table().Name, dead, v)})
+			return ic.a.printViews([]groupViewJSON{v})
 		}),
 	}
 	c.Flags().StringVar(&dead, "dead", "", "also count the rows of this dead letter `DEAD` (a group, or a dead-letter table)")
 	return c
 }
 
-func (ic *inboxCLI) printViews(vs []groupViewJSON) error {
-	a := ic.a
+// inboxStats reads the groups of ib (their views, paused or not) and the counts of its
+// dead letters dl: the lines of inbox stats.
+func inboxStats(ctx context.Context, ib *inbox.Inbox, groups, dl []string) ([]groupViewJSON, error) {
+	var vs []groupViewJSON
+	for _, g := range groups {
+		v, err := groupView(ctx, ib, g, "")
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	for _, d := range dl {
+		v, err := ib.View(ctx, "", d)
+		if err != nil {
+			return nil, err
+		}
+		n := v.Dead
+		vs = append(vs, groupViewJSON{Dead: &n, DeadLetter: d, Kind: kindDeadLetter, Table: ib.Table().Name})
+	}
+	return vs, nil
+}
+
+func (a *app) printViews(vs []groupViewJSON) error {
 	if a.json {
 		for _, v := range vs {
 			if err := a.printJSON(v); err != nil {
@@ -180,18 +228,22 @@ func (ic *inboxCLI) printViews(vs []groupViewJSON) error {
 		return nil
 	}
 	w := a.table()
-	fmt.Fprintln(w, "TABLE\tGROUP\tDUE\tLEASED\tLEASE PASSED\tWAITING\tOLDEST DUE\tDEAD")
+	fmt.Fprintln(w, "TABLE\tGROUP\tDUE\tLEASED\tLEASE PASSED\tWAITING\tOLDEST DUE\tPAUSED\tDEAD")
 	for _, v := range vs {
 		if v.Kind == kindDeadLetter {
-			fmt.Fprintf(w, "%s\t%s (dead letter)\t-\t-\t-\t-\t-\t%d\n", v.Table, v.DeadLetter, *v.Dead)
+			fmt.Fprintf(w, "%s\t%s (dead letter)\t-\t-\t-\t-\t-\t-\t%d\n", v.Table, v.DeadLetter, *v.Dead)
 			continue
 		}
 		dead := "-"
 		if v.Dead != nil {
 			dead = fmt.Sprintf("%d (%s)", *v.Dead, v.DeadLetter)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", v.Table, orDash(v.Group), v.Due, v.Leased, v.LeasePassed, v.Waiting,
-			dur(time.Duration(v.OldestDueMs)*time.Millisecond), dead)
+		paused := "no"
+		if v.Paused != nil && *v.Paused {
+			paused = "yes"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", v.Table, orDash(v.Group), v.Due, v.Leased, v.LeasePassed, v.Waiting,
+			dur(time.Duration(v.OldestDueMs)*time.Millisecond), paused, dead)
 	}
 	return w.Flush()
 }
@@ -223,22 +275,11 @@ without a group column is one queue); the dead letters of --dead, else those of
 				return usagef("name the groups (arguments) or the dead letters (--dead), or give them in --config")
 			}
 			var vs []groupViewJSON
-			for _, g := range groups {
-				v, err := ib.View(ctx, g, "")
-				if err != nil {
-					return err
-				}
-				vs = append(vs, groupViewJSONOf(t.Name, "", v))
+			vs, err := inboxStats(ctx, ib, groups, dl)
+			if err != nil {
+				return err
 			}
-			for _, d := range dl {
-				v, err := ib.View(ctx, "", d)
-				if err != nil {
-					return err
-				}
-				n := v.Dead
-				vs = append(vs, groupViewJSON{Dead: &n, DeadLetter: d, Kind: kindDeadLetter, Table: t.Name})
-			}
-			return ic.printViews(vs)
+			return ic.a.printViews(vs)
 		}),
 	}
 	c.Flags().StringArrayVar(&deads, "dead", nil, "count this dead letter `DEAD` (repeatable)")

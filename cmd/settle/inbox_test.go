@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -11,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -252,21 +250,7 @@ func (x *sqlBundle) settle(t *testing.T, stdin io.Reader, args ...string) result
 // runBin runs the binary with args.
 func runBin(t *testing.T, stdin io.Reader, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), EnvDSN+"=")
-	cmd.Stdin = stdin
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{stderr: errb.String(), stdout: out.String()}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("settle %s: %v", strings.Join(args, " "), err)
-	}
-	return r
+	return runSettle(t, []string{EnvDSN + "="}, stdin, args...)
 }
 
 // okBin runs the binary with args and fails t unless it exits 0.

@@ -21,6 +21,7 @@ type listJSON struct {
 	Key        string             `json:"key"`
 	Length     int64              `json:"length"`
 	Orphaned   []string           `json:"orphaned"`
+	Paused     bool               `json:"paused"`
 	Processing int64              `json:"processing"`
 }
 
@@ -33,8 +34,9 @@ type listConsumerJSON struct {
 	ProcessingKey  string `json:"processing_key"`
 }
 
-func listJSONOf(l *admin.ReliableListInfo) listJSON {
-	j := listJSON{Consumers: []listConsumerJSON{}, Key: l.Key, Length: l.Length, Orphaned: l.Orphaned, Processing: l.Processing}
+// listJSONOf is l as --json prints it, paused as admin's Inspector.Paused says.
+func listJSONOf(l *admin.ReliableListInfo, paused bool) listJSON {
+	j := listJSON{Consumers: []listConsumerJSON{}, Key: l.Key, Length: l.Length, Orphaned: l.Orphaned, Paused: paused, Processing: l.Processing}
 	if j.Orphaned == nil {
 		j.Orphaned = []string{}
 	}
@@ -51,8 +53,8 @@ func (a *app) listLsCommand() *cobra.Command {
 		Short: "Show the reliable list KEY: its length, each consumer's processing list and heartbeat",
 		Long: `Show the list KEY: how many items wait in it and, for a reliable list, each consumer
 of its consumer set with its processing list's length and whether its heartbeat is alive,
-or expired with items left (orphaned: a live consumer takes them over). A plain list has
-no consumers.`,
+or expired with items left (orphaned: a live consumer takes them over), and whether its
+mounts are paused (settle pause KEY). A plain list has no consumers.`,
 		Example: `  settle list ls '{jobs}'`,
 		Args:    exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -63,10 +65,17 @@ no consumers.`,
 			if err != nil {
 				return err
 			}
+			paused, err := a.insp.Paused(cmd.Context(), args[0], "")
+			if err != nil {
+				return err
+			}
 			if a.json {
-				return a.printJSON(listJSONOf(l))
+				return a.printJSON(listJSONOf(l, paused))
 			}
 			fmt.Fprintf(a.stdout, "%s: %d waiting, %d processing, %d consumers (%d orphaned)\n", l.Key, l.Length, l.Processing, len(l.Consumers), len(l.Orphaned))
+			if paused {
+				fmt.Fprintf(a.stdout, "  paused: its mounts read nothing new (settle resume %s)\n", l.Key)
+			}
 			if len(l.Consumers) == 0 {
 				return nil
 			}
@@ -175,7 +184,11 @@ func (a *app) statList(ctx context.Context, st statJSON) (statJSON, error) {
 	if err != nil {
 		return st, err
 	}
-	j := listJSONOf(l)
+	paused, err := a.insp.Paused(ctx, st.Key, "")
+	if err != nil {
+		return st, err
+	}
+	j := listJSONOf(l, paused)
 	st.Kind, st.List = kindList, &j
 	return st, nil
 }

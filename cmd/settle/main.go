@@ -4,7 +4,7 @@
 // as NDJSON), a stream's consumer group and its pending entries (release one, dead-letter
 // one, prune idle consumers, seek the group), a durable delay set (promote or cancel
 // members), an inbox's groups and dead rows (settle inbox), and one screen of counts for
-// the keys it is pointed at. Every view and action is a call of the library's operator
+// the keys it is pointed at or the mounts its config file names. Every view and action is a call of the library's operator
 // API: github.com/settlekit/settle/admin, and the inbox's methods.
 //
 // Run it from the repository root with
@@ -17,8 +17,36 @@
 //
 // # Connection
 //
-// --redis URL, else the environment variable SETTLE_REDIS_URL, else
-// redis://127.0.0.1:6379/0 (redis:// or rediss://, as redis.ParseURL reads them).
+// One rule for every connection: the flag, else the environment variable, else the
+// config file, else the default. Redis: --redis URL, else SETTLE_REDIS_URL, else
+// SETTLE_REDIS_CLUSTER (a cluster's nodes), else the "redis" of --config, else
+// redis://127.0.0.1:6379/0 (redis:// or rediss://, as redis.ParseURL reads them). The
+// database of the inbox commands: --dsn, else SETTLE_DSN, else the "dsn" of --config.
+//
+// # Config file
+//
+// --config FILE names which keys belong together, in JSON: the Redis mounts (each one
+// settle mount's stream and group, or its list, with its delay set and dead letter)
+// and the SQL inboxes (each table, its columns, its groups and dead letters):
+//
+//	{
+//	  "redis": "redis://127.0.0.1:6379/0",
+//	  "mounts": [
+//	    {"name": "refunds", "kind": "stream", "key": "{refunds}", "group": "refunds",
+//	     "delayed": "{refunds}.delayed", "dead_letter": "{refunds}.dlq"},
+//	    {"name": "jobs", "kind": "reliable-list", "key": "{jobs}", "dead_letter": "{jobs}.dlq"}
+//	  ],
+//	  "dsn": "postgres://app@db:5432/app",
+//	  "inboxes": [{"name": "mailer", "table": {"name": "mail_jobs", "group": "name"},
+//	               "groups": ["emails"], "dead": ["emails.dead"]}]
+//	}
+//
+// A mount's kind is stream, claiming-stream, list or reliable-list; its key is
+// required, a stream kind needs its group and a list kind takes none; delayed and
+// dead_letter are optional; its name (for --mount) defaults to its key. A file with an
+// unknown field, a mount of an unknown kind or without its key is refused (exit 1)
+// naming it. settle stats --config FILE with no keys shows every mount (and whether it
+// is paused) and every inbox group of the file; --mount NAME one mount.
 //
 // # Output
 //

@@ -231,7 +231,15 @@ type result struct {
 // so not a terminal).
 func (b *testBundle) settle(t *testing.T, stdin io.Reader, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"--redis", b.url}, args...)...)
+	return runSettle(t, nil, stdin, append([]string{"--redis", b.url}, args...)...)
+}
+
+// runSettle runs the binary with args, the environment variables env added to the
+// test's and stdin given (nil: none, so not a terminal).
+func runSettle(t *testing.T, env []string, stdin io.Reader, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

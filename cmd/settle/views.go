@@ -26,6 +26,7 @@ type streamJSON struct {
 	OldestPendingDeliveries int64          `json:"oldest_pending_deliveries"`
 	OldestPendingID         string         `json:"oldest_pending_id,omitempty"`
 	OldestPendingIdleMs     int64          `json:"oldest_pending_idle_ms"`
+	Paused                  bool           `json:"paused"`
 	Pending                 int64          `json:"pending"`
 	ReclaimIdleMs           int64          `json:"reclaim_idle_ms"`
 }
@@ -43,7 +44,7 @@ func streamJSONOf(s *admin.StreamInfo) streamJSON {
 		Lag: s.Lag, LastDeliveredID: s.LastDeliveredID, Length: s.Length,
 		OldestPendingAgeMs: ms(s.OldestPendingAge), OldestPendingDeliveries: s.OldestPendingDeliveries,
 		OldestPendingID: s.OldestPendingID, OldestPendingIdleMs: ms(s.OldestPendingIdle),
-		Pending: s.Pending, ReclaimIdleMs: ms(s.ReclaimIdle),
+		Paused: s.Paused, Pending: s.Pending, ReclaimIdleMs: ms(s.ReclaimIdle),
 	}
 	if out.Dead == nil {
 		out.Dead = []string{}
@@ -60,7 +61,8 @@ func (a *app) pendingCommand() *cobra.Command {
 		Use:   "ls KEY GROUP",
 		Short: "Show the stream KEY's group GROUP: lag, pending entries, consumers, dead consumers",
 		Long: `Show the stream KEY and its consumer group GROUP: length, entries read, lag, pending
-entries and the oldest of them, and each consumer's pending count and idle time. A
+entries and the oldest of them, whether its mounts are paused (settle pause), and each
+consumer's pending count and idle time. A
 consumer that holds pending entries and has been idle past --reclaim-idle (give the
 mount's settle.Reclaim) is dead: its process probably died.`,
 		Args: exactArgs("KEY", "GROUP"),
@@ -88,6 +90,9 @@ func (a *app) printStream(s *admin.StreamInfo) error {
 		lag = "unknown"
 	}
 	fmt.Fprintf(a.stdout, "stream %s, group %s\n", s.Key, s.Group)
+	if s.Paused {
+		fmt.Fprintf(a.stdout, "  paused: its mounts read nothing new (settle resume %s %s)\n", s.Key, s.Group)
+	}
 	fmt.Fprintf(a.stdout, "  length %d, entries read %d, lag %s, last delivered %s\n", s.Length, s.EntriesRead, lag, orDash(s.LastDeliveredID))
 	fmt.Fprintf(a.stdout, "  pending %d", s.Pending)
 	if s.Pending > 0 {
@@ -174,26 +179,40 @@ const (
 )
 
 func (a *app) statsCommand() *cobra.Command {
-	var groupName string
+	var dsn, groupName, mount string
 	var reclaim time.Duration
 	c := &cobra.Command{
-		Use:   "stats KEY...",
-		Short: "One screen of counts for the keys named",
+		Use:   "stats [KEY...]",
+		Short: "One screen of counts for the keys named, or for the mounts and inboxes of --config",
 		Long: `Show one line per key: a stream that has the consumer group --group is shown as a
-stream (length, lag, pending, dead consumers); a stream whose oldest entry is a dead
+stream (length, lag, pending, dead consumers, paused); a stream whose oldest entry is a dead
 letter as a dead-letter stream (count, oldest, the most common reason and error); any
 other stream by its length; a sorted set as a delay set (size, overdue); a list whose
 first member is a dead letter as a dead-letter list, any other list as a (reliable) list
-(length, processing, consumers, orphaned). A
-missing key is shown as missing (an empty delay set is one); other types are named.`,
-		Example: `  settle stats '{refunds}' '{refunds}.dlq' '{refunds}.delayed' --group refunds`,
+(length, processing, consumers, orphaned, paused). A
+missing key is shown as missing (an empty delay set is one); other types are named.
+
+With --config FILE and no KEY: every mount the file names, by its kind (its stream and
+group, or its list; whether it is paused; its delay set and its dead letter, a missing
+list, delay set or dead letter counted empty), then every group and dead letter of its
+inboxes (the database: --dsn, else $` + EnvDSN + `, else the file's "dsn"). --mount NAME
+shows that mount only. A mount whose stream or group does not exist is an error naming it.`,
+		Example: `  settle stats '{refunds}' '{refunds}.dlq' '{refunds}.delayed' --group refunds
+  settle stats --config settle.json
+  settle stats --config settle.json --mount refunds --json`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef("%s takes one or more keys", cmd.CommandPath())
+			switch {
+			case len(args) > 0 && mount != "":
+				return usagef("%s: --mount names a mount of --config; give it no keys", cmd.CommandPath())
+			case len(args) == 0 && a.configPath == "":
+				return usagef("%s takes one or more keys, or --config FILE naming the mounts", cmd.CommandPath())
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return a.statConfig(cmd.Context(), mount, dsn, reclaim)
+			}
 			if err := a.connect(cmd.Context()); err != nil {
 				return err
 			}
@@ -208,7 +227,9 @@ missing key is shown as missing (an empty delay set is one); other types are nam
 			return a.printStats(stats)
 		},
 	}
-	c.Flags().StringVar(&groupName, "group", "", "the consumer `GROUP` of the streams")
+	c.Flags().StringVar(&groupName, "group", "", "the consumer `GROUP` of the streams named as keys")
+	c.Flags().StringVar(&mount, "mount", "", "with --config: show only the mount `NAME`")
+	c.Flags().StringVar(&dsn, "dsn", "", "with --config: the database `DSN` of its inboxes (default $"+EnvDSN+", else the file's \"dsn\")")
 	c.Flags().DurationVar(&reclaim, "reclaim-idle", settle.DefaultReclaim, "idle past which a consumer holding entries counts as dead")
 	return c
 }
@@ -302,26 +323,13 @@ func (a *app) printStats(stats []statJSON) error {
 				fmt.Fprintf(w, "%s\tstream\t%d\tno --group given (or not its group), no dead letters\n", st.Key, *st.Length)
 				continue
 			}
-			fmt.Fprintf(w, "%s\tstream\t%d\tgroup %s: lag %d, pending %d, consumers %d (%d dead)\n", st.Key, s.Length, s.Group, s.Lag, s.Pending, len(s.Consumers), len(s.Dead))
+			fmt.Fprintf(w, "%s\tstream\t%d\t%s\n", st.Key, s.Length, streamDetails(s))
 		case kindDeadLetters:
-			d := st.DeadLetters
-			details := ""
-			if d.Count > 0 {
-				details = fmt.Sprintf("oldest %s", d.Oldest)
-				if len(d.ByReason) > 0 {
-					details += fmt.Sprintf("; %d × %q", d.ByReason[0].Count, d.ByReason[0].Value)
-				}
-				if len(d.ByError) > 0 {
-					details += fmt.Sprintf("; %d × %q", d.ByError[0].Count, d.ByError[0].Value)
-				}
-			}
-			fmt.Fprintf(w, "%s\tdead letters\t%d\t%s\n", st.Key, d.Count, details)
+			fmt.Fprintf(w, "%s\tdead letters\t%d\t%s\n", st.Key, st.DeadLetters.Count, deadDetails(st.DeadLetters))
 		case kindDelaySet:
-			d := st.DelaySet
-			fmt.Fprintf(w, "%s\tdelay set\t%d\toverdue %d (oldest %s)\n", st.Key, d.Size, d.Overdue, dur(time.Duration(d.OldestOverdueMs)*time.Millisecond))
+			fmt.Fprintf(w, "%s\tdelay set\t%d\t%s\n", st.Key, st.DelaySet.Size, delayDetails(st.DelaySet))
 		case kindList:
-			l := st.List
-			fmt.Fprintf(w, "%s\treliable list\t%d\tprocessing %d, consumers %d (%d orphaned)\n", st.Key, l.Length, l.Processing, len(l.Consumers), len(l.Orphaned))
+			fmt.Fprintf(w, "%s\treliable list\t%d\t%s\n", st.Key, st.List.Length, listDetails(st.List))
 		case kindMissing:
 			fmt.Fprintf(w, "%s\tmissing\t0\t(or an empty delay set)\n", st.Key)
 		default:
@@ -329,4 +337,43 @@ func (a *app) printStats(stats []statJSON) error {
 		}
 	}
 	return w.Flush()
+}
+
+// streamDetails is the DETAILS of a stream's group in the stats table.
+func streamDetails(s *streamJSON) string {
+	d := fmt.Sprintf("group %s: lag %d, pending %d, consumers %d (%d dead)", s.Group, s.Lag, s.Pending, len(s.Consumers), len(s.Dead))
+	if s.Paused {
+		d += "; paused"
+	}
+	return d
+}
+
+// listDetails is the DETAILS of a (reliable) list in the stats table.
+func listDetails(l *listJSON) string {
+	d := fmt.Sprintf("processing %d, consumers %d (%d orphaned)", l.Processing, len(l.Consumers), len(l.Orphaned))
+	if l.Paused {
+		d += "; paused"
+	}
+	return d
+}
+
+// delayDetails is the DETAILS of a delay set in the stats table.
+func delayDetails(d *delaySetJSON) string {
+	return fmt.Sprintf("overdue %d (oldest %s)", d.Overdue, dur(time.Duration(d.OldestOverdueMs)*time.Millisecond))
+}
+
+// deadDetails is the DETAILS of a dead letter in the stats table: the oldest, the most
+// common reason and error.
+func deadDetails(d *summaryJSON) string {
+	if d.Count == 0 {
+		return ""
+	}
+	details := fmt.Sprintf("oldest %s", d.Oldest)
+	if len(d.ByReason) > 0 {
+		details += fmt.Sprintf("; %d × %q", d.ByReason[0].Count, d.ByReason[0].Value)
+	}
+	if len(d.ByError) > 0 {
+		details += fmt.Sprintf("; %d × %q", d.ByError[0].Count, d.ByError[0].Value)
+	}
+	return details
 }

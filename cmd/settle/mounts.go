@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/settlekit/settle/admin"
+	"github.com/settlekit/settle/inbox"
+)
+
+// mountStatJSON is one mount of the config file as stats --json prints it: its stream
+// and group (a stream kind) or its list (a list kind), whether it is paused, its delay
+// set and its dead letter when the file names them.
+type mountStatJSON struct {
+	DeadLetter  string        `json:"dead_letter,omitempty"`
+	DeadLetters *summaryJSON  `json:"dead_letters,omitempty"`
+	DelaySet    *delaySetJSON `json:"delay_set,omitempty"`
+	Delayed     string        `json:"delayed,omitempty"`
+	Group       string        `json:"group,omitempty"`
+	Key         string        `json:"key"`
+	Kind        string        `json:"kind"`
+	List        *listJSON     `json:"list,omitempty"`
+	Mount       string        `json:"mount"`
+	MountKind   string        `json:"mount_kind"`
+	Paused      bool          `json:"paused"`
+	Stream      *streamJSON   `json:"stream,omitempty"`
+}
+
+// kindMount is the Kind of a stats line about a mount of the config file.
+const kindMount = "mount"
+
+// statMount reads the keys of the mount mc. A missing list is an empty one (Redis
+// deletes an emptied list), a missing delay set an empty set and a missing dead letter
+// one that holds none; a missing stream or group is an error naming the mount.
+func (a *app) statMount(ctx context.Context, mc mountConfig, reclaim time.Duration) (mountStatJSON, error) {
+	m := mountStatJSON{DeadLetter: mc.DeadLetter, Delayed: mc.Delayed, Group: mc.Group, Key: mc.Key, Kind: kindMount, Mount: mc.Name, MountKind: mc.Kind}
+	wrap := func(err error) error { return fmt.Errorf("mount %q: %w", mc.Name, err) }
+	if mc.isStream() {
+		s, err := a.insp.Stream(ctx, mc.Key, mc.Group, admin.ReclaimIdle(reclaim))
+		if err != nil {
+			return m, wrap(err)
+		}
+		j := streamJSONOf(s)
+		m.Stream, m.Paused = &j, s.Paused
+	} else {
+		l, err := a.insp.ReliableList(ctx, mc.Key)
+		switch {
+		case errors.Is(err, admin.ErrKeyNotFound):
+			l = &admin.ReliableListInfo{Key: mc.Key}
+		case err != nil:
+			return m, wrap(err)
+		}
+		if m.Paused, err = a.insp.Paused(ctx, mc.Key, ""); err != nil {
+			return m, wrap(err)
+		}
+		j := listJSONOf(l, m.Paused)
+		m.List = &j
+	}
+	if mc.Delayed != "" {
+		d, err := a.insp.DelaySet(ctx, mc.Delayed)
+		if err != nil {
+			return m, wrap(err)
+		}
+		j := delaySetJSONOf(d)
+		m.DelaySet = &j
+	}
+	if mc.DeadLetter != "" {
+		summary := a.insp.ListDeadLetterSummary
+		if mc.isStream() {
+			summary = a.insp.DeadLetterSummary
+		}
+		s, err := summary(ctx, mc.DeadLetter, admin.Filter{})
+		switch {
+		case errors.Is(err, admin.ErrKeyNotFound):
+			s = &admin.DeadLetterSummary{Key: mc.DeadLetter}
+		case err != nil:
+			return m, wrap(err)
+		}
+		j := summaryJSONOf(s)
+		m.DeadLetters = &j
+	}
+	return m, nil
+}
+
+// statConfig is stats with --config and no keys: every mount of the file (or the one
+// --mount names) and, without --mount, every inbox group and dead letter of the file.
+// It connects to Redis only for mounts and to the database only for inboxes.
+func (a *app) statConfig(ctx context.Context, mount, dsnFlag string, reclaim time.Duration) error {
+	fc, err := a.config()
+	if err != nil {
+		return err
+	}
+	mounts, err := fc.mount(mount, a.configPath)
+	if err != nil {
+		return err
+	}
+	var inboxes []inboxConfig
+	if mount == "" {
+		inboxes = fc.Inboxes
+	}
+	if len(mounts) == 0 && len(inboxes) == 0 {
+		return fmt.Errorf("--config %s names no mounts and no inboxes: give the keys as arguments, or name them in the file", a.configPath)
+	}
+	var ms []mountStatJSON
+	if len(mounts) > 0 {
+		if err := a.connect(ctx); err != nil {
+			return err
+		}
+		for _, mc := range mounts {
+			m, err := a.statMount(ctx, mc, reclaim)
+			if err != nil {
+				return err
+			}
+			ms = append(ms, m)
+		}
+	}
+	var vs []groupViewJSON
+	if len(inboxes) > 0 {
+		if vs, err = a.statInboxes(ctx, fc, inboxes, dsnFlag); err != nil {
+			return err
+		}
+	}
+	return a.printConfigStats(ms, vs)
+}
+
+// statInboxes reads each group and dead letter of the inboxes (the DSN by the rule of
+// resolveDSN), each line naming its inbox.
+func (a *app) statInboxes(ctx context.Context, fc *fileConfig, inboxes []inboxConfig, dsnFlag string) ([]groupViewJSON, error) {
+	dsn, from, err := resolveDSN(dsnFlag, fc, a.configPath)
+	if err != nil {
+		return nil, err
+	}
+	db, d, err := openSQL(ctx, dsn, from)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var out []groupViewJSON
+	for _, ic := range inboxes {
+		name := ic.Name
+		if name == "" {
+			name = ic.Table.Name
+		}
+		t := ic.Table.withDefaults()
+		ib := inbox.New(db, d, t.inboxTable())
+		groups := ic.Groups
+		if len(groups) == 0 && t.Group == "" {
+			groups = []string{""}
+		}
+		vs, err := inboxStats(ctx, ib, groups, ic.Dead)
+		if err != nil {
+			return nil, fmt.Errorf("inbox %q: %w", name, err)
+		}
+		for k := range vs {
+			vs[k].Inbox = name
+		}
+		out = append(out, vs...)
+	}
+	return out, nil
+}
+
+func (a *app) printConfigStats(ms []mountStatJSON, vs []groupViewJSON) error {
+	if a.json {
+		for _, m := range ms {
+			if err := a.printJSON(m); err != nil {
+				return err
+			}
+		}
+		return a.printViews(vs)
+	}
+	if len(ms) > 0 {
+		w := a.table()
+		fmt.Fprintln(w, "MOUNT\tKEY\tKIND\tCOUNT\tDETAILS")
+		for _, m := range ms {
+			if s := m.Stream; s != nil {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Mount, m.Key, m.MountKind, s.Length, streamDetails(s))
+			}
+			if l := m.List; l != nil {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Mount, m.Key, m.MountKind, l.Length, listDetails(l))
+			}
+			if d := m.DelaySet; d != nil {
+				fmt.Fprintf(w, "%s\t%s\tdelay set\t%d\t%s\n", m.Mount, d.Key, d.Size, delayDetails(d))
+			}
+			if d := m.DeadLetters; d != nil {
+				fmt.Fprintf(w, "%s\t%s\tdead letters\t%d\t%s\n", m.Mount, d.Key, d.Count, deadDetails(d))
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	if len(ms) > 0 {
+		fmt.Fprintln(a.stdout)
+	}
+	return a.printViews(vs)
+}
