@@ -13,7 +13,6 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/keys"
-	"github.com/settlekit/settle/internal/pace"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/wire"
 )
@@ -278,12 +277,7 @@ func (i *Inspector) listSelection(ctx context.Context, key string, f Filter, cfg
 // itself, and on Redis Cluster a destination in another hash slot (ErrCrossSlot).
 // A member that is not settle's envelope goes back as it is stored.
 func (i *Inspector) ReplayList(ctx context.Context, key string, f Filter, opts ...ReplayOption) (*ReplayResult, error) {
-	var cfg actionConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyReplay(&cfg)
-		}
-	}
+	cfg := configure(opts, ReplayOption.applyReplay)
 	sel, err := i.listSelection(ctx, key, f, cfg)
 	if err != nil {
 		return nil, err
@@ -292,36 +286,10 @@ func (i *Inspector) ReplayList(ctx context.Context, key string, f Filter, opts .
 	for k, d := range sel {
 		dls[k] = d.DeadLetter
 	}
-	if err := i.checkDestinations(ctx, key, dls, cfg.to, "list"); err != nil {
-		return nil, err
-	}
-	res := &ReplayResult{DryRun: cfg.dryRun}
-	if cfg.dryRun {
-		for _, d := range sel {
-			res.Replayed = append(res.Replayed, Replayed{ID: d.ID, To: destination(d.DeadLetter, cfg.to)})
-		}
-		return res, nil
-	}
-	pacer := pace.New(cfg.rate)
-	defer pacer.Stop()
-	for n, d := range sel {
-		if n > 0 {
-			if err := pacer.Wait(ctx); err != nil {
-				return res, fmt.Errorf("admin: replay from %q stopped after %d of %d: %w", key, len(res.Replayed)+len(res.Gone), len(sel), err)
-			}
-		}
-		to := destination(d.DeadLetter, cfg.to)
-		moved, err := script.ListReplay(ctx, i.rdb, to, key, d.Member, replayValue(key, d))
-		if err != nil {
-			return res, fmt.Errorf("admin: replay of index %s from %q to %q: %w", d.ID, key, to, err)
-		}
-		if !moved {
-			res.Gone = append(res.Gone, d.ID)
-			continue
-		}
-		res.Replayed = append(res.Replayed, Replayed{ID: d.ID, To: to})
-	}
-	return res, nil
+	return i.replay(ctx, key, "list", dls, cfg, func(k int, to string) (string, bool, error) {
+		moved, err := script.ListReplay(ctx, i.rdb, to, key, sel[k].Member, replayValue(key, sel[k]))
+		return "", moved, err
+	})
 }
 
 // replayValue is the value a list replay of d pushes: d's payload in an envelope with
@@ -331,14 +299,7 @@ func replayValue(key string, d ListDeadLetter) []byte {
 	if !d.HasPayload {
 		return []byte(d.Member)
 	}
-	headers := make(map[string]string, len(d.Headers))
-	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, settle.HeaderPrefix) {
-			headers[k] = v
-		}
-	}
-	headers[HeaderReplayedFrom] = key + "/" + d.ID
-	return wire.Envelope(d.Payload, headers)
+	return wire.Envelope(d.Payload, replayHeaders(key, d.DeadLetter))
 }
 
 // PurgeList deletes the dead letters of the dead-letter list key that f selects: each
@@ -346,12 +307,7 @@ func replayValue(key string, d ListDeadLetter) []byte {
 // counted and a purge run again deletes nothing. PurgeResult.IDs are the indexes the
 // members had. The selection is checked as ReplayList's is.
 func (i *Inspector) PurgeList(ctx context.Context, key string, f Filter, opts ...PurgeOption) (*PurgeResult, error) {
-	var cfg actionConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyPurge(&cfg)
-		}
-	}
+	cfg := configure(opts, PurgeOption.applyPurge)
 	sel, err := i.listSelection(ctx, key, f, cfg)
 	if err != nil {
 		return nil, err
@@ -363,12 +319,23 @@ func (i *Inspector) PurgeList(ctx context.Context, key string, f Filter, opts ..
 	if cfg.dryRun {
 		return res, nil
 	}
-	for _, d := range sel {
-		n, err := i.rdb.LRem(ctx, key, 1, d.Member).Result()
+	// One pipeline of LREMs per batch, not a round trip per member: each LREM is still
+	// atomic on its own.
+	for start := 0; start < len(sel); start += purgeBatch {
+		batch := sel[start:min(start+purgeBatch, len(sel))]
+		cmds := make([]*redis.IntCmd, len(batch))
+		_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, d := range batch {
+				cmds[k] = p.LRem(ctx, key, 1, d.Member)
+			}
+			return nil
+		})
+		for _, c := range cmds {
+			res.Deleted += c.Val()
+		}
 		if err != nil {
 			return res, fmt.Errorf("admin: purge of %q stopped after %d deleted: lrem: %w", key, res.Deleted, err)
 		}
-		res.Deleted += n
 	}
 	return res, nil
 }

@@ -136,17 +136,21 @@ type Replayed struct {
 // An error during the moves (the connection, ctx) stops the replay: the result says
 // what moved before it, and running the replay again moves the rest.
 func (i *Inspector) Replay(ctx context.Context, key string, f Filter, opts ...ReplayOption) (*ReplayResult, error) {
-	var cfg actionConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyReplay(&cfg)
-		}
-	}
+	cfg := configure(opts, ReplayOption.applyReplay)
 	sel, err := i.selection(ctx, key, f, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := i.checkDestinations(ctx, key, sel, cfg.to, "stream"); err != nil {
+	return i.replay(ctx, key, "stream", sel, cfg, func(k int, to string) (string, bool, error) {
+		return script.Replay(ctx, i.rdb, to, key, sel[k].ID, replayValues(key, sel[k]))
+	})
+}
+
+// replay checks the destinations of sel, dead letters of key (a "stream" or a "list"),
+// and unless cfg is a dry run moves each in turn at cfg's rate with move(k, to), which
+// moves sel[k] to to and reports its new id and whether it was still there to move.
+func (i *Inspector) replay(ctx context.Context, key, kind string, sel []DeadLetter, cfg actionConfig, move func(k int, to string) (newID string, moved bool, err error)) (*ReplayResult, error) {
+	if err := i.checkDestinations(ctx, key, sel, cfg.to, kind); err != nil {
 		return nil, err
 	}
 	res := &ReplayResult{DryRun: cfg.dryRun}
@@ -158,14 +162,14 @@ func (i *Inspector) Replay(ctx context.Context, key string, f Filter, opts ...Re
 	}
 	pacer := pace.New(cfg.rate)
 	defer pacer.Stop()
-	for n, d := range sel {
-		if n > 0 {
+	for k, d := range sel {
+		if k > 0 {
 			if err := pacer.Wait(ctx); err != nil {
 				return res, fmt.Errorf("admin: replay from %q stopped after %d of %d: %w", key, len(res.Replayed)+len(res.Gone), len(sel), err)
 			}
 		}
 		to := destination(d, cfg.to)
-		newID, moved, err := script.Replay(ctx, i.rdb, to, key, d.ID, replayValues(key, d))
+		newID, moved, err := move(k, to)
 		if err != nil {
 			return res, fmt.Errorf("admin: replay of %s from %q to %q: %w", d.ID, key, to, err)
 		}
@@ -230,13 +234,7 @@ func (i *Inspector) checkDestinations(ctx context.Context, key string, sel []Dea
 // replayValues is the entry a replay of d writes: d's payload and its headers but
 // settle's own, plus HeaderReplayedFrom.
 func replayValues(key string, d DeadLetter) []any {
-	headers := make(map[string]string, len(d.Headers))
-	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, settle.HeaderPrefix) {
-			headers[k] = v
-		}
-	}
-	headers[HeaderReplayedFrom] = key + "/" + d.ID
+	headers := replayHeaders(key, d)
 	var payload []byte
 	if d.HasPayload {
 		payload = d.Payload
@@ -258,7 +256,20 @@ type PurgeResult struct {
 	IDs []string
 }
 
-// purgeBatch is how many entries one XDEL of a purge deletes.
+// replayHeaders are the headers a replay of d, a dead letter of key, writes: d's own
+// but settle's, plus HeaderReplayedFrom.
+func replayHeaders(key string, d DeadLetter) map[string]string {
+	headers := make(map[string]string, len(d.Headers))
+	for k, v := range d.Headers {
+		if !strings.HasPrefix(k, settle.HeaderPrefix) {
+			headers[k] = v
+		}
+	}
+	headers[HeaderReplayedFrom] = key + "/" + d.ID
+	return headers
+}
+
+// purgeBatch is how many entries one XDEL (or one pipeline of LREMs) of a purge deletes.
 const purgeBatch = 100
 
 // Purge deletes the dead letters of the dead-letter stream key that f selects (XDEL,
@@ -266,12 +277,7 @@ const purgeBatch = 100
 // purge run again deletes nothing). The selection is checked as Replay's is, before
 // anything is deleted.
 func (i *Inspector) Purge(ctx context.Context, key string, f Filter, opts ...PurgeOption) (*PurgeResult, error) {
-	var cfg actionConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyPurge(&cfg)
-		}
-	}
+	cfg := configure(opts, PurgeOption.applyPurge)
 	sel, err := i.selection(ctx, key, f, cfg)
 	if err != nil {
 		return nil, err
