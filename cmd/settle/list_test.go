@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,37 +16,7 @@ import (
 // are settled for good, then stops it.
 func (b *testBundle) runApp(t *testing.T, src settle.Source, h settle.Handler, finals int, opts ...settle.MountOption) {
 	t.Helper()
-	var mu sync.Mutex
-	n := 0
-	done := make(chan struct{})
-	app, err := settle.New(settle.Config{
-		Logger: slog.New(slog.DiscardHandler),
-		OnSettled: func(_ context.Context, s settle.Settled) {
-			mu.Lock()
-			defer mu.Unlock()
-			if s.Final() {
-				if n++; n == finals {
-					close(done)
-				}
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	app.Mount(src, h, opts...)
-	ctx, cancel := context.WithCancel(b.ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(ctx) }()
-	select {
-	case <-done:
-	case <-time.After(waitBound):
-		t.Errorf("%d messages were not settled within %s", finals, waitBound)
-	}
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	runUntilSettled(t, finals, func(app *settle.App) { app.Mount(src, h, opts...) })
 }
 
 // listDeadLetters publishes the payments to the list b.in and runs a List mount

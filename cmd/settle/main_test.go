@@ -9,13 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -172,39 +170,10 @@ func (b *testBundle) deadLetters(t *testing.T) {
 			}
 		}
 	}
-	var mu sync.Mutex
-	finals := 0
-	done := make(chan struct{})
-	app, err := settle.New(settle.Config{
-		Logger: slog.New(slog.DiscardHandler),
-		OnSettled: func(_ context.Context, s settle.Settled) {
-			mu.Lock()
-			defer mu.Unlock()
-			if s.Final() {
-				finals++
-				if finals == published {
-					close(done)
-				}
-			}
-		},
+	runUntilSettled(t, published, func(app *settle.App) {
+		app.Mount(settle.Stream(b.rdb, b.in, b.group, settle.Block(50*time.Millisecond), settle.Consumer("c1")), failing,
+			settle.MaxAttempts(2), settle.DeadLetter(b.dlq), settle.Backoff(func(int, error) time.Duration { return 0 }))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	app.Mount(settle.Stream(b.rdb, b.in, b.group, settle.Block(50*time.Millisecond), settle.Consumer("c1")), failing,
-		settle.MaxAttempts(2), settle.DeadLetter(b.dlq), settle.Backoff(func(int, error) time.Duration { return 0 }))
-	ctx, cancel := context.WithCancel(b.ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(ctx) }()
-	select {
-	case <-done:
-	case <-time.After(waitBound):
-		t.Fatalf("the payments were not all settled within %s", waitBound)
-	}
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
 	if n := b.xlen(t, b.dlq); n != deadTotal {
 		t.Fatalf("the dead-letter stream holds %d entries after the run, want %d", n, deadTotal)
 	}
