@@ -104,7 +104,7 @@ func TestNewPublisherSkipsANilOption(t *testing.T) {
 	t.Parallel()
 	b := setupStream(t)
 	pub := settle.NewPublisher(b.client, nil, settle.WithCodec(settle.JSON), nil)
-	if _, err := pub.Publish(context.Background(), b.in, map[string]int{"a": 1}, nil); err != nil {
+	if _, err := pub.Publish(context.Background(), b.in, map[string]int{"a": 1}); err != nil {
 		t.Fatalf("Publish = %v", err)
 	}
 }

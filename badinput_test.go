@@ -94,7 +94,7 @@ func TestBadInputOversizedValueKeepsItsBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setupStream(t)
-			id, err := settle.NewPublisher(b.r.Client).PublishBytes(context.Background(), b.in, big, nil)
+			id, err := settle.NewPublisher(b.r.Client).PublishBytes(context.Background(), b.in, big)
 			if err != nil {
 				t.Fatalf("publish 1 MiB: %v", err)
 			}

@@ -59,7 +59,7 @@ func newClaimingSubject(t *testing.T, minIdle time.Duration, fake bool) *sourcet
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
-			if _, err := pub.PublishBytes(context.Background(), in, payload, headers); err != nil {
+			if _, err := pub.PublishBytes(context.Background(), in, payload, settle.Headers(headers)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},

@@ -96,7 +96,7 @@ func (w *claimWorld) claiming(opts ...settle.ClaimingStreamOption) *settle.Claim
 // publish publishes v to the world's stream and returns the entry id.
 func (w *claimWorld) publish(t *testing.T, v any, headers map[string]string) string {
 	t.Helper()
-	id, err := settle.NewPublisher(w.r.Client).Publish(w.ctx, w.in, v, headers)
+	id, err := settle.NewPublisher(w.r.Client).Publish(w.ctx, w.in, v, settle.Headers(headers))
 	if err != nil {
 		t.Fatalf("publish: %v", err)
 	}

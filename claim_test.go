@@ -307,7 +307,7 @@ func TestClaimingStreamBackoffPassesWithAdvance(t *testing.T) {
 		return nil
 	}), settle.MaxAttempts(5), settle.DeadLetter(h.Redis.Key("refunds.dlq")))
 	h.Start()
-	id := h.Publish(in, "refund", nil)
+	id := h.Publish(in, "refund")
 	h.WaitAction(settle.ActionLeave, 1)
 	start := time.Now()
 	h.Advance(30 * time.Second)

@@ -91,7 +91,7 @@ func TestClusterDurableZsetDelayRoundTrip(t *testing.T) {
 	}), settle.DelayIn(delayed.DurableZset{Key: set}), settle.MaxAttempts(3), settle.DeadLetter(dlq))
 
 	ctx := context.Background()
-	if _, err := settle.NewPublisher(c.Client).PublishBytes(ctx, in, []byte("later"), nil); err != nil {
+	if _, err := settle.NewPublisher(c.Client).PublishBytes(ctx, in, []byte("later")); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	events := run.WaitFor(t, "the delayed copy acked", 0, func(evs []settle.Settled) bool {
@@ -196,7 +196,7 @@ func newClusterStreamSubject(t *testing.T, c *conformanceClock, mk func(rdb redi
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
-			if _, err := pub.PublishBytes(context.Background(), in, payload, headers); err != nil {
+			if _, err := pub.PublishBytes(context.Background(), in, payload, settle.Headers(headers)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},
@@ -224,7 +224,7 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
-			if err := pub.PublishListBytes(context.Background(), in, payload, headers); err != nil {
+			if err := pub.PublishListBytes(context.Background(), in, payload, settle.Headers(headers)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},

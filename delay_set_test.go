@@ -75,12 +75,12 @@ func (v *valueMount) publish(t *testing.T, payload any, headers map[string]strin
 	t.Helper()
 	pub, ctx := settle.NewPublisher(v.h.Redis.Client), context.Background()
 	if v.channel() {
-		if n, err := pub.PublishChannel(ctx, v.in, payload, headers); err != nil || n != 1 {
+		if n, err := pub.PublishChannel(ctx, v.in, payload, settle.Headers(headers)); err != nil || n != 1 {
 			t.Fatalf("publish reached %d subscribers (%v), want 1", n, err)
 		}
 		return
 	}
-	if err := pub.PublishList(ctx, v.in, payload, headers); err != nil {
+	if err := pub.PublishList(ctx, v.in, payload, settle.Headers(headers)); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 }
@@ -416,10 +416,10 @@ func TestClusterDurableZsetOnValueTransportsRoundTrip(t *testing.T) {
 			if strings.HasPrefix(kind, "PubSub") {
 				waitSubscribed(t, sink)
 				// On a cluster PUBLISH counts only the receiving node's subscribers.
-				if _, err := pub.PublishChannel(ctx, in, "later", nil); err != nil {
+				if _, err := pub.PublishChannel(ctx, in, "later"); err != nil {
 					t.Fatalf("publish: %v", err)
 				}
-			} else if err := pub.PublishList(ctx, in, "later", nil); err != nil {
+			} else if err := pub.PublishList(ctx, in, "later"); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 			events := run.WaitFor(t, "the delayed copy acked", 0, func(evs []settle.Settled) bool {

@@ -19,7 +19,7 @@ func TestListDeadLetterCarriesDeadAtFromTheAppsClock(t *testing.T) {
 	r := redistest.New(t)
 	ctx := context.Background()
 	key, dlq := r.Key("jobs"), r.Key("dead")
-	if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "job", nil); err != nil {
+	if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "job"); err != nil {
 		t.Fatal(err)
 	}
 	rec := sourcetest.NewRecorder()

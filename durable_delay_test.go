@@ -72,7 +72,7 @@ func TestDurableZsetParksCopyAndAcksOriginalInOneStep(t *testing.T) {
 	r := &recorder{fn: busyOnce}
 	in, set := zsetMount(h, r, time.Hour)
 	h.Start()
-	h.Publish(in, "refund-1", map[string]string{"tenant": "a"})
+	h.Publish(in, "refund-1", settle.Headers(map[string]string{"tenant": "a"}))
 	evs := h.WaitAction(settle.ActionPark, 1)
 	if e := evs[len(evs)-1]; e.Err != nil || e.Delay != backoff {
 		t.Fatalf("park event = %+v, want applied with delay %s", e, backoff)
@@ -122,7 +122,7 @@ func TestBackoffPassesInstantlyWithAdvance(t *testing.T) {
 			h.Mount(settle.Stream(h.Redis.Client, in, "workers"), r, settle.DelayIn(strategy), settle.MaxAttempts(5))
 			h.Start()
 			start := h.Clock.Now()
-			h.Publish(in, "refund-1", nil)
+			h.Publish(in, "refund-1")
 			h.WaitAction(settle.ActionPark, 1)
 			// The clock moves in three steps: a delivery before the last would be early.
 			h.Advance(10 * time.Second)
@@ -147,7 +147,7 @@ func TestDurableZsetCountTravelsUnderMaxAttempts(t *testing.T) {
 	dlq := h.Redis.Key("dlq")
 	in, _ := zsetMount(h, r, 0, settle.MaxAttempts(3), settle.DeadLetter(dlq))
 	h.Start()
-	h.Publish(in, "refund-1", nil)
+	h.Publish(in, "refund-1")
 	for k := 1; k <= 2; k++ {
 		h.WaitAction(settle.ActionPark, k)
 		h.Advance(time.Second)
@@ -173,7 +173,7 @@ func TestDurableZsetKeepsBinaryPayloadsAsTheyArrived(t *testing.T) {
 	in, _ := zsetMount(h, r, 0)
 	h.Start()
 	payload := []byte{0x00, 0xff, 0xc3, 0x28, '\n', ':', '7', 0x00}
-	h.PublishBytes(in, payload, map[string]string{"bin": "\x00\xfe"})
+	h.PublishBytes(in, payload, settle.Headers(map[string]string{"bin": "\x00\xfe"}))
 	h.WaitAction(settle.ActionPark, 1)
 	h.Advance(backoff)
 	h.WaitAction(settle.ActionAck, 1)
@@ -229,7 +229,7 @@ func TestDurableZsetDelayLongerThanTTLRetriesNow(t *testing.T) {
 	}}
 	in, set := zsetMount(h, r, time.Minute)
 	h.Start()
-	h.Publish(in, "refund-1", nil)
+	h.Publish(in, "refund-1")
 	// The copy's ack may be reported before the copy itself: wait for both.
 	evs := h.WaitFor("the copy and its ack", func(evs []settle.Settled) bool {
 		var copied, acked bool
@@ -263,7 +263,7 @@ func TestDurableZsetReadBlocksOnlyUntilDue(t *testing.T) {
 	h.Mount(settle.Stream(h.Redis.Client, in, "workers", settle.Block(3*time.Second)), r,
 		settle.DelayIn(delayed.DurableZset{Key: set}))
 	h.Start()
-	h.Publish(in, "refund-1", nil)
+	h.Publish(in, "refund-1")
 	h.WaitAction(settle.ActionAck, 1)
 	ds := r.deliveries()
 	if got := ds[1].at.Sub(ds[0].at); got < 200*time.Millisecond || got > 1500*time.Millisecond {

@@ -32,7 +32,7 @@ func Example() {
 	defer cancel()
 
 	pub := settle.NewPublisher(rdb)
-	if _, err := pub.Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}, nil); err != nil {
+	if _, err := pub.Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}); err != nil {
 		panic(err)
 	}
 
@@ -80,7 +80,7 @@ func ExampleRetryAfter() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	if _, err := settle.NewPublisher(rdb).Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}, nil); err != nil {
+	if _, err := settle.NewPublisher(rdb).Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}); err != nil {
 		panic(err)
 	}
 	app, err := settle.New(settle.Config{
@@ -124,7 +124,7 @@ func ExampleDrop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	if _, err := settle.NewPublisher(rdb).Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: -5}, nil); err != nil {
+	if _, err := settle.NewPublisher(rdb).Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: -5}); err != nil {
 		panic(err)
 	}
 	app, err := settle.New(settle.Config{
@@ -172,7 +172,7 @@ func ExampleDeadLetter() {
 	defer cancel()
 
 	pub := settle.NewPublisher(rdb)
-	if _, err := pub.Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}, map[string]string{"tenant": "acme"}); err != nil {
+	if _, err := pub.Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}, settle.Headers(map[string]string{"tenant": "acme"})); err != nil {
 		panic(err)
 	}
 	app, err := settle.New(settle.Config{
@@ -239,7 +239,7 @@ func ExampleApp_Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	if _, err := settle.NewPublisher(rdb).Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}, nil); err != nil {
+	if _, err := settle.NewPublisher(rdb).Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}); err != nil {
 		panic(err)
 	}
 	app, err := settle.New(settle.Config{
@@ -302,10 +302,10 @@ func ExampleTyped() {
 	defer cancel()
 
 	pub := settle.NewPublisher(rdb, settle.WithCodec(settle.JSON))
-	if _, err := pub.Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}, nil); err != nil {
+	if _, err := pub.Publish(ctx, "{refunds}:in", Refund{ID: "r-1", Cents: 250}); err != nil {
 		panic(err)
 	}
-	if _, err := pub.PublishBytes(ctx, "{refunds}:in", []byte("not json"), nil); err != nil {
+	if _, err := pub.PublishBytes(ctx, "{refunds}:in", []byte("not json")); err != nil {
 		panic(err)
 	}
 

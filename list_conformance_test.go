@@ -52,7 +52,7 @@ func newListSubject(t *testing.T, reliable bool, c *conformanceClock) *sourcetes
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
-			if err := pub.PublishListBytes(context.Background(), in, payload, headers); err != nil {
+			if err := pub.PublishListBytes(context.Background(), in, payload, settle.Headers(headers)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},

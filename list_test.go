@@ -65,7 +65,7 @@ func TestList(t *testing.T) {
 		key := r.Key("jobs")
 		pub := settle.NewPublisher(r.Client)
 		for i := range 7 {
-			if err := pub.PublishList(ctx, key, i, nil); err != nil {
+			if err := pub.PublishList(ctx, key, i); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -181,7 +181,7 @@ func TestList(t *testing.T) {
 		key := r.Key("jobs")
 		pub := settle.NewPublisher(r.Client)
 		for i := range 3 {
-			if err := pub.PublishList(ctx, key, i, nil); err != nil {
+			if err := pub.PublishList(ctx, key, i); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -219,7 +219,7 @@ func TestList(t *testing.T) {
 		ctx := context.Background()
 		key, dlq := r.Key("jobs"), r.Key("dead")
 		pub := settle.NewPublisher(r.Client)
-		if err := pub.PublishList(ctx, key, "x", map[string]string{"tenant": "t1"}); err != nil {
+		if err := pub.PublishList(ctx, key, "x", settle.Headers(map[string]string{"tenant": "t1"})); err != nil {
 			t.Fatal(err)
 		}
 		rec := sourcetest.NewRecorder()

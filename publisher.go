@@ -31,20 +31,64 @@ func NewPublisher(rdb redis.UniversalClient, opts ...PublisherOption) *Publisher
 	return &Publisher{cfg: cfg, rdb: rdb}
 }
 
-// Publish encodes v with the publisher's codec and appends it to the stream key with
-// the given headers (may be nil). It returns the new entry's id. Header names starting
-// with HeaderPrefix, the payload field's name and the empty name are refused.
-func (p *Publisher) Publish(ctx context.Context, key string, v any, headers map[string]string) (string, error) {
+// PublishOption configures one Publish call: its headers (Header, Headers), and more
+// for a stream.
+type PublishOption func(*publishConfig)
+
+type publishConfig struct {
+	headers map[string]string
+}
+
+// Header sets one header of the published message. Names starting with HeaderPrefix,
+// the payload field's name and the empty name are refused by the call.
+func Header(name, value string) PublishOption {
+	return func(c *publishConfig) {
+		if c.headers == nil {
+			c.headers = make(map[string]string, 2)
+		}
+		c.headers[name] = value
+	}
+}
+
+// Headers sets every header of h on the published message (h is not kept); see Header.
+func Headers(h map[string]string) PublishOption {
+	return func(c *publishConfig) {
+		if len(h) == 0 {
+			return
+		}
+		if c.headers == nil {
+			c.headers = make(map[string]string, len(h))
+		}
+		for k, v := range h {
+			c.headers[k] = v
+		}
+	}
+}
+
+func publishOptions(opts []PublishOption) publishConfig {
+	var c publishConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// Publish encodes v with the publisher's codec and appends it to the stream key. It
+// returns the new entry's id.
+func (p *Publisher) Publish(ctx context.Context, key string, v any, opts ...PublishOption) (string, error) {
 	payload, err := p.cfg.codec.Marshal(v)
 	if err != nil {
 		return "", fmt.Errorf("settle: publish to %q: encode (%s): %w", key, p.cfg.codec.Name(), err)
 	}
-	return p.PublishBytes(ctx, key, payload, headers)
+	return p.PublishBytes(ctx, key, payload, opts...)
 }
 
-// PublishBytes appends payload, as it is, to the stream key with the given headers (may
-// be nil). It returns the new entry's id.
-func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, headers map[string]string) (string, error) {
+// PublishBytes appends payload, as it is, to the stream key. It returns the new entry's
+// id.
+func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) (string, error) {
+	headers := publishOptions(opts).headers
 	if err := checkHeaders(headers); err != nil {
 		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
 	}
@@ -58,21 +102,20 @@ func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte
 	return id, nil
 }
 
-// PublishList encodes v with the publisher's codec and pushes it, in settle's envelope
-// with the given headers (may be nil), to the tail of the list key (RPUSH), where List
-// and ReliableList read it in order. Header names starting with HeaderPrefix are
-// refused.
-func (p *Publisher) PublishList(ctx context.Context, key string, v any, headers map[string]string) error {
+// PublishList encodes v with the publisher's codec and pushes it, in settle's envelope,
+// to the tail of the list key (RPUSH), where List and ReliableList read it in order.
+func (p *Publisher) PublishList(ctx context.Context, key string, v any, opts ...PublishOption) error {
 	payload, err := p.cfg.codec.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("settle: publish to list %q: encode (%s): %w", key, p.cfg.codec.Name(), err)
 	}
-	return p.PublishListBytes(ctx, key, payload, headers)
+	return p.PublishListBytes(ctx, key, payload, opts...)
 }
 
-// PublishListBytes pushes payload, as it is, in settle's envelope with the given headers
-// (may be nil), to the tail of the list key.
-func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []byte, headers map[string]string) error {
+// PublishListBytes pushes payload, as it is, in settle's envelope to the tail of the
+// list key.
+func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) error {
+	headers := publishOptions(opts).headers
 	if err := checkHeaders(headers); err != nil {
 		return fmt.Errorf("settle: publish to list %q: %w", key, err)
 	}
@@ -83,20 +126,20 @@ func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []
 }
 
 // PublishChannel encodes v with the publisher's codec and publishes it, in settle's
-// envelope with the given headers (may be nil), to channel. It returns how many
-// subscribers received it: a message nobody receives is gone (Pub/Sub keeps nothing).
-// Header names starting with HeaderPrefix are refused.
-func (p *Publisher) PublishChannel(ctx context.Context, channel string, v any, headers map[string]string) (int64, error) {
+// envelope, to channel. It returns how many subscribers received it: a message nobody
+// receives is gone (Pub/Sub keeps nothing).
+func (p *Publisher) PublishChannel(ctx context.Context, channel string, v any, opts ...PublishOption) (int64, error) {
 	payload, err := p.cfg.codec.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("settle: publish to channel %q: encode (%s): %w", channel, p.cfg.codec.Name(), err)
 	}
-	return p.PublishChannelBytes(ctx, channel, payload, headers)
+	return p.PublishChannelBytes(ctx, channel, payload, opts...)
 }
 
-// PublishChannelBytes publishes payload, as it is, in settle's envelope with the given
-// headers (may be nil), to channel. It returns how many subscribers received it.
-func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, payload []byte, headers map[string]string) (int64, error) {
+// PublishChannelBytes publishes payload, as it is, in settle's envelope to channel. It
+// returns how many subscribers received it.
+func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, payload []byte, opts ...PublishOption) (int64, error) {
+	headers := publishOptions(opts).headers
 	if err := checkHeaders(headers); err != nil {
 		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
 	}

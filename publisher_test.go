@@ -31,7 +31,7 @@ func TestPublisherEncodesWithMsgpackByDefault(t *testing.T) {
 	r := redistest.New(t)
 	key := r.Key("in")
 	v := refund{Amount: 250, ID: "r-1"}
-	id, err := settle.NewPublisher(r.Client).Publish(context.Background(), key, v, map[string]string{"tenant": "acme"})
+	id, err := settle.NewPublisher(r.Client).Publish(context.Background(), key, v, settle.Headers(map[string]string{"tenant": "acme"}))
 	if err != nil || id == "" {
 		t.Fatalf("Publish = %q, %v", id, err)
 	}
@@ -49,7 +49,7 @@ func TestPublisherWithCodecJSON(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
 	key := r.Key("in")
-	if _, err := settle.NewPublisher(r.Client, settle.WithCodec(settle.JSON)).Publish(context.Background(), key, refund{Amount: 250, ID: "r-1"}, nil); err != nil {
+	if _, err := settle.NewPublisher(r.Client, settle.WithCodec(settle.JSON)).Publish(context.Background(), key, refund{Amount: 250, ID: "r-1"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := onlyEntry(t, r, key); got["payload"] != `{"amount":250,"id":"r-1"}` || len(got) != 1 {
@@ -73,7 +73,7 @@ func TestPublisherRefusesReservedHeaderNames(t *testing.T) {
 		{"Empty", "", "empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := pub.Publish(context.Background(), key, "x", map[string]string{"ok": "1", tc.header: "v"})
+			_, err := pub.Publish(context.Background(), key, "x", settle.Headers(map[string]string{"ok": "1", tc.header: "v"}))
 			if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("Publish with header %q = %v, want an error naming the key and saying %s", tc.header, err, tc.says)
 			}
@@ -88,7 +88,7 @@ func TestPublisherPublishBytesNilStillWritesPayloadField(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
 	key := r.Key("in")
-	if _, err := settle.NewPublisher(r.Client).PublishBytes(context.Background(), key, nil, map[string]string{"kind": "ping"}); err != nil {
+	if _, err := settle.NewPublisher(r.Client).PublishBytes(context.Background(), key, nil, settle.Headers(map[string]string{"kind": "ping"})); err != nil {
 		t.Fatal(err)
 	}
 	got := onlyEntry(t, r, key)

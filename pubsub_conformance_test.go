@@ -104,7 +104,7 @@ func newPubSubSubject(t *testing.T, pattern bool, c *conformanceClock) *sourcete
 			case <-time.After(waitTimeout):
 				t.Fatal("the App never subscribed")
 			}
-			if _, err := pub.PublishChannelBytes(ctx, channel, payload, headers); err != nil {
+			if _, err := pub.PublishChannelBytes(ctx, channel, payload, settle.Headers(headers)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},

@@ -73,7 +73,7 @@ func TestPubSub(t *testing.T) {
 		}), settle.MaxAttempts(3))
 		stop := startApp(t, app)
 		waitSubscribed(t, sink)
-		if n, err := settle.NewPublisher(r.Client).PublishChannel(ctx, r.Key("ev.signup"), "hi", map[string]string{"h": "v"}); err != nil || n != 1 {
+		if n, err := settle.NewPublisher(r.Client).PublishChannel(ctx, r.Key("ev.signup"), "hi", settle.Headers(map[string]string{"h": "v"})); err != nil || n != 1 {
 			t.Fatalf("publish reached %d subscribers (%v), want 1", n, err)
 		}
 		// The copy's own event may be recorded after the copy's ack: order by attempt.
@@ -111,7 +111,7 @@ func TestPubSub(t *testing.T) {
 		}), settle.MaxAttempts(2), settle.DeadLetter(dead))
 		stop := startApp(t, app)
 		waitSubscribed(t, sink)
-		if _, err := settle.NewPublisher(r.Client).PublishChannel(ctx, channel, 42, map[string]string{"tenant": "t1"}); err != nil {
+		if _, err := settle.NewPublisher(r.Client).PublishChannel(ctx, channel, 42, settle.Headers(map[string]string{"tenant": "t1"})); err != nil {
 			t.Fatal(err)
 		}
 		var got string

@@ -133,7 +133,7 @@ func TestReliableList(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		key := r.Key("jobs")
-		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "job-1", nil); err != nil {
+		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "job-1"); err != nil {
 			t.Fatal(err)
 		}
 		if got := startKilledConsumer(t, r, key, "a", hb, 3, ""); got != 1 {
@@ -178,7 +178,7 @@ func TestReliableList(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		key, dlq := r.Key("jobs"), r.Key("dead")
-		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "poison", map[string]string{"kind": "poison"}); err != nil {
+		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "poison", settle.Headers(map[string]string{"kind": "poison"})); err != nil {
 			t.Fatal(err)
 		}
 		if got := startKilledConsumer(t, r, key, "a1", hb, 2, dlq); got != 1 {
@@ -226,7 +226,7 @@ func TestReliableList(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		key := r.Key("jobs")
-		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "left behind", nil); err != nil {
+		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "left behind"); err != nil {
 			t.Fatal(err)
 		}
 		// An earlier life of consumer "c" took the item and died; its heartbeat may still live.
@@ -254,7 +254,7 @@ func TestReliableList(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		key := r.Key("jobs")
-		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "again", nil); err != nil {
+		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, "again"); err != nil {
 			t.Fatal(err)
 		}
 		before, _ := r.Client.LIndex(ctx, key, 0).Result()

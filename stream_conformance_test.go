@@ -56,7 +56,7 @@ func newStreamSubject(t *testing.T, c *conformanceClock) *sourcetest.Subject {
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
-			if _, err := pub.PublishBytes(context.Background(), in, payload, headers); err != nil {
+			if _, err := pub.PublishBytes(context.Background(), in, payload, settle.Headers(headers)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},

@@ -53,7 +53,7 @@ func TestStreamRereadsEntriesWhoseReadReplyWasLost(t *testing.T) {
 			pub := settle.NewPublisher(r.Client)
 			var ids []string
 			for i := range 3 {
-				id, err := pub.Publish(ctx, in, i, nil)
+				id, err := pub.Publish(ctx, in, i)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -144,7 +144,7 @@ func TestReliableListRereadsItemsWhoseMoveReplyWasLost(t *testing.T) {
 			pub := settle.NewPublisher(r.Client)
 			want := []string{"a", "b", "c"}
 			for _, v := range want {
-				if err := pub.PublishListBytes(ctx, in, []byte(v), nil); err != nil {
+				if err := pub.PublishListBytes(ctx, in, []byte(v)); err != nil {
 					t.Fatal(err)
 				}
 			}

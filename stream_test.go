@@ -93,7 +93,7 @@ func (b *streamBundle) xadd(t *testing.T, key string, values ...any) string {
 // publish publishes v with settle's publisher and returns the entry id.
 func (b *streamBundle) publish(t *testing.T, v any, headers map[string]string) string {
 	t.Helper()
-	id, err := settle.NewPublisher(b.r.Client).Publish(context.Background(), b.in, v, headers)
+	id, err := settle.NewPublisher(b.r.Client).Publish(context.Background(), b.in, v, settle.Headers(headers))
 	if err != nil {
 		t.Fatalf("publish: %v", err)
 	}

@@ -104,7 +104,7 @@ func (b *testBundle) deadLetters(t *testing.T) {
 			if n == 0 {
 				region = "eu"
 			}
-			if _, err := pub.Publish(b.ctx, b.in, payment{Card: c, ID: id}, map[string]string{"region": region}); err != nil {
+			if _, err := pub.Publish(b.ctx, b.in, payment{Card: c, ID: id}, settle.Headers(map[string]string{"region": region})); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		}

@@ -28,7 +28,7 @@ func (b *testBundle) parked(t *testing.T) (set string, attempts *atomic.Int32, s
 	})
 	src := settle.Stream(b.r.Client, b.in, b.group, settle.Block(50*time.Millisecond), settle.Consumer("c1"))
 	rec, _ := b.start(t, src, h, settle.MaxAttempts(3), settle.DelayIn(delayed.DurableZset{Key: set}))
-	if _, err := settle.NewPublisher(b.r.Client).Publish(b.ctx, b.in, payment{Card: "4242", ID: 1}, nil); err != nil {
+	if _, err := settle.NewPublisher(b.r.Client).Publish(b.ctx, b.in, payment{Card: "4242", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	settled = func(n int) []settle.Settled {

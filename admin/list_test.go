@@ -106,7 +106,7 @@ func TestReliableListViewShowsEachConsumersProcessingListAliveThenOrphaned(t *te
 	key := r.Key("jobs")
 	pub := settle.NewPublisher(r.Client)
 	for n := range 3 {
-		if err := pub.PublishList(ctx, key, n, nil); err != nil {
+		if err := pub.PublishList(ctx, key, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,7 +188,7 @@ func listDeadLetters(t *testing.T) *listBundle {
 			if n == 0 {
 				region = "eu"
 			}
-			if err := pub.PublishList(b.ctx, b.in, payment{Card: c, ID: id}, map[string]string{"region": region}); err != nil {
+			if err := pub.PublishList(b.ctx, b.in, payment{Card: c, ID: id}, settle.Headers(map[string]string{"region": region})); err != nil {
 				t.Fatal(err)
 			}
 		}

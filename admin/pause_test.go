@@ -31,7 +31,7 @@ func TestPauseHoldsARunningMountAndResumeReleasesIt(t *testing.T) {
 		handled <- struct{}{}
 		return nil
 	}))
-	if _, err := settle.NewPublisher(b.r.Client).PublishBytes(b.ctx, b.in, []byte("later"), nil); err != nil {
+	if _, err := settle.NewPublisher(b.r.Client).PublishBytes(b.ctx, b.in, []byte("later")); err != nil {
 		t.Fatal(err)
 	}
 	select {

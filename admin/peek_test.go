@@ -42,7 +42,7 @@ func TestPeekShowsHeadersAndThePayloadDecoded(t *testing.T) {
 
 	t.Run("JSONAndRawText", func(t *testing.T) {
 		pub := settle.NewPublisher(b.r.Client, settle.WithCodec(settle.JSON))
-		id, err := pub.Publish(context.Background(), b.in, payment{Card: "9", ID: 7}, nil)
+		id, err := pub.Publish(context.Background(), b.in, payment{Card: "9", ID: 7})
 		if err != nil {
 			t.Fatal(err)
 		}

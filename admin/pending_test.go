@@ -57,7 +57,7 @@ func (b *testBundle) stuck(t *testing.T, n int) []string {
 	pub := settle.NewPublisher(rdb)
 	var ids []string
 	for k := range n {
-		id, err := pub.Publish(b.ctx, b.in, payment{Card: "4242", ID: k + 1}, map[string]string{"region": "eu"})
+		id, err := pub.Publish(b.ctx, b.in, payment{Card: "4242", ID: k + 1}, settle.Headers(map[string]string{"region": "eu"}))
 		if err != nil {
 			t.Fatalf("publish: %v", err)
 		}

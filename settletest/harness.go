@@ -14,7 +14,7 @@
 //	h.Mount(settle.Stream(h.Redis.Client, in, "workers"), handler,
 //		settle.DelayIn(delayed.DurableZset{Key: h.Redis.Key("delayed")}))
 //	h.Start()
-//	h.Publish(in, refund, nil)
+//	h.Publish(in, refund)
 //	h.WaitAction(settle.ActionPark, 1)
 //	h.Advance(30 * time.Second) // the backoff passes at once
 //	h.WaitSettled(1)
@@ -167,9 +167,9 @@ func (h *Harness) Mount(src settle.Source, handler settle.Handler, opts ...settl
 
 // Publish encodes v with msgpack and appends it to the stream key; it returns the
 // entry id and fails the test on error.
-func (h *Harness) Publish(key string, v any, headers map[string]string) string {
+func (h *Harness) Publish(key string, v any, opts ...settle.PublishOption) string {
 	h.t.Helper()
-	id, err := settle.NewPublisher(h.Redis.Client).Publish(context.Background(), key, v, headers)
+	id, err := settle.NewPublisher(h.Redis.Client).Publish(context.Background(), key, v, opts...)
 	if err != nil {
 		h.t.Fatalf("settletest: %v", err)
 	}
@@ -178,9 +178,9 @@ func (h *Harness) Publish(key string, v any, headers map[string]string) string {
 
 // PublishBytes appends payload as it is to the stream key; it returns the entry id and
 // fails the test on error.
-func (h *Harness) PublishBytes(key string, payload []byte, headers map[string]string) string {
+func (h *Harness) PublishBytes(key string, payload []byte, opts ...settle.PublishOption) string {
 	h.t.Helper()
-	id, err := settle.NewPublisher(h.Redis.Client).PublishBytes(context.Background(), key, payload, headers)
+	id, err := settle.NewPublisher(h.Redis.Client).PublishBytes(context.Background(), key, payload, opts...)
 	if err != nil {
 		h.t.Fatalf("settletest: %v", err)
 	}

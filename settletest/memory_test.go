@@ -154,7 +154,7 @@ func TestHarnessLiveModeRunsOnTheWallClock(t *testing.T) {
 		return nil
 	}))
 	h.Start()
-	h.Publish(in, 1, nil)
+	h.Publish(in, 1)
 	evs := h.WaitAction(settle.ActionAck, 1)
 	if last := evs[len(evs)-1]; last.Attempt != 2 {
 		t.Fatalf("ack of attempt %d, want 2 (the in-process delay passed on the wall clock)", last.Attempt)

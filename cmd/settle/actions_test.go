@@ -27,7 +27,7 @@ func (b *testBundle) stuck(t *testing.T, n int) []string {
 	pub := settle.NewPublisher(b.rdb)
 	var ids []string
 	for k := range n {
-		id, err := pub.Publish(b.ctx, b.in, payment{Card: "4242", ID: k + 1}, nil)
+		id, err := pub.Publish(b.ctx, b.in, payment{Card: "4242", ID: k + 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func (b *testBundle) parked(t *testing.T) (set string, handled *atomic.Int32, ac
 			t.Errorf("Run: %v", err)
 		}
 	})
-	if _, err := settle.NewPublisher(b.rdb).Publish(b.ctx, b.in, payment{Card: "4242", ID: 1}, nil); err != nil {
+	if _, err := settle.NewPublisher(b.rdb).Publish(b.ctx, b.in, payment{Card: "4242", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	select {

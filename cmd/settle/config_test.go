@@ -63,7 +63,7 @@ func (b *testBundle) twoMounts(t *testing.T) (path, jobs string) {
 	jobs = b.key("jobs")
 	pub := settle.NewPublisher(b.rdb)
 	for id := range 3 {
-		if err := pub.PublishList(b.ctx, jobs, payment{Card: "1111", ID: id}, nil); err != nil {
+		if err := pub.PublishList(b.ctx, jobs, payment{Card: "1111", ID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,7 +202,7 @@ func TestPendingLsAndListLsShowPausedAfterSettlePause(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := b.key("jobs")
-	if err := settle.NewPublisher(b.rdb).PublishList(b.ctx, jobs, payment{Card: "1111", ID: 1}, nil); err != nil {
+	if err := settle.NewPublisher(b.rdb).PublishList(b.ctx, jobs, payment{Card: "1111", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	type pausedOut struct {

@@ -29,7 +29,7 @@ func (b *testBundle) listDeadLetters(t *testing.T) {
 	for _, cards := range [][]string{okCards, unavailableCards, declinedCards} {
 		for _, c := range cards {
 			id++
-			if err := pub.PublishList(b.ctx, b.in, payment{Card: c, ID: id}, map[string]string{"region": "eu"}); err != nil {
+			if err := pub.PublishList(b.ctx, b.in, payment{Card: c, ID: id}, settle.Headers(map[string]string{"region": "eu"})); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -67,7 +67,7 @@ func TestListLsShowsAReliableListsLiveConsumerAndItsProcessingList(t *testing.T)
 	b := setup(t)
 	pub := settle.NewPublisher(b.rdb)
 	for n := range 3 {
-		if err := pub.PublishList(b.ctx, b.in, n, nil); err != nil {
+		if err := pub.PublishList(b.ctx, b.in, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestStatsTellsAReliableListAndADeadLetterList(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.listDeadLetters(t)
-	if err := settle.NewPublisher(b.rdb).PublishList(b.ctx, b.in, "waiting", nil); err != nil {
+	if err := settle.NewPublisher(b.rdb).PublishList(b.ctx, b.in, "waiting"); err != nil {
 		t.Fatal(err)
 	}
 	type stat struct {

@@ -165,7 +165,7 @@ func (b *testBundle) deadLetters(t *testing.T) {
 	for _, cards := range [][]string{okCards, unavailableCards, declinedCards} {
 		for _, c := range cards {
 			id++
-			if _, err := pub.Publish(b.ctx, b.in, payment{Card: c, ID: id}, map[string]string{"region": "eu"}); err != nil {
+			if _, err := pub.Publish(b.ctx, b.in, payment{Card: c, ID: id}, settle.Headers(map[string]string{"region": "eu"})); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		}

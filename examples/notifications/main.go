@@ -232,7 +232,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if i%7 == 0 {
 			e.To = ""
 		}
-		if err := pub.PublishList(ctx, p+keyEmail, e, nil); err != nil {
+		if err := pub.PublishList(ctx, p+keyEmail, e); err != nil {
 			return err
 		}
 	}
@@ -291,7 +291,7 @@ func runUntil(ctx context.Context, app *settle.App, publish func() error, done <
 // publishHeard publishes v on channel until a subscriber receives it.
 func publishHeard(ctx context.Context, pub *settle.Publisher, channel string, v any) error {
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		n, err := pub.PublishChannel(ctx, channel, v, nil)
+		n, err := pub.PublishChannel(ctx, channel, v)
 		if err != nil || n > 0 {
 			return err
 		}

@@ -438,7 +438,7 @@ func runObserved(ctx context.Context, args []string, stdout, stderr io.Writer, o
 	pub := settle.NewPublisher(rdb)
 	for i := 1; i <= o.n; i++ {
 		r := Refund{ID: uint64(i), Card: fmt.Sprintf("4000-0000-0000-%04d", i%10000), AmountCents: uint64(100 + (i*7919)%99900)}
-		if _, err := pub.Publish(ctx, refunds, r, map[string]string{headerBatch: batch}); err != nil {
+		if _, err := pub.Publish(ctx, refunds, r, settle.Headers(map[string]string{headerBatch: batch})); err != nil {
 			return err
 		}
 	}

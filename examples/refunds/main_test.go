@@ -468,7 +468,7 @@ func newUntilApp(t *testing.T) (*settle.App, <-chan struct{}) {
 	}
 	app.Mount(settle.Stream(r.Client, r.Key("in"), "g", settle.Block(50*time.Millisecond)),
 		settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
-	if _, err := settle.NewPublisher(r.Client).Publish(context.Background(), r.Key("in"), 1, nil); err != nil {
+	if _, err := settle.NewPublisher(r.Client).Publish(context.Background(), r.Key("in"), 1); err != nil {
 		t.Fatal(err)
 	}
 	return app, done

@@ -104,9 +104,9 @@ func (w *world) publish(n int) {
 		h := map[string]string{headerID: id}
 		var err error
 		if w.tr.list {
-			err = pub.PublishListBytes(ctx, w.in, []byte(id), h)
+			err = pub.PublishListBytes(ctx, w.in, []byte(id), settle.Headers(h))
 		} else {
-			_, err = pub.PublishBytes(ctx, w.in, []byte(id), h)
+			_, err = pub.PublishBytes(ctx, w.in, []byte(id), settle.Headers(h))
 		}
 		if err != nil {
 			w.t.Fatal(err)

@@ -26,7 +26,7 @@ func TestReadmeTestKitSketchPassesA30sBackoffAtOnce(t *testing.T) {
 		settle.DelayIn(delayed.DurableZset{Key: h.Redis.Key("delayed"), TTL: time.Hour}),
 	)
 	h.Start()
-	h.Publish(in, Refund{ID: 1, AmountCents: 1250}, nil)
+	h.Publish(in, Refund{ID: 1, AmountCents: 1250})
 	h.WaitAction(settle.ActionPark, 1) // the copy waits in the delay set...
 	h.Advance(30 * time.Second)        // ...and the 30 s pass at once
 	h.WaitAction(settle.ActionAck, 1)

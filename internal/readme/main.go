@@ -55,7 +55,7 @@ func main() {
 	)
 
 	pub := settle.NewPublisher(rdb)
-	if _, err := pub.Publish(ctx, "{refunds}", Refund{ID: 1, AmountCents: 1250}, nil); err != nil {
+	if _, err := pub.Publish(ctx, "{refunds}", Refund{ID: 1, AmountCents: 1250}); err != nil {
 		log.Fatal(err)
 	}
 	if err := app.Run(ctx); err != nil { // until Ctrl-C or SIGTERM, then a graceful drain

@@ -532,7 +532,7 @@ func (e *crashEnv) setup(ctx context.Context, transport string, s subject) error
 		}
 	case transportReliable:
 		pub := settle.NewPublisher(e.rdb)
-		if err := pub.PublishListBytes(ctx, settle.ProcessingList(s.cfg.Key, crashGhost), life, map[string]string{headerID: crashLife}); err != nil {
+		if err := pub.PublishListBytes(ctx, settle.ProcessingList(s.cfg.Key, crashGhost), life, settle.Headers(map[string]string{headerID: crashLife})); err != nil {
 			return err
 		}
 		if err := e.rdb.SAdd(ctx, keys.ListConsumers(s.cfg.Key), crashGhost).Err(); err != nil {

@@ -55,7 +55,7 @@ func redisSubjectOn(rdb *redis.Client, url string, key func(string) string, tran
 	s := subject{cfg: cfg}
 	if transport == transportReliable {
 		s.publish = func(ctx context.Context, id string, payload []byte) error {
-			return pub.PublishListBytes(ctx, cfg.Key, payload, map[string]string{headerID: id})
+			return pub.PublishListBytes(ctx, cfg.Key, payload, settle.Headers(map[string]string{headerID: id}))
 		}
 		s.drained = func(ctx context.Context, consumers []string) (bool, error) {
 			cmds, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -93,7 +93,7 @@ func redisSubjectOn(rdb *redis.Client, url string, key func(string) string, tran
 		return s
 	}
 	s.publish = func(ctx context.Context, id string, payload []byte) error {
-		_, err := pub.PublishBytes(ctx, cfg.Key, payload, map[string]string{headerID: id})
+		_, err := pub.PublishBytes(ctx, cfg.Key, payload, settle.Headers(map[string]string{headerID: id}))
 		return err
 	}
 	s.drained = func(ctx context.Context, _ []string) (bool, error) {
