@@ -51,6 +51,8 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 	app.Mount(b.stream(), ack, settle.Name("dlq-is-source"), settle.DeadLetter(b.in))
 	app.Mount(b.stream(), ack, settle.Name("twice"))
 	app.Mount(b.stream(), ack, settle.Name("twice"))
+	app.Mount(settle.List(b.client, b.in+":wait-list"), ack, settle.Name("wait-on-a-list"), settle.WaitReplicas(1, time.Second))
+	app.Mount(b.stream(), ack, settle.Name("wait-forever"), settle.WaitReplicas(1, 0))
 
 	err = app.Validate()
 	if err == nil {
@@ -64,6 +66,8 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 		"trimmed-list-dlq": "DeadLetterMaxLen(10): only a stream's dead letters can be trimmed",
 		"dlq-is-source":    b.in,
 		"twice":            "name",
+		"wait-on-a-list":   "WaitReplicas: a list source's settlements write nothing",
+		"wait-forever":     "WaitReplicas(…, 0s): the timeout must be at least 1ms",
 	}
 	refusals := configErrors(t, err)
 	if len(refusals) != len(want) {

@@ -146,6 +146,9 @@ func (m *mount) prepare(e *engine) {
 	env.Mount = m.name
 	m.transport = m.src.Transport(env)
 	m.info = m.transport.Info()
+	if _, ok := m.transport.(replicaWaiter); ok && m.cfg.replicas.set {
+		m.transport = replicaTransport{Transport: m.transport, w: m.cfg.replicas}
+	}
 	m.logger = e.logger.With(slog.String(attrMount, m.name))
 	m.wrapped = m.handler
 	for i := len(m.cfg.middleware) - 1; i >= 0; i-- {
@@ -193,6 +196,9 @@ func (m *mount) validate() []error {
 	}
 	if m.cfg.delay == nil {
 		add("DelayIn(nil): give a strategy")
+	}
+	for _, p := range m.cfg.replicas.problems(m.transport) {
+		add("%s", p)
 	}
 	for _, err := range m.transport.Validate(m.policy) {
 		add("%v", err)

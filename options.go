@@ -41,6 +41,7 @@ type mountConfig struct {
 	name             string
 	prefetch         int
 	prefetchSet      bool // Prefetch was given; else the source's Batch
+	replicas         replicaWait
 	timeout          time.Duration
 }
 

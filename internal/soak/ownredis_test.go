@@ -32,6 +32,7 @@ type ownRedis struct {
 	dir  string
 	log  string // the server's output, every run appended
 	port int
+	args []string // more arguments for redis-server (see startOwnRedisWith)
 
 	cmd      *exec.Cmd
 	done     chan struct{} // closed once the current process was reaped
@@ -42,6 +43,14 @@ type ownRedis struct {
 // (the sign that the machine runs real servers; skipping otherwise) and a redis-server
 // on the PATH. The server is killed when the test ends.
 func startOwnRedis(t *testing.T) *ownRedis {
+	t.Helper()
+	return startOwnRedisWith(t)
+}
+
+// startOwnRedisWith starts a redis-server of the test's own as startOwnRedis does, with
+// args added to its command line (a later argument overrides an earlier one: "--appendonly
+// no", "--replicaof 127.0.0.1 6380").
+func startOwnRedisWith(t *testing.T, args ...string) *ownRedis {
 	t.Helper()
 	redistest.RealOnly(t)
 	bin, err := exec.LookPath("redis-server")
@@ -55,7 +64,7 @@ func startOwnRedis(t *testing.T) *ownRedis {
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
 	dir := t.TempDir()
-	s := &ownRedis{t: t, bin: bin, dir: dir, log: filepath.Join(dir, "redis.log"), port: port}
+	s := &ownRedis{t: t, bin: bin, dir: dir, log: filepath.Join(dir, "redis.log"), port: port, args: args}
 	t.Cleanup(func() {
 		if s.running() {
 			_ = s.cmd.Process.Kill()
@@ -92,8 +101,8 @@ func (s *ownRedis) start() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "")
+	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", ""}, s.args...)...)
 	// The server dies with the test process, however it ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	pipe, err := cmd.StdoutPipe()
