@@ -156,6 +156,18 @@ func (w *world) seed(t *testing.T) {
 // settled for good and parks are parked in the delay set.
 func (w *world) run(t *testing.T, finals, parks int, opts ...settle.MountOption) {
 	t.Helper()
+	w.runUntil(t, settle.Typed(processor), finals, parks, opts...)
+}
+
+// runWith runs an App with the refunds mount and handler h until finals deliveries are
+// settled for good.
+func (w *world) runWith(t *testing.T, h settle.Handler, finals int) {
+	t.Helper()
+	w.runUntil(t, h, finals, 0)
+}
+
+func (w *world) runUntil(t *testing.T, h settle.Handler, finals, parks int, opts ...settle.MountOption) {
+	t.Helper()
 	var mu sync.Mutex
 	nf, np := 0, 0
 	done := make(chan struct{})
@@ -181,7 +193,7 @@ func (w *world) run(t *testing.T, finals, parks int, opts ...settle.MountOption)
 		t.Fatal(err)
 	}
 	opts = append(opts, settle.Backoff(func(int, error) time.Duration { return 0 }))
-	app.Mount(settle.Stream(w.rdb, w.in, w.group, settle.Block(50*time.Millisecond), settle.Consumer("worker-1")), settle.Typed(processor), opts...)
+	app.Mount(settle.Stream(w.rdb, w.in, w.group, settle.Block(50*time.Millisecond), settle.Consumer("worker-1")), h, opts...)
 	ctx, cancel := context.WithCancel(w.ctx)
 	defer cancel()
 	errc := make(chan error, 1)
