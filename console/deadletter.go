@@ -14,6 +14,8 @@ import (
 type deadLetterPage struct {
 	// Attempts is its retry count header.
 	Attempts string
+	// Base is the mount page's path, which the forms start with.
+	Base string
 	// DeadAt is when it was dead-lettered.
 	DeadAt time.Time
 	// DecodeError says why the payload did not decode ("" when it did).
@@ -62,7 +64,7 @@ func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := dls[0]
-	p := deadLetterPage{DL: d, Mount: m, Headers: sortedHeaders(d.Headers), Attempts: retries(d.Headers), DeadAt: d.Time}
+	p := deadLetterPage{Base: c.path("mounts", m.Name), DL: d, Mount: m, Headers: sortedHeaders(d.Headers), Attempts: retries(d.Headers), DeadAt: d.Time}
 	if at, err := time.Parse(time.RFC3339Nano, d.Headers[settle.HeaderDeadAt]); err == nil {
 		p.DeadAt = at
 	}

@@ -44,6 +44,8 @@ func (c *Console) groups(ctx context.Context, ib Inbox) ([]groupView, error) {
 
 // inboxPage is an inbox's page: its groups, and one page of one of its dead letters.
 type inboxPage struct {
+	// Base is the inbox page's path, which its forms and links start with.
+	Base string
 	// Dead is the dead letter shown.
 	Dead string
 	// DeadCounts counts the rows of each dead letter, in the order of Inbox.Dead.
@@ -80,7 +82,7 @@ func (c *Console) inboxPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	p := inboxPage{Inbox: ib, Filter: readFilter(r), Table: ib.Inbox.Table()}
+	p := inboxPage{Base: c.path("inboxes", ib.Name), Inbox: ib, Filter: readFilter(r), Table: ib.Inbox.Table()}
 	var err error
 	if p.Groups, err = c.groups(ctx, ib); err != nil {
 		c.fail(w, r, http.StatusBadGateway, "Cannot read inbox "+ib.Name, err)

@@ -12,6 +12,8 @@ import (
 // mountPage is a Redis mount's page: its consumers, its delay set and one page of its
 // dead letters.
 type mountPage struct {
+	// Base is the mount page's path, which its forms and links start with.
+	Base string
 	// Dead is the page of dead letters the filter selects.
 	Dead []admin.DeadLetter
 	// Delay is its delay set (nil: none).
@@ -58,7 +60,7 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	p := mountPage{Mount: m, Row: c.mountRow(ctx, m), Filter: readFilter(r)}
+	p := mountPage{Base: c.path("mounts", m.Name), Mount: m, Row: c.mountRow(ctx, m), Filter: readFilter(r)}
 	var err error
 	if m.isStream() {
 		p.Stream, err = c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle))
