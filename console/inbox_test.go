@@ -6,13 +6,11 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,41 +63,14 @@ func mailInbox(t *testing.T, d inbox.Dialect, dsn string) *inbox.Inbox {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	finals := 0
-	done := make(chan struct{})
-	app, err := settle.New(settle.Config{Logger: slog.New(slog.DiscardHandler), OnSettled: func(_ context.Context, s settle.Settled) {
-		mu.Lock()
-		defer mu.Unlock()
-		if s.Final() {
-			if finals++; finals == 3 {
-				close(done)
+	runApp(t, 3, 0, func(app *settle.App) {
+		app.Mount(ib.Queue("emails", inbox.Poll(20*time.Millisecond)), settle.Typed(func(_ context.Context, _ *settle.Message, m map[string]string) error {
+			if strings.HasPrefix(m["to"], "bounce") {
+				return errors.New("smtp 550: mailbox unavailable")
 			}
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	app.Mount(ib.Queue("emails", inbox.Poll(20*time.Millisecond)), settle.Typed(func(_ context.Context, _ *settle.Message, m map[string]string) error {
-		if strings.HasPrefix(m["to"], "bounce") {
-			return errors.New("smtp 550: mailbox unavailable")
-		}
-		return nil
-	}), settle.MaxAttempts(2), settle.DeadLetter("emails.dead"), settle.Backoff(func(int, error) time.Duration { return 0 }))
-	rctx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- app.Run(rctx) }()
-	select {
-	case <-done:
-	case err := <-errc:
-		t.Fatalf("Run returned before the mails were settled: %v", err)
-	case <-time.After(waitBound):
-		t.Fatalf("the mails were not settled within %s", waitBound)
-	}
-	cancel()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+			return nil
+		}), settle.MaxAttempts(2), settle.DeadLetter("emails.dead"), noBackoff)
+	})
 	return ib
 }
 

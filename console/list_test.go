@@ -1,14 +1,10 @@
 package console_test
 
 import (
-	"context"
-	"errors"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,37 +25,10 @@ func listWorld(t *testing.T) (w *world, jobs, dlq string) {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	finals := 0
-	done := make(chan struct{})
-	app, err := settle.New(settle.Config{Logger: slog.New(slog.DiscardHandler), OnSettled: func(_ context.Context, s settle.Settled) {
-		mu.Lock()
-		defer mu.Unlock()
-		if s.Final() {
-			if finals++; finals == 4 {
-				close(done)
-			}
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	app.Mount(settle.ReliableList(w.rdb, jobs, settle.Block(50*time.Millisecond)), settle.Typed(processor),
-		settle.MaxAttempts(2), settle.DeadLetter(dlq), settle.Backoff(func(int, error) time.Duration { return 0 }))
-	ctx, cancel := context.WithCancel(w.ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- app.Run(ctx) }()
-	select {
-	case <-done:
-	case err := <-errc:
-		t.Fatalf("Run returned early: %v", err)
-	case <-time.After(waitBound):
-		t.Fatalf("the list's refunds were not settled within %s", waitBound)
-	}
-	cancel()
-	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
+	runApp(t, 4, 0, func(app *settle.App) {
+		app.Mount(settle.ReliableList(w.rdb, jobs, settle.Block(50*time.Millisecond)), settle.Typed(processor),
+			settle.MaxAttempts(2), settle.DeadLetter(dlq), noBackoff)
+	})
 	return w, jobs, dlq
 }
 

@@ -143,10 +143,10 @@ func (w *world) seed(t *testing.T) {
 	publish(okCards)
 	publish(unavailableCards)
 	publish(busyCards)
-	w.run(t, len(okCards)+len(unavailableCards), len(busyCards), settle.MaxAttempts(3), settle.DeadLetter(w.dead),
+	w.run(t, len(okCards)+len(unavailableCards), len(busyCards), noBackoff, settle.MaxAttempts(3), settle.DeadLetter(w.dead),
 		settle.DelayIn(delayed.DurableZset{Key: w.delayed, TTL: 24 * time.Hour}))
 	publish(closedCards)
-	w.run(t, len(closedCards), 0, settle.DeadLetter(w.dead))
+	w.run(t, len(closedCards), 0, noBackoff, settle.DeadLetter(w.dead))
 	if n := w.xlen(t, w.dead); n != deadTotal {
 		t.Fatalf("the dead-letter stream holds %d after the seed, want %d", n, deadTotal)
 	}
@@ -167,6 +167,18 @@ func (w *world) runWith(t *testing.T, h settle.Handler, finals int) {
 }
 
 func (w *world) runUntil(t *testing.T, h settle.Handler, finals, parks int, opts ...settle.MountOption) {
+	t.Helper()
+	runApp(t, finals, parks, func(app *settle.App) {
+		app.Mount(settle.Stream(w.rdb, w.in, w.group, settle.Block(50*time.Millisecond), settle.Consumer("worker-1")), h, opts...)
+	})
+}
+
+// noBackoff retries a plain error at once, so the seeds reach their caps quickly.
+var noBackoff = settle.Backoff(func(int, error) time.Duration { return 0 })
+
+// runApp runs an App with the mounts mount makes until finals deliveries are settled
+// for good and parks are parked in a delay set, then stops it.
+func runApp(t *testing.T, finals, parks int, mount func(app *settle.App)) {
 	t.Helper()
 	var mu sync.Mutex
 	nf, np := 0, 0
@@ -192,9 +204,8 @@ func (w *world) runUntil(t *testing.T, h settle.Handler, finals, parks int, opts
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append(opts, settle.Backoff(func(int, error) time.Duration { return 0 }))
-	app.Mount(settle.Stream(w.rdb, w.in, w.group, settle.Block(50*time.Millisecond), settle.Consumer("worker-1")), h, opts...)
-	ctx, cancel := context.WithCancel(w.ctx)
+	mount(app)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- app.Run(ctx) }()
