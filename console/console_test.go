@@ -133,6 +133,14 @@ func TestPurgeConfirmsThenDeletesTheMatchingOnly(t *testing.T) {
 func TestAPOSTWithoutTheCSRFTokenIsRefusedAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	w, srv, cl := seeded(t, console.Options{})
+	resp, err := http.Get(srv.URL + "/mounts/refunds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cs := resp.Cookies(); len(cs) != 1 || cs[0].SameSite != http.SameSiteStrictMode || !cs[0].HttpOnly {
+		t.Fatalf("the page set cookies %+v, want one CSRF cookie, SameSite=Strict and HttpOnly", cs)
+	}
 	_, body := get(t, cl, srv.URL+"/mounts/refunds")
 	ids := w.deadIDs(t, "")
 	for name, tok := range map[string]string{"none": "", "forged": strings.Repeat("ab", 32), "of another page": token(t, body) + "00"} {
