@@ -223,7 +223,7 @@ func TestDeadLetterPageShowsHeadersDecodedPayloadAndHistory(t *testing.T) {
 	w, srv, cl := seeded(t, console.Options{})
 	id := w.deadIDs(t, "max attempts")[0]
 	status, body := get(t, cl, srv.URL+"/mounts/refunds/dead/"+id)
-	for _, want := range []string{`"card":"4111-unavail-1"`, "processor unavailable", "max attempts reached (3 of 3)", "<dd>3</dd>", "region", w.in} {
+	for _, want := range []string{`"card":"4111-unavail-`, "processor unavailable", "max attempts reached (3 of 3)", "<dd>3</dd>", "region", w.in} {
 		if !strings.Contains(strings.ReplaceAll(body, "&#34;", `"`), want) {
 			t.Fatalf("dead letter page (%d) lacks %q:\n%s", status, want, body)
 		}

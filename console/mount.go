@@ -32,8 +32,8 @@ type mountPage struct {
 	Mount Mount
 	// Next is the query of the next page ("" on the last).
 	Next string
-	// Row is its overview row.
-	Row row
+	// Paused reports that its mounts are paused.
+	Paused bool
 	// Stream is its stream and group (a stream kind).
 	Stream *admin.StreamInfo
 	// Summary counts and groups the dead letters the filter selects (nil: no dead letter).
@@ -60,12 +60,14 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	p := mountPage{Base: c.path("mounts", m.Name), Mount: m, Row: c.mountRow(ctx, m), Filter: readFilter(r)}
+	p := mountPage{Base: c.path("mounts", m.Name), Mount: m, Filter: readFilter(r)}
 	var err error
 	if m.isStream() {
-		p.Stream, err = c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle))
-	} else {
-		p.List, err = c.list(ctx, m)
+		if p.Stream, err = c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle)); err == nil {
+			p.Paused = p.Stream.Paused
+		}
+	} else if p.List, err = c.list(ctx, m); err == nil {
+		p.Paused, err = c.opts.Admin.Paused(ctx, m.Key, "")
 	}
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, "Cannot read mount "+m.Name, err)
