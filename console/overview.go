@@ -95,11 +95,11 @@ func (c *Console) mountRow(ctx context.Context, m Mount) row {
 			rw.Delayed, rw.Overdue = d.Size, d.Overdue
 		}
 		if m.DeadLetter != "" {
-			s, err := c.deadLetters(m).summary(ctx, admin.Filter{})
+			n, err := c.opts.Admin.DeadLetterCount(ctx, m.DeadLetter, !m.isStream())
 			if err != nil {
 				return err
 			}
-			rw.Dead = int64(s.Count)
+			rw.Dead = n
 		}
 		return nil
 	}()
