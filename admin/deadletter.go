@@ -34,6 +34,10 @@ type DeadLetter struct {
 // Filter selects dead letters. Its zero value selects them all; each field set narrows
 // the selection (all of them must match).
 type Filter struct {
+	// After selects the dead letters after this one, a page's cursor: for a stream the
+	// entry id of the last one of the page before (exclusive), for a list its index.
+	// IDs ignore it. Defaults to "": from the first.
+	After string
 	// Error selects the dead letters whose last error contains this substring.
 	Error string
 	// Headers selects the dead letters that carry each of these headers with this value.
@@ -131,6 +135,9 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, e
 	}
 	if !f.Until.IsZero() {
 		end = strconv.FormatInt(f.Until.UnixMilli(), 10)
+	}
+	if f.After != "" {
+		start = "(" + f.After // Since still applies, in match
 	}
 	for {
 		msgs, err := i.rdb.XRangeN(ctx, key, start, end, scanPage).Result()

@@ -166,7 +166,15 @@ func (i *Inspector) scanList(ctx context.Context, key string, f Filter, limit in
 	if len(f.IDs) > 0 {
 		return i.scanIndexes(ctx, key, f.IDs, take)
 	}
-	for start := int64(0); ; start += scanPage {
+	first := int64(0)
+	if f.After != "" {
+		after, err := strconv.ParseInt(f.After, 10, 64)
+		if err != nil || after < 0 {
+			return fmt.Errorf("admin: dead-letter list %q: After %q is not an index (0 first)", key, f.After)
+		}
+		first = after + 1
+	}
+	for start := first; ; start += scanPage {
 		members, err := i.rdb.LRange(ctx, key, start, start+scanPage-1).Result()
 		if err != nil {
 			return fmt.Errorf("admin: dead-letter list %q: lrange %d %d: %w", key, start, start+scanPage-1, err)

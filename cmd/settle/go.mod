@@ -2,7 +2,10 @@ module github.com/settlekit/settle/cmd/settle
 
 go 1.25.0
 
-replace github.com/settlekit/settle => ../..
+replace (
+	github.com/settlekit/settle => ../..
+	github.com/settlekit/settle/console => ../../console
+)
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
@@ -10,6 +13,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.19.0
 	github.com/settlekit/settle v0.0.0-00010101000000-000000000000
+	github.com/settlekit/settle/console v0.0.0-00010101000000-000000000000
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/term v0.45.0
 	modernc.org/sqlite v1.59.0

@@ -46,7 +46,8 @@
 // dead_letter are optional; its name (for --mount) defaults to its key. A file with an
 // unknown field, a mount of an unknown kind or without its key is refused (exit 1)
 // naming it. settle stats --config FILE with no keys shows every mount (and whether it
-// is paused) and every inbox group of the file; --mount NAME one mount.
+// is paused) and every inbox group of the file; --mount NAME one mount. settle web
+// --config FILE serves the web console (github.com/settlekit/settle/console) for them all.
 //
 // # Output
 //

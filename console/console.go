@@ -1,0 +1,245 @@
+// Package console is settle's web console: an http.Handler that shows what the mounts of
+// a service hold (Redis streams and lists, SQL inboxes) and acts on it (replay or purge
+// dead letters, pause and resume a mount, promote a delayed retry), through the
+// operator API of settle/admin and settle/inbox.
+//
+// A service mounts it in its own mux, behind its own authentication (the console has
+// none of its own):
+//
+//	c, err := console.New(console.Options{
+//		Admin:    admin.NewInspector(rdb),
+//		Mounts:   []console.Mount{{Name: "refunds", Kind: console.KindStream, Key: "{refunds}", Group: "refunds", Delayed: "{refunds}.delayed", DeadLetter: "{refunds}.dlq"}},
+//		Prefix:   "/settle",
+//		ReadOnly: true,
+//	})
+//	mux.Handle("/settle/", auth(c))
+//
+// The pages are rendered on the server (html/template), the style sheet and one small
+// script are embedded; nothing is built. Safe by construction: in read-only mode no
+// action is rendered and every POST is refused (403); every action is a POST carrying
+// a CSRF token (a hidden form field matched against a SameSite cookie); replay and
+// purge first show how many entries they will move and ask again; a replay is the
+// API's atomic, resumable replay; a list view never shows more than one bounded page
+// (Options.PageSize, at most MaxPageSize), paged by id.
+package console
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/admin"
+	"github.com/settlekit/settle/inbox"
+)
+
+// The kinds of Redis mount, as settle's constructors name them.
+const (
+	// KindClaimingStream is a settle.ClaimingStream: a stream's consumer group.
+	KindClaimingStream = "claiming-stream"
+	// KindList is a settle.List.
+	KindList = "list"
+	// KindReliableList is a settle.ReliableList.
+	KindReliableList = "reliable-list"
+	// KindStream is a settle.Stream: a stream's consumer group.
+	KindStream = "stream"
+)
+
+// Page sizes of the list views.
+const (
+	// DefaultPageSize is how many entries a list view shows when Options.PageSize and the
+	// request say nothing.
+	DefaultPageSize = 50
+	// MaxPageSize bounds every list view, whatever the request asks.
+	MaxPageSize = 500
+)
+
+// DefaultRefresh is how often the overview reloads itself when Options.Refresh is 0.
+const DefaultRefresh = 5 * time.Second
+
+// Options configures a console.
+type Options struct {
+	// Admin inspects and acts on the Redis that Mounts name. Required when Mounts is not
+	// empty.
+	Admin *admin.Inspector
+	// Codec decodes payloads for display. Defaults to settle.Msgpack.
+	Codec settle.Codec
+	// Inboxes are the SQL inboxes to show.
+	Inboxes []Inbox
+	// Logger receives a line for each action taken and each page that failed. Defaults
+	// to slog.Default().
+	Logger *slog.Logger
+	// Mounts are the Redis mounts to show.
+	Mounts []Mount
+	// PageSize is how many entries a list view shows by default (a request may ask for
+	// up to MaxPageSize). Defaults to DefaultPageSize.
+	PageSize int
+	// Prefix is the path the console is served under ("/settle": its overview is
+	// "/settle/"), which the service's mux routes to it. Defaults to "": the root.
+	Prefix string
+	// ReadOnly hides every action and refuses every POST with 403 Forbidden.
+	ReadOnly bool
+	// Refresh is how often the overview reloads itself; negative: never. Defaults to
+	// DefaultRefresh.
+	Refresh time.Duration
+}
+
+// Mount is one Redis mount: the keys one settle mount reads and writes.
+type Mount struct {
+	// DeadLetter names its dead letter: a stream for a stream kind, a list for a list
+	// kind ("": none).
+	DeadLetter string
+	// Delayed names its durable delay set ("": none).
+	Delayed string
+	// Group is a stream kind's consumer group (required there; a list has none).
+	Group string
+	// Key is the stream or list it reads (required).
+	Key string
+	// Kind is KindStream, KindClaimingStream, KindList or KindReliableList.
+	Kind string
+	// Name names it in the console (defaults to Key); names are unique.
+	Name string
+	// ReclaimIdle is the idle past which a consumer holding entries counts as dead
+	// (the mount's settle.Reclaim). Defaults to settle.DefaultReclaim.
+	ReclaimIdle time.Duration
+}
+
+// isStream reports whether m reads a stream's consumer group.
+func (m Mount) isStream() bool { return m.Kind == KindStream || m.Kind == KindClaimingStream }
+
+// Inbox is one SQL inbox: its table, the groups its mounts read and its dead letters.
+type Inbox struct {
+	// Dead names its dead letters: dead-letter groups, or dead-letter tables.
+	Dead []string
+	// Groups names the groups its mounts read ("" alone for a table without a group
+	// column).
+	Groups []string
+	// Inbox is the inbox (required).
+	Inbox *inbox.Inbox
+	// Name names it in the console (defaults to its table's name); names are unique
+	// among the inboxes.
+	Name string
+}
+
+// Console is the web console: an http.Handler. It is safe for concurrent use.
+type Console struct {
+	inboxes  []Inbox
+	log      *slog.Logger
+	mounts   []Mount
+	mux      *http.ServeMux
+	opts     Options
+	pages    *pages
+	refresh  time.Duration
+	secret   []byte // the CSRF tokens' key, random per console
+	pageSize int
+}
+
+// New returns the console Options describe, or an error naming what is wrong with
+// them: a mount without a key, of an unknown kind, a stream without its group or a list
+// with one, two mounts or two inboxes of one name, mounts without an Admin, an inbox
+// without its Inbox.
+func New(o Options) (*Console, error) {
+	c := &Console{opts: o, log: o.Logger, refresh: o.Refresh, pageSize: o.PageSize}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.refresh == 0 {
+		c.refresh = DefaultRefresh
+	}
+	if c.pageSize <= 0 {
+		c.pageSize = DefaultPageSize
+	}
+	c.pageSize = min(c.pageSize, MaxPageSize)
+	if o.Prefix != "" && (!strings.HasPrefix(o.Prefix, "/") || strings.HasSuffix(o.Prefix, "/")) {
+		return nil, fmt.Errorf("console: Prefix %q must start with / and not end with one (\"/settle\")", o.Prefix)
+	}
+	var errs []error
+	kinds := []string{KindStream, KindClaimingStream, KindList, KindReliableList}
+	seen := map[string]bool{}
+	for k, m := range o.Mounts {
+		if m.Name == "" {
+			m.Name = m.Key
+		}
+		if m.ReclaimIdle <= 0 {
+			m.ReclaimIdle = settle.DefaultReclaim
+		}
+		what := fmt.Sprintf("console: mount %d (%q)", k+1, m.Name)
+		switch {
+		case m.Key == "":
+			errs = append(errs, fmt.Errorf("%s has no Key", what))
+		case !slices.Contains(kinds, m.Kind):
+			errs = append(errs, fmt.Errorf("%s: unknown Kind %q (one of %s)", what, m.Kind, strings.Join(kinds, ", ")))
+		case m.isStream() && m.Group == "":
+			errs = append(errs, fmt.Errorf("%s: a %s needs its Group", what, m.Kind))
+		case !m.isStream() && m.Group != "":
+			errs = append(errs, fmt.Errorf("%s: a %s has no Group (got %q)", what, m.Kind, m.Group))
+		case seen[m.Name]:
+			errs = append(errs, fmt.Errorf("console: two mounts are named %q", m.Name))
+		}
+		seen[m.Name] = true
+		c.mounts = append(c.mounts, m)
+	}
+	if len(o.Mounts) > 0 && o.Admin == nil {
+		errs = append(errs, errors.New("console: Mounts need Admin, the Inspector of their Redis"))
+	}
+	seen = map[string]bool{}
+	for k, ib := range o.Inboxes {
+		if ib.Inbox == nil {
+			errs = append(errs, fmt.Errorf("console: inbox %d (%q) has no Inbox", k+1, ib.Name))
+			continue
+		}
+		if ib.Name == "" {
+			ib.Name = ib.Inbox.Table().Name
+		}
+		if len(ib.Groups) == 0 && ib.Inbox.Table().Group == "" {
+			ib.Groups = []string{""}
+		}
+		if seen[ib.Name] {
+			errs = append(errs, fmt.Errorf("console: two inboxes are named %q", ib.Name))
+		}
+		seen[ib.Name] = true
+		c.inboxes = append(c.inboxes, ib)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c.secret = make([]byte, 32)
+	_, _ = rand.Read(c.secret) // crypto/rand.Read never fails (Go 1.24+)
+	p, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	c.pages = p
+	c.routes()
+	return c, nil
+}
+
+// ServeHTTP serves the console's pages under Options.Prefix.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mux.ServeHTTP(w, r)
+}
+
+// mount returns the mount named name.
+func (c *Console) mount(name string) (Mount, bool) {
+	for _, m := range c.mounts {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Mount{}, false
+}
+
+// inbox returns the inbox named name.
+func (c *Console) inbox(name string) (Inbox, bool) {
+	for _, ib := range c.inboxes {
+		if ib.Name == name {
+			return ib, true
+		}
+	}
+	return Inbox{}, false
+}

@@ -1,0 +1,76 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/admin"
+)
+
+// deadLetterPage is one dead letter's page.
+type deadLetterPage struct {
+	// Attempts is its retry count header.
+	Attempts string
+	// Base is the mount page's path, which the forms start with.
+	Base string
+	// DeadAt is when it was dead-lettered.
+	DeadAt time.Time
+	// DecodeError says why the payload did not decode ("" when it did).
+	DecodeError string
+	// DL is the dead letter.
+	DL admin.DeadLetter
+	// Format is how Shown shows the payload: "json", "text" or "hex".
+	Format string
+	// Headers are its headers, by name.
+	Headers []header
+	// Mount is the mount it belongs to.
+	Mount Mount
+	// Shown is the payload, decoded.
+	Shown string
+}
+
+// header is one header of an entry.
+type header struct{ Name, Value string }
+
+// sortedHeaders returns h by name.
+func sortedHeaders(h map[string]string) []header {
+	out := make([]header, 0, len(h))
+	for k, v := range h {
+		out = append(out, header{k, v})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// deadLetterPage serves a dead letter of a Redis mount: its headers, its payload
+// decoded and its history.
+func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request) {
+	m, ok := c.mount(r.PathValue("name"))
+	if !ok || m.DeadLetter == "" {
+		c.fail(w, r, http.StatusNotFound, "No such mount", errNotFound("mount with dead letters", r.PathValue("name")))
+		return
+	}
+	id := r.PathValue("id")
+	dls, err := c.deadLetters(m).page(r.Context(), admin.Filter{IDs: []string{id}}, 1)
+	switch {
+	case errors.Is(err, admin.ErrEntryNotFound) || err == nil && len(dls) == 0:
+		c.fail(w, r, http.StatusNotFound, "No such dead letter", errNotFound("dead letter", id))
+		return
+	case err != nil:
+		c.fail(w, r, http.StatusBadGateway, "Cannot read dead letter "+id, err)
+		return
+	}
+	d := dls[0]
+	p := deadLetterPage{Base: c.path("mounts", m.Name), DL: d, Mount: m, Headers: sortedHeaders(d.Headers), Attempts: retries(d.Headers), DeadAt: d.Time}
+	if at, err := time.Parse(time.RFC3339Nano, d.Headers[settle.HeaderDeadAt]); err == nil {
+		p.DeadAt = at
+	}
+	p.Format, p.Shown, p.DecodeError = admin.Show(d.Payload, c.opts.Codec)
+	c.render(w, r, http.StatusOK, "deadletter", page{
+		Title: "Dead letter " + id, Data: p,
+		Crumbs: []crumb{{c.path(), "Overview"}, {c.path("mounts", m.Name), m.Name}, {c.path("mounts", m.Name, "dead", id), id}},
+	})
+}

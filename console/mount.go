@@ -1,0 +1,150 @@
+package console
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/admin"
+)
+
+// mountPage is a Redis mount's page: its consumers, its delay set and one page of its
+// dead letters.
+type mountPage struct {
+	// Base is the mount page's path, which its forms and links start with.
+	Base string
+	// Dead is the page of dead letters the filter selects.
+	Dead []admin.DeadLetter
+	// Delay is its delay set (nil: none).
+	Delay *admin.DelaySetInfo
+	// Filter is the filter box as the request filled it.
+	Filter filterForm
+	// FilterErr says why the filter was refused ("" when it was not).
+	FilterErr string
+	// First is the query of the first page ("" on the first page).
+	First string
+	// List is its list (a list kind).
+	List *admin.ReliableListInfo
+	// Members are the first members of its delay set, earliest due (so overdue) first.
+	Members []member
+	// Mount is the mount.
+	Mount Mount
+	// Next is the query of the next page ("" on the last).
+	Next string
+	// Paused reports that its mounts are paused.
+	Paused bool
+	// Stream is its stream and group (a stream kind).
+	Stream *admin.StreamInfo
+	// Summary counts and groups the dead letters the filter selects (nil: no dead letter).
+	Summary *admin.DeadLetterSummary
+}
+
+// member is one delayed retry of a delay set.
+type member struct {
+	// Attempts is its retry count header.
+	Attempts string
+	// Due is when it is due.
+	Due time.Time
+	// Handle names it for Promote.
+	Handle string
+	// Overdue reports that it is due and not yet swept back.
+	Overdue bool
+}
+
+// mountPage serves a Redis mount's page.
+func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
+	m, ok := c.mount(r.PathValue("name"))
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, "No such mount", errNotFound("mount", r.PathValue("name")))
+		return
+	}
+	ctx := r.Context()
+	p := mountPage{Base: c.path("mounts", m.Name), Mount: m, Filter: readFilter(r)}
+	var err error
+	if m.isStream() {
+		if p.Stream, err = c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle)); err == nil {
+			p.Paused = p.Stream.Paused
+		}
+	} else if p.List, err = c.list(ctx, m); err == nil {
+		p.Paused, err = c.opts.Admin.Paused(ctx, m.Key, "")
+	}
+	if err != nil {
+		c.fail(w, r, http.StatusBadGateway, "Cannot read mount "+m.Name, err)
+		return
+	}
+	if m.Delayed != "" {
+		if p.Delay, err = c.opts.Admin.DelaySet(ctx, m.Delayed); err != nil {
+			c.fail(w, r, http.StatusBadGateway, "Cannot read the delay set of "+m.Name, err)
+			return
+		}
+		members, err := c.opts.Admin.DelayedMembers(ctx, m.Delayed, c.pageSize)
+		if err != nil {
+			c.fail(w, r, http.StatusBadGateway, "Cannot read the delay set of "+m.Name, err)
+			return
+		}
+		for _, dm := range members {
+			p.Members = append(p.Members, member{
+				Attempts: dm.Headers[settle.HeaderRetryCount], Due: dm.Due, Handle: dm.Handle,
+				Overdue: !dm.Due.After(p.Delay.Now),
+			})
+		}
+	}
+	status := http.StatusOK
+	if m.DeadLetter != "" {
+		if err := c.deadPage(r, m, &p); err != nil {
+			p.FilterErr, status = err.Error(), http.StatusBadRequest
+		}
+	}
+	c.render(w, r, status, "mount", page{
+		Title: m.Name, Data: p,
+		Crumbs: []crumb{{c.path(), "Overview"}, {c.path("mounts", m.Name), m.Name}},
+	})
+}
+
+// deadPage fills in p's summary and page of the dead letters of m the filter selects,
+// or says why the filter is refused.
+func (c *Console) deadPage(r *http.Request, m Mount, p *mountPage) error {
+	f, err := adminFilter(p.Filter)
+	if err != nil {
+		return err
+	}
+	st := c.deadLetters(m)
+	after := f.After
+	f.After = ""
+	if p.Summary, err = st.summary(r.Context(), f); err != nil {
+		return err
+	}
+	f.After = after
+	limit := p.Filter.limit(c.pageSize)
+	dls, err := st.page(r.Context(), f, limit+1)
+	if err != nil {
+		return err
+	}
+	if len(dls) > limit {
+		dls = dls[:limit]
+		p.Next = c.path("mounts", m.Name) + "?" + p.Filter.query(dls[limit-1].ID)
+	}
+	if after != "" {
+		p.First = c.path("mounts", m.Name) + "?" + p.Filter.query("")
+	}
+	p.Dead = dls
+	return nil
+}
+
+// adminFilter is the admin.Filter of the filter box f.
+func adminFilter(f filterForm) (admin.Filter, error) {
+	since, until, err := f.times()
+	if err != nil {
+		return admin.Filter{}, err
+	}
+	return admin.Filter{After: f.After, Error: f.Error, Reason: f.Reason, Since: since, Until: until}, nil
+}
+
+// retries is the retry count header of headers, for a person ("–" without one).
+func retries(headers map[string]string) string {
+	if n, err := strconv.Atoi(headers[settle.HeaderRetryCount]); err == nil {
+		return strconv.Itoa(n)
+	}
+	return "–"
+}
