@@ -332,8 +332,8 @@ func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) sour
 	rc, valid := parseRetryCount(headers)
 	if !valid {
 		t.garbledOnce.Do(func() {
-			t.env.Logger.WarnContext(ctx, "settle: garbled retry-count header read as 0 (logged once per mount)",
-				slog.String(attrMount, t.env.Mount), slog.String(attrMsgID, msg.ID), slog.String(HeaderRetryCount, headers[HeaderRetryCount]))
+			t.env.Logger.WarnContext(ctx, "settle: garbled or out-of-range retry-count header read as 0 or MaxRetryCount (logged once per mount)",
+				slog.String(attrMount, t.env.Mount), slog.String(attrMsgID, msg.ID), slog.String(HeaderRetryCount, headers[HeaderRetryCount]), slog.Int("read_as", rc))
 		})
 	}
 	return source.Delivery{
