@@ -121,6 +121,7 @@ type streamTransport struct {
 	cursor   string          // where the next own-pending read starts
 	fence    rereadFence     // entries settled while an own-pending re-read was out
 	inflight map[string]bool // delivered here and not yet settled; true: taken over (see takeoverRoom)
+	last     string          // the greatest entry id delivered here (see recreateGroup)
 	rescan   bool            // re-read own pending entries before new ones
 	rescans  uint64          // how many times a re-read was asked for (see readOwnPending)
 }
@@ -187,17 +188,6 @@ func (t *streamTransport) createGroup(ctx context.Context) error {
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("stream %q: create group %q: %w", s.key, s.group, err)
 	}
-	return nil
-}
-
-// recreateGroup makes the stream and its group again, after a read or a claim met
-// NOGROUP (the stream or the group was deleted under us), and says so.
-func (t *streamTransport) recreateGroup(ctx context.Context) error {
-	if err := t.createGroup(ctx); err != nil {
-		return err
-	}
-	t.env.Logger.WarnContext(ctx, "settle: consumer group was missing; created it again",
-		slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.String(attrGroup, t.src.group))
 	return nil
 }
 
@@ -313,6 +303,7 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 			continue
 		}
 		t.inflight[msg.ID] = taken
+		t.noteDelivered(msg.ID)
 		all[i] = t.delivery(ctx, msg)
 		ds = append(ds, &all[i])
 	}

@@ -102,6 +102,17 @@ func idRange(moves []Move) (lo, hi string) {
 	return lo, hi
 }
 
+// IDAfter reports whether stream entry id a comes after b; an id that does not parse
+// comes before every one that does.
+func IDAfter(a, b string) bool {
+	ams, aseq, aok := parseID(a)
+	bms, bseq, bok := parseID(b)
+	if !aok || !bok {
+		return aok && !bok
+	}
+	return ams > bms || ams == bms && aseq > bseq
+}
+
 // parseID splits a stream entry id "<ms>-<seq>".
 func parseID(id string) (ms, seq uint64, ok bool) {
 	a, b, found := strings.Cut(id, "-")
