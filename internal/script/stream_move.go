@@ -14,7 +14,7 @@ import (
 //go:embed stream_move.lua
 var streamMoveSrc string
 
-var streamMove = redis.NewScript(streamMoveSrc)
+var streamMove = redis.NewScript(aclSrc + streamMoveSrc)
 
 // Move is one entry of a StreamMoves batch: the entry to acknowledge and the new entry's
 // field/value pairs, encoded by the caller.
