@@ -293,6 +293,7 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 	ds := make([]*source.Delivery, 0, len(msgs))
 	all := make([]source.Delivery, len(msgs)) // one allocation for the batch, not one each
 	var gone []string
+	var big []redis.XMessage
 	t.mu.Lock()
 	for i, msg := range msgs {
 		if _, busy := t.inflight[msg.ID]; busy {
@@ -302,12 +303,17 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 			gone = append(gone, msg.ID)
 			continue
 		}
+		if oversized(msg) {
+			big = append(big, msg)
+			continue
+		}
 		t.inflight[msg.ID] = taken
 		t.noteDelivered(msg.ID)
 		all[i] = t.delivery(ctx, msg)
 		ds = append(ds, &all[i])
 	}
 	t.mu.Unlock()
+	t.settleOversized(ctx, big)
 	if len(gone) > 0 {
 		t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; acknowledging them",
 			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Any("ids", gone))
