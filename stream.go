@@ -175,6 +175,9 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 }
 
 func (t *streamTransport) Open(ctx context.Context) error {
+	if err := checkPerms(ctx, t.src.rdb, t.perms()); err != nil {
+		return err
+	}
 	if err := t.createGroup(ctx); err != nil {
 		return err
 	}

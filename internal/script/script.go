@@ -106,6 +106,7 @@ func Sources() map[string]string {
 		"park":            aclSrc + nowSrc + parkSrc,
 		"pending_dead":    aclSrc + pendingDeadSrc,
 		"pending_release": aclSrc + pendingAtSrc + pendingReleaseSrc,
+		"perms":           permsSrc,
 		"prune":           pruneSrc,
 		"release":         aclSrc + pendingAtSrc + releaseSrc,
 		"replay":          aclSrc + replaySrc,

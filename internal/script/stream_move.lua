@@ -28,14 +28,14 @@
 --
 -- All or nothing per move: Redis does not roll back a script (nor a MULTI/EXEC) whose
 -- command fails half-way, so everything that can fail is checked before the first
--- write: the keys' types, the user's permissions for XADD, XACK and XDEL on them
+-- write: the keys' types, the user's permissions for XADD and XACK on them
 -- (acl.lua), each move's size (tooMany: at most wire.MaxStreamFields pairs: Lua hands one
 -- call no more than about 8,000 values, so a larger entry cannot be written from a
 -- script at all; its reply is "TOOMANY …" and nothing is written for it) and its
 -- ownership. Then each move is written and acknowledged together: its XADD runs under
 -- pcall (a failure is that move's reply, nothing written, and the script goes on), its
 -- XACK right after; should that XACK fail all the same, the new entry is deleted again
--- (XDEL) and the move fails. A batch of retry copies (destination = source) costs one
+-- (XDEL, best effort) and the move fails. A batch of retry copies (destination = source) costs one
 -- XPENDING, one XADD and one XACK per move.
 --
 -- Prelude: acl.lua; prepended by script.go.
@@ -47,7 +47,7 @@ if KEYS[1] ~= KEYS[2] then
 end
 local group, consumer = ARGV[1], ARGV[3]
 local bounded = tonumber(ARGV[2]) > 0
-local denied = refusedAny({{'XADD', KEYS[1], '*', 'f', 'v'}, {'XACK', KEYS[2], group, '0-1'}, {'XDEL', KEYS[1], '0-1'}})
+local denied = refusedAny({{'XADD', KEYS[1], '*', 'f', 'v'}, {'XACK', KEYS[2], group, '0-1'}})
 if denied then
   return denied
 end
