@@ -289,8 +289,9 @@ func (t *streamTransport) xread(ctx context.Context, id string, max int, wait ti
 	return msgs, nil
 }
 
-// deliveries turns entries into deliveries, skipping those already in flight here and
-// acknowledging pending entries whose body was deleted from the stream. taken marks
+// deliveries turns entries into deliveries, skipping those already in flight here,
+// acknowledging pending entries whose body was deleted from the stream and settling
+// those too large to settle by a script (settleOversized). taken marks
 // them taken over from the group's other consumers (see takeoverRoom).
 func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage, taken bool) []*source.Delivery {
 	ds := make([]*source.Delivery, 0, len(msgs))
