@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,5 +123,55 @@ func TestStreamEntryTooLargeToSettleIsDeadLetteredByReference(t *testing.T) {
 				t.Fatalf("dead letter %v, want the payload and a reason naming the entry", v)
 			}
 		})
+	}
+}
+
+// TestStreamNeighboursOfAnEntryTooLargeToSettleRetryOnceEach: 40 messages retrying at
+// once beside a foreign entry too large for the scripts each run exactly twice (the
+// retry, then the ack) and leave one copy each: the issue 16 probe saw 16–25 of them
+// settled twice when the large entry's move failed half-way through their batch.
+func TestStreamNeighboursOfAnEntryTooLargeToSettleRetryOnceEach(t *testing.T) {
+	t.Parallel()
+	b := setupStream(t)
+	const n = 40
+	for i := range n / 2 {
+		b.publish(t, i, nil)
+	}
+	values := []any{wire.FieldPayload, "big"}
+	for k, v := range manyHeaders(4100) {
+		values = append(values, k, v)
+	}
+	b.xadd(t, b.in, values...)
+	for i := n / 2; i < n; i++ {
+		b.publish(t, i, nil)
+	}
+	var mu sync.Mutex
+	runs := map[string]int{} // payload -> handler runs
+	h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[string(m.Payload)]++
+		if m.Attempt == 1 {
+			return settle.Retry(errors.New("once more"))
+		}
+		return nil
+	})
+	start(t, b.app(t, b.stream(settle.Batch(n+1)), h, settle.Concurrency(n+1), settle.MaxAttempts(3), settle.DeadLetter(b.dlq)))
+	finals(t, b.rec, n)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != n {
+		t.Fatalf("%d messages handled, want %d (the large entry never)", len(runs), n)
+	}
+	for p, k := range runs {
+		if k != 2 {
+			t.Fatalf("message %q ran %d times, want 2", p, k)
+		}
+	}
+	if got := len(b.entries(t, b.in)); got != 2*n+1 {
+		t.Fatalf("the stream holds %d entries, want %d: each message and one copy of it, and the large entry", got, 2*n+1)
+	}
+	if got := len(b.entries(t, b.dlq)); got != 1 {
+		t.Fatalf("%d dead letters, want the large entry's", got)
 	}
 }
