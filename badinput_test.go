@@ -27,8 +27,10 @@ import (
 //   - The stream key holds another type → Run returns an Open error naming the key and
 //     WRONGTYPE; nothing is read. TestStreamWrongTypeKeyFailsOpenNamingKey.
 //   - The consumer group is missing at read time (XGROUP DESTROY under a running App) →
-//     NOGROUP is answered by creating the group again (from "0": at least once, never
-//     lost), with a warning. TestStreamRecreatesDestroyedGroup.
+//     NOGROUP is answered by creating the group again from the last entry the consumer
+//     was delivered (or "0"), whatever StartAt said: at least once, never skipped; logged
+//     at Error. TestStreamRecreatesDestroyedGroup,
+//     TestStreamRecreatedGroupStartsAfterTheLastDeliveredEntryWhateverStartAt.
 //   - An entry has no payload field (written by redis-cli or another language) → a plain
 //     handler sees every field as a header; Typed gets a *DecodeError, the attempt is
 //     spent and the entry dead-letters at the cap with its fields intact.

@@ -49,8 +49,8 @@ func (r *envelopeReader) read(ctx context.Context, key string, value []byte) (pa
 	rc, ok := parseRetryCount(headers)
 	if !ok {
 		r.garbledOnce.Do(func() {
-			r.logger.WarnContext(ctx, "settle: garbled retry-count header read as 0 (logged once per mount)",
-				slog.String(attrMount, r.mount), slog.String(attrKey, key), slog.String(HeaderRetryCount, headers[HeaderRetryCount]))
+			r.logger.WarnContext(ctx, "settle: garbled or out-of-range retry-count header read as 0 or MaxRetryCount (logged once per mount)",
+				slog.String(attrMount, r.mount), slog.String(attrKey, key), slog.String(HeaderRetryCount, headers[HeaderRetryCount]), slog.Int("read_as", rc))
 		})
 	}
 	return payload, headers, hasPayload, rc

@@ -150,7 +150,7 @@ func listBlock(d time.Duration) time.Duration {
 	return time.Duration(math.Ceil(d.Seconds())) * time.Second
 }
 
-func (t *listTransport) Open(context.Context) error { return nil }
+func (t *listTransport) Open(ctx context.Context) error { return checkPerms(ctx, t.src.rdb, t.perms()) }
 
 func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	s := t.src

@@ -2,6 +2,7 @@ package settle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -86,10 +87,10 @@ func (p *Publisher) Publish(ctx context.Context, key string, v any, opts ...Publ
 }
 
 // PublishBytes appends payload, as it is, to the stream key. It returns the new entry's
-// id.
+// id. More than MaxHeaders headers are refused with ErrTooManyHeaders.
 func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) (string, error) {
 	headers := publishOptions(opts).headers
-	if err := checkHeaders(headers); err != nil {
+	if err := errors.Join(checkHeaders(headers), checkHeaderCount(headers)); err != nil {
 		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
 	}
 	if payload == nil {

@@ -120,6 +120,9 @@ func (t *pubsubTransport) Validate(p source.Policy) []error {
 // published after Open returns is received.
 func (t *pubsubTransport) Open(ctx context.Context) error {
 	s := t.src
+	if err := checkPerms(ctx, s.rdb, t.perms()); err != nil {
+		return err
+	}
 	if s.pattern {
 		t.sub = s.rdb.PSubscribe(ctx, s.name)
 	} else {

@@ -141,6 +141,9 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 // same Consumer name), registers the consumer, takes a first lot of what an earlier
 // process or dead consumers left (see takeoverLot) and starts the heartbeat.
 func (t *reliableTransport) Open(ctx context.Context) error {
+	if err := checkPerms(ctx, t.src.rdb, t.perms()); err != nil {
+		return err
+	}
 	t.keeper = &listKeeper{
 		consumer:   t.consumer,
 		consumers:  t.consumers,

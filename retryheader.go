@@ -1,6 +1,7 @@
 package settle
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 )
@@ -15,16 +16,28 @@ const HeaderPrefix = "settle-"
 // none, which reads as 0.
 const HeaderRetryCount = HeaderPrefix + "retry-count"
 
+// MaxRetryCount bounds the retry-count header as it is read: a larger count (written by
+// another client, or too large for an int) reads as MaxRetryCount, so an attempt never
+// overflows to a negative number and a delivery's attempt is always past any
+// attempts cap up to MaxRetryCount, which then dead-letters it at its first failure.
+const MaxRetryCount = 1 << 20
+
 // parseRetryCount reads the retry-count header. A missing header is 0; a garbled one
-// (not a non-negative integer) is also 0 and ok is false so the caller can log it.
+// (not an integer, or negative) is also 0, and one beyond MaxRetryCount is
+// MaxRetryCount; for both ok is false so the caller can log it.
 func parseRetryCount(headers map[string]string) (n int, ok bool) {
 	v, present := headers[HeaderRetryCount]
 	if !present {
 		return 0, true
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 0 {
+	switch {
+	case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(v), "-"):
+		return MaxRetryCount, false
+	case err != nil || n < 0:
 		return 0, false
+	case n > MaxRetryCount:
+		return MaxRetryCount, false
 	}
 	return n, true
 }

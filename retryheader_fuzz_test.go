@@ -2,6 +2,7 @@ package settle
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"strconv"
 	"strings"
@@ -11,8 +12,9 @@ import (
 )
 
 // FuzzParseRetryCount proves the retry-count header parse never panics, reads a header
-// only as a non-negative integer (anything else is 0 and not ok), and that every
-// non-negative count written by withRetryCount reads back as itself.
+// only as an integer from 0 to MaxRetryCount (a larger one is MaxRetryCount, anything
+// else 0, both not ok), so an attempt (count + 1) is always positive, and that every
+// count up to the bound written by withRetryCount reads back as itself.
 func FuzzParseRetryCount(f *testing.F) {
 	for _, s := range []string{"0", "4", " 2 ", "", "two", "-3", "1.5", "+7", "007", "99999999999999999999999", "9223372036854775807", "\x00"} {
 		f.Add(s, 3)
@@ -21,8 +23,15 @@ func FuzzParseRetryCount(f *testing.F) {
 	f.Add("1", 1<<62)
 	f.Fuzz(func(t *testing.T, v string, n int) {
 		got, ok := parseRetryCount(map[string]string{HeaderRetryCount: v})
+		if got < 0 || got > MaxRetryCount || got+1 <= 0 {
+			t.Fatalf("parseRetryCount(%q) = %d: outside 0..MaxRetryCount", v, got)
+		}
 		want, err := strconv.Atoi(strings.TrimSpace(v))
 		switch {
+		case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(v), "-") || err == nil && want > MaxRetryCount:
+			if got != MaxRetryCount || ok {
+				t.Fatalf("parseRetryCount(%q) = (%d, %t), want (MaxRetryCount, false)", v, got, ok)
+			}
 		case err != nil || want < 0:
 			if got != 0 || ok {
 				t.Fatalf("parseRetryCount(%q) = (%d, %t), want (0, false)", v, got, ok)
@@ -30,7 +39,7 @@ func FuzzParseRetryCount(f *testing.F) {
 		case got != want || !ok:
 			t.Fatalf("parseRetryCount(%q) = (%d, %t), want (%d, true)", v, got, ok, want)
 		}
-		if n < 0 {
+		if n < 0 || n > MaxRetryCount {
 			return
 		}
 		h := withRetryCount(map[string]string{HeaderRetryCount: v, "trace": v}, n)
@@ -93,9 +102,10 @@ func FuzzStreamEntry(f *testing.F) {
 			t.Fatalf("round trip of (%q, %t, %q) = (%q, %t, %q)", got, ok, headers, p2, ok2, h2)
 		}
 
-		// The retry copy counts one more delivery, whatever the header held.
+		// The retry copy counts one more delivery, whatever the header held, up to the
+		// bound.
 		p3, _, h3 := wire.FromStream(asRedisReturns(t, wire.StreamValues(got, withRetryCount(headers, rc+1))))
-		if n, valid := parseRetryCount(h3); n != rc+1 || !valid || !bytes.Equal(p3, got) {
+		if n, valid := parseRetryCount(h3); n != min(rc+1, MaxRetryCount) || valid != (rc < MaxRetryCount) || !bytes.Equal(p3, got) {
 			t.Fatalf("retry copy of count %d reads (%d, %t), payload %q", rc, n, valid, p3)
 		}
 	})

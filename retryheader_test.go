@@ -23,7 +23,11 @@ func TestParseRetryCount(t *testing.T) {
 		{name: "EmptyIsZeroNotOK", headers: map[string]string{HeaderRetryCount: ""}, want: 0, wantOK: false},
 		{name: "NegativeIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "-3"}, want: 0, wantOK: false},
 		{name: "FractionIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "1.5"}, want: 0, wantOK: false},
-		{name: "OverflowIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "99999999999999999999999"}, want: 0, wantOK: false},
+		{name: "BeyondIntIsTheBoundNotOK", headers: map[string]string{HeaderRetryCount: "99999999999999999999999"}, want: MaxRetryCount, wantOK: false},
+		{name: "MaxInt64IsTheBoundNotOK", headers: map[string]string{HeaderRetryCount: "9223372036854775807"}, want: MaxRetryCount, wantOK: false},
+		{name: "BeyondTheBoundIsTheBoundNotOK", headers: map[string]string{HeaderRetryCount: "1048577"}, want: MaxRetryCount, wantOK: false},
+		{name: "TheBoundIsRead", headers: map[string]string{HeaderRetryCount: "1048576"}, want: MaxRetryCount, wantOK: true},
+		{name: "BelowIntIsZeroNotOK", headers: map[string]string{HeaderRetryCount: "-99999999999999999999999"}, want: 0, wantOK: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

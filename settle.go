@@ -136,8 +136,10 @@ func (a *App) Validate() error {
 //     in-process delayed retries still waiting are written back at once;
 //  4. Run returns nil.
 //
-// Run returns an error without consuming when validation or opening a source fails;
-// while a source's server cannot be reached, Run logs it and tries again with a backoff
+// Run returns an error without consuming when validation or opening a source fails
+// (every mount's, joined: opening a Redis source checks that its user may run every
+// command the mount needs, and names each one refused); while a source's server cannot
+// be reached, Run logs it and tries again with a backoff
 // until it can, or ctx is done.
 // An App runs once: a second Run returns ErrAppClosed.
 func (a *App) Run(ctx context.Context) error {
@@ -148,14 +150,19 @@ func (a *App) Run(ctx context.Context) error {
 		return err
 	}
 	var opened []*mount
+	var openErrs []error // every mount's, so that one Run names every refusal
 	for _, m := range a.mounts {
 		if err := m.open(ctx); err != nil {
-			for _, o := range opened {
-				_ = o.transport.Close(context.WithoutCancel(ctx))
-			}
-			return fmt.Errorf("settle: mount %s: open: %w", m.name, err)
+			openErrs = append(openErrs, fmt.Errorf("settle: mount %s: open: %w", m.name, err))
+			continue
 		}
 		opened = append(opened, m)
+	}
+	if len(openErrs) > 0 {
+		for _, o := range opened {
+			_ = o.transport.Close(context.WithoutCancel(ctx))
+		}
+		return errors.Join(openErrs...)
 	}
 
 	delays := timerq.New(a.eng.clock)

@@ -121,6 +121,7 @@ type streamTransport struct {
 	cursor   string          // where the next own-pending read starts
 	fence    rereadFence     // entries settled while an own-pending re-read was out
 	inflight map[string]bool // delivered here and not yet settled; true: taken over (see takeoverRoom)
+	last     string          // the greatest entry id delivered here (see recreateGroup)
 	rescan   bool            // re-read own pending entries before new ones
 	rescans  uint64          // how many times a re-read was asked for (see readOwnPending)
 }
@@ -174,6 +175,9 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 }
 
 func (t *streamTransport) Open(ctx context.Context) error {
+	if err := checkPerms(ctx, t.src.rdb, t.perms()); err != nil {
+		return err
+	}
 	if err := t.createGroup(ctx); err != nil {
 		return err
 	}
@@ -187,17 +191,6 @@ func (t *streamTransport) createGroup(ctx context.Context) error {
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("stream %q: create group %q: %w", s.key, s.group, err)
 	}
-	return nil
-}
-
-// recreateGroup makes the stream and its group again, after a read or a claim met
-// NOGROUP (the stream or the group was deleted under us), and says so.
-func (t *streamTransport) recreateGroup(ctx context.Context) error {
-	if err := t.createGroup(ctx); err != nil {
-		return err
-	}
-	t.env.Logger.WarnContext(ctx, "settle: consumer group was missing; created it again",
-		slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.String(attrGroup, t.src.group))
 	return nil
 }
 
@@ -296,13 +289,15 @@ func (t *streamTransport) xread(ctx context.Context, id string, max int, wait ti
 	return msgs, nil
 }
 
-// deliveries turns entries into deliveries, skipping those already in flight here and
-// acknowledging pending entries whose body was deleted from the stream. taken marks
+// deliveries turns entries into deliveries, skipping those already in flight here,
+// acknowledging pending entries whose body was deleted from the stream and settling
+// those too large to settle by a script (settleOversized). taken marks
 // them taken over from the group's other consumers (see takeoverRoom).
 func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage, taken bool) []*source.Delivery {
 	ds := make([]*source.Delivery, 0, len(msgs))
 	all := make([]source.Delivery, len(msgs)) // one allocation for the batch, not one each
 	var gone []string
+	var big []redis.XMessage
 	t.mu.Lock()
 	for i, msg := range msgs {
 		if _, busy := t.inflight[msg.ID]; busy {
@@ -312,11 +307,17 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 			gone = append(gone, msg.ID)
 			continue
 		}
+		if oversized(msg) {
+			big = append(big, msg)
+			continue
+		}
 		t.inflight[msg.ID] = taken
+		t.noteDelivered(msg.ID)
 		all[i] = t.delivery(ctx, msg)
 		ds = append(ds, &all[i])
 	}
 	t.mu.Unlock()
+	t.settleOversized(ctx, big)
 	if len(gone) > 0 {
 		t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; acknowledging them",
 			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Any("ids", gone))
@@ -332,8 +333,8 @@ func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) sour
 	rc, valid := parseRetryCount(headers)
 	if !valid {
 		t.garbledOnce.Do(func() {
-			t.env.Logger.WarnContext(ctx, "settle: garbled retry-count header read as 0 (logged once per mount)",
-				slog.String(attrMount, t.env.Mount), slog.String(attrMsgID, msg.ID), slog.String(HeaderRetryCount, headers[HeaderRetryCount]))
+			t.env.Logger.WarnContext(ctx, "settle: garbled or out-of-range retry-count header read as 0 or MaxRetryCount (logged once per mount)",
+				slog.String(attrMount, t.env.Mount), slog.String(attrMsgID, msg.ID), slog.String(HeaderRetryCount, headers[HeaderRetryCount]), slog.Int("read_as", rc))
 		})
 	}
 	return source.Delivery{

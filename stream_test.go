@@ -730,8 +730,8 @@ func TestStreamRecreatesDestroyedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := b.publish(t, "second", nil)
-	// The recreated group starts at "0", so the first entry may be delivered again:
-	// at least once, never lost.
+	// The recreated group starts after the first entry (the last delivered here): at
+	// least once, never lost.
 	b.rec.WaitFor(t, waitBound, "the entry published after the group was destroyed", func(evs []settle.Settled) bool {
 		return slices.Contains(finalIDs(evs), second)
 	})

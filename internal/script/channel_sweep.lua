@@ -14,7 +14,14 @@
 -- Returns {moved, next due time in ms or -1 when the set is empty, now in ms, how many
 -- of the moved were received by no subscriber (lost: pub/sub keeps nothing)}.
 --
--- Preludes: now.lua (nowMs) and next_due.lua (nextDue), prepended by script.go.
+-- The user's permissions for PUBLISH and ZREM (acl.lua) are checked before the first
+-- write, so each member is moved whole (PUBLISH, then ZREM) or not at all.
+--
+-- Preludes: acl.lua, now.lua, next_due.lua; prepended by script.go.
+local denied = refusedAny({{'PUBLISH', ARGV[3], 'v'}, {'ZREM', KEYS[1], 'm'}})
+if denied then
+  return denied
+end
 local now = nowMs(ARGV[1])
 
 local unheard = 0

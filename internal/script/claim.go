@@ -18,11 +18,11 @@ var (
 	//go:embed touch.lua
 	touchSrc string
 
-	claim = redis.NewScript(pendingAtSrc + claimSrc)
-	touch = redis.NewScript(pendingAtSrc + touchSrc)
+	claim = redis.NewScript(aclSrc + pendingAtSrc + claimSrc)
+	touch = redis.NewScript(aclSrc + pendingAtSrc + touchSrc)
 	//go:embed release.lua
 	releaseSrc string
-	release    = redis.NewScript(pendingAtSrc + releaseSrc)
+	release    = redis.NewScript(aclSrc + pendingAtSrc + releaseSrc)
 )
 
 // ClaimResult is one claim call's answer.

@@ -31,7 +31,15 @@
 -- here inside the script (not after it returns) keeps an entry whose handler settles it
 -- while the claim runs from being delivered again.
 --
--- Prelude: pending_at.lua (pendingAt, resetCounts), prepended by script.go.
+-- The user's permissions for XAUTOCLAIM and XCLAIM are checked before the first write
+-- (a claim that took entries and then could not give their counts back would charge
+-- the entries in flight here an attempt).
+--
+-- Preludes: acl.lua, pending_at.lua; prepended by script.go.
+local denied = refusedAny({{'XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], '0', '0-0'}, {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], '0', '0-1'}})
+if denied then
+  return denied
+end
 local n = tonumber(ARGV[6])
 local inflight = {}
 for i = 7, 6 + n do

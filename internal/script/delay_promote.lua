@@ -12,10 +12,14 @@
 -- Atomic: a member is not swept between its check and its new score (ZADD XX never adds
 -- one back).
 --
--- Prelude: now.lua (nowMs), prepended by script.go.
+-- Preludes: acl.lua, now.lua; prepended by script.go.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'zset' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE the delay set ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a zset')
+end
+local denied = refused('ZADD', KEYS[1], 'XX', '0', 'm')
+if denied then
+  return denied -- before any write (acl.lua)
 end
 local now = nowMs(ARGV[1])
 local codes = {}

@@ -13,7 +13,7 @@ import (
 //go:embed list_move.lua
 var listMoveSrc string
 
-var listMove = redis.NewScript(listMoveSrc)
+var listMove = redis.NewScript(aclSrc + listMoveSrc)
 
 // ListMove is one move of a ListMoves batch: an item of the processing list, and the
 // value pushed to Dest in its place.
@@ -87,7 +87,7 @@ var listRecoverSrc string
 //	reply: -1 alive, else the 1-based positions of the items taken
 //
 // Call it through RunListRecover, which reads the reply.
-var ListRecover = redis.NewScript(listRecoverSrc)
+var ListRecover = redis.NewScript(aclSrc + listRecoverSrc)
 
 // RunListRecover runs ListRecover and returns the positions (0-based, in the order of
 // the triples in args) of the items it took, or alive when the consumer's heartbeat

@@ -13,15 +13,19 @@
 --
 -- Returns one reply per move, in order: 1 when its item was taken and its value pushed;
 -- 0 when its item was no longer in KEYS[1] (orphan recovery took it: nothing is written
--- for it); or an error reply naming its destination when that key is not a list
--- (nothing is written for it, its item stays). A processing list that is not a list
--- fails the whole call with an error reply naming it, before anything is written.
+-- for it); or an error reply naming its destination when that key is not a list or the
+-- user may not RPUSH to it (nothing is written for it, its item stays). A processing
+-- list that is not a list, or that the user may not LREM from, fails the whole call with
+-- an error reply naming it, before anything is written.
 --
--- All or nothing per move: every key's type is checked once, before anything is
--- written, and a value is pushed only if its item was removed, so a settlement racing a
--- recovery never duplicates the item. The values go to each destination in one RPUSH,
--- after the LREMs and in the moves' order; it cannot fail on a list the script checked
--- (the script is atomic as a whole).
+-- All or nothing per move: every key's type and the user's permissions (acl.lua) are
+-- checked once, before anything is written, and each move's value is pushed right after
+-- its item was removed, and only if it was, so a settlement racing a recovery never
+-- duplicates the item, and a batch of any size never holds items taken and not pushed
+-- (one RPUSH of a whole batch's values would fail beyond Lua's ~8,000 values, after the
+-- LREMs). An RPUSH to a list the script checked cannot fail.
+--
+-- Prelude: acl.lua; prepended by script.go.
 local function listType(key)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'list' and kind ~= 'none' then
@@ -30,32 +34,25 @@ local function listType(key)
   return nil
 end
 
-local wrong = listType(KEYS[1])
+local wrong = listType(KEYS[1]) or refused('LREM', KEYS[1], '1', 'v')
 if wrong then
   return wrong
 end
-local refused, values = {}, {}
+local bad = {}
 for k = 2, #KEYS do
-  refused[k] = listType(KEYS[k])
-  values[k] = {}
+  bad[k] = listType(KEYS[k]) or refused('RPUSH', KEYS[k], 'v')
 end
 
 local replies = {}
 for i = 1, #ARGV, 3 do
   local k = tonumber(ARGV[i])
-  local reply = refused[k]
+  local reply = bad[k]
   if not reply then
     reply = redis.call('LREM', KEYS[1], 1, ARGV[i + 1])
     if reply == 1 then
-      local vs = values[k]
-      vs[#vs + 1] = ARGV[i + 2]
+      redis.call('RPUSH', KEYS[k], ARGV[i + 2])
     end
   end
   replies[#replies + 1] = reply
-end
-for k = 2, #KEYS do
-  if #values[k] > 0 then
-    redis.call('RPUSH', KEYS[k], unpack(values[k]))
-  end
 end
 return replies

@@ -23,6 +23,8 @@
 -- Atomic: the heartbeat check, every removal and every push are one step, and a value is
 -- pushed only if its item was removed, so two consumers recovering the same orphan never
 -- duplicate an item.
+--
+-- Prelude: acl.lua; prepended by script.go.
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
   return -1
 end
@@ -31,6 +33,10 @@ for i = 2, 4 do
   if kind ~= 'list' and kind ~= 'none' then
     return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a list')
   end
+end
+local denied = refusedAny({{'LREM', KEYS[2], '1', 'v'}, {'RPUSH', KEYS[3], 'v'}, {'RPUSH', KEYS[4], 'v'}, {'SREM', KEYS[5], 'm'}})
+if denied then
+  return denied -- checked before the first write (acl.lua)
 end
 local moved = {}
 for i = 3, #ARGV, 3 do

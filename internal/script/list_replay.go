@@ -12,7 +12,7 @@ import (
 //go:embed list_replay.lua
 var listReplaySrc string
 
-var listReplay = redis.NewScript(listReplaySrc)
+var listReplay = redis.NewScript(aclSrc + listReplaySrc)
 
 // ListReplay removes member from the dead-letter list dlq and appends value to the list
 // dest, in one script (see list_replay.lua). It returns moved false when member is no

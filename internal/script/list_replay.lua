@@ -12,6 +12,8 @@
 -- longer in KEYS[2] (replayed or purged already): LREM removed 0 and nothing is written,
 -- so a replay run again moves nothing twice. A destination or a dead-letter key that is
 -- not a list fails with an error reply before anything is written.
+--
+-- Prelude: acl.lua; prepended by script.go.
 local function isList(key, what, missingOK)
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'list' or (kind == 'none' and missingOK) then
@@ -22,7 +24,8 @@ local function isList(key, what, missingOK)
   end
   return redis.error_reply('WRONGTYPE the ' .. what .. ' ' .. key .. ' holds a ' .. kind .. ', not a list')
 end
-local bad = isList(KEYS[2], 'dead-letter list', true) or isList(KEYS[1], 'destination', true)
+local bad = isList(KEYS[2], 'dead-letter list', true) or isList(KEYS[1], 'destination', true) or
+  refusedAny({{'LREM', KEYS[2], '1', 'v'}, {'RPUSH', KEYS[1], 'v'}}) -- before any write
 if bad then
   return bad
 end

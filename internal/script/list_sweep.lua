@@ -14,12 +14,19 @@
 -- Returns {moved, next due time in ms or -1 when the set is empty, now in ms}, or an
 -- error reply, before anything moved, when the list key holds another type.
 --
--- Preludes: now.lua (nowMs) and next_due.lua (nextDue), prepended by script.go.
+-- The user's permissions for RPUSH and ZREM (acl.lua) are checked before the first write,
+-- so each member is moved whole (RPUSH, then ZREM) or not at all.
+--
+-- Preludes: acl.lua, now.lua, next_due.lua; prepended by script.go.
 local kind = redis.call('TYPE', KEYS[2])['ok']
 if kind ~= 'list' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds a ' .. kind .. ', not a list')
 end
 
+local denied = refusedAny({{'RPUSH', KEYS[2], 'v'}, {'ZREM', KEYS[1], 'm'}})
+if denied then
+  return denied
+end
 local now = nowMs(ARGV[1])
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))

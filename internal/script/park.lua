@@ -16,7 +16,7 @@
 -- pending to ARGV[7] (nothing is written); or an error reply naming a key of the wrong
 -- type (checked before anything is written).
 --
--- Prelude: now.lua (nowMs), prepended by script.go.
+-- Preludes: acl.lua, now.lua; prepended by script.go.
 local kinds = {'zset', 'stream'}
 for i = 1, 2 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
@@ -26,6 +26,10 @@ for i = 1, 2 do
 end
 if #redis.call('XPENDING', KEYS[2], ARGV[4], ARGV[5], ARGV[5], 1, ARGV[7]) == 0 then
   return redis.error_reply('NOTOWNER entry ' .. ARGV[5] .. ' is not pending to consumer ' .. ARGV[7])
+end
+local denied = refusedPark(KEYS[1], ARGV[3], {{'XACK', KEYS[2], ARGV[4], ARGV[5]}})
+if denied then
+  return denied -- before any write (acl.lua)
 end
 local now = nowMs(ARGV[6])
 local due = now + tonumber(ARGV[2])

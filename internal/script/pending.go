@@ -19,9 +19,9 @@ var (
 	//go:embed delay_promote.lua
 	delayPromoteSrc string
 
-	pendingDead    = redis.NewScript(pendingDeadSrc)
-	pendingRelease = redis.NewScript(pendingAtSrc + pendingReleaseSrc)
-	delayPromote   = redis.NewScript(nowSrc + delayPromoteSrc)
+	pendingDead    = redis.NewScript(aclSrc + pendingDeadSrc)
+	pendingRelease = redis.NewScript(aclSrc + pendingAtSrc + pendingReleaseSrc)
+	delayPromote   = redis.NewScript(aclSrc + nowSrc + delayPromoteSrc)
 )
 
 // DeadLetterPending appends a dead letter (values: field/value pairs, encoded by the

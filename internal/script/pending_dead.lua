@@ -18,6 +18,8 @@
 -- Atomic: the pending check, the XADD and the XACK cannot be split, so the consumer
 -- that holds the entry cannot settle it in between (its own settlement then finds it
 -- no longer pending to it and writes nothing).
+--
+-- Prelude: acl.lua; prepended by script.go.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'stream' then
   return redis.error_reply('WRONGTYPE the stream ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a stream')
@@ -25,6 +27,10 @@ end
 kind = redis.call('TYPE', KEYS[2])['ok']
 if kind ~= 'stream' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE the dead-letter stream ' .. KEYS[2] .. ' holds a ' .. kind .. ', not a stream')
+end
+local bad = refusedAny({{'XADD', KEYS[2], '*', 'f', 'v'}, {'XACK', KEYS[1], ARGV[1], ARGV[2]}}) or tooMany(#ARGV - 2)
+if bad then
+  return bad -- before any write
 end
 if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
   return false

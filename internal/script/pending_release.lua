@@ -18,7 +18,12 @@
 --
 -- Atomic: the owner check and the reset cannot be split by another consumer's claim.
 --
--- Prelude: pending_at.lua (pendingAt, resetCounts), prepended by script.go.
+-- Preludes: acl.lua, pending_at.lua; prepended by script.go.
+-- The user's permission for XCLAIM is checked before the first write (acl.lua).
+local denied = refused('XCLAIM', KEYS[1], ARGV[1], ARGV[2], '0', '0-1')
+if denied then
+  return denied
+end
 local ids = {}
 for i = 4, #ARGV do
   ids[#ids + 1] = ARGV[i]

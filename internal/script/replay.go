@@ -12,7 +12,7 @@ import (
 //go:embed replay.lua
 var replaySrc string
 
-var replay = redis.NewScript(replaySrc)
+var replay = redis.NewScript(aclSrc + replaySrc)
 
 // Replay appends an entry (values: field/value pairs, encoded by the caller) to the
 // stream dest and deletes entry id of the dead-letter stream dlq, in one script (see

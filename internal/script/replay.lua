@@ -14,6 +14,8 @@
 --
 -- Atomic: the XADD and the XDEL cannot be split, and Redis streams are append-only, so
 -- the fields Go read from the dead letter are still its fields when it is there.
+--
+-- Prelude: acl.lua; prepended by script.go.
 local function isStream(key, what)
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'stream' then
@@ -24,7 +26,8 @@ local function isStream(key, what)
   end
   return redis.error_reply('WRONGTYPE the ' .. what .. ' ' .. key .. ' holds a ' .. kind .. ', not a stream')
 end
-local bad = isStream(KEYS[2], 'dead-letter stream') or isStream(KEYS[1], 'destination')
+local bad = isStream(KEYS[2], 'dead-letter stream') or isStream(KEYS[1], 'destination') or
+  refusedAny({{'XADD', KEYS[1], '*', 'f', 'v'}, {'XDEL', KEYS[2], ARGV[1]}}) or tooMany(#ARGV - 1) -- before any write
 if bad then
   return bad
 end

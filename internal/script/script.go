@@ -25,6 +25,8 @@ var (
 	nowSrc string // nowMs: ARGV "now" or the server's TIME
 	//go:embed next_due.lua
 	nextDueSrc string // nextDue: a delay set's earliest due time
+	//go:embed acl.lua
+	aclSrc string // refused, refusedAny: the user's permissions, checked before a write
 )
 
 var (
@@ -33,8 +35,8 @@ var (
 	//go:embed sweep.lua
 	sweepSrc string
 
-	park  = redis.NewScript(nowSrc + parkSrc)
-	sweep = redis.NewScript(nowSrc + nextDueSrc + sweepSrc)
+	park  = redis.NewScript(aclSrc + nowSrc + parkSrc)
+	sweep = redis.NewScript(aclSrc + nowSrc + nextDueSrc + sweepSrc)
 )
 
 // nowArg is the optional "now" argument: empty lets the script use the server's TIME.
@@ -94,23 +96,24 @@ func Sweep(ctx context.Context, rdb redis.Scripter, set, stream string, now int6
 // scripts or tell their EVALSHA calls apart by SHA1.
 func Sources() map[string]string {
 	return map[string]string{
-		"channel_sweep":   nowSrc + nextDueSrc + channelSweepSrc,
-		"claim":           pendingAtSrc + claimSrc,
-		"delay_promote":   nowSrc + delayPromoteSrc,
-		"list_move":       listMoveSrc,
-		"list_recover":    listRecoverSrc,
-		"list_replay":     listReplaySrc,
-		"list_sweep":      nowSrc + nextDueSrc + listSweepSrc,
-		"park":            nowSrc + parkSrc,
-		"pending_dead":    pendingDeadSrc,
-		"pending_release": pendingAtSrc + pendingReleaseSrc,
+		"channel_sweep":   aclSrc + nowSrc + nextDueSrc + channelSweepSrc,
+		"claim":           aclSrc + pendingAtSrc + claimSrc,
+		"delay_promote":   aclSrc + nowSrc + delayPromoteSrc,
+		"list_move":       aclSrc + listMoveSrc,
+		"list_recover":    aclSrc + listRecoverSrc,
+		"list_replay":     aclSrc + listReplaySrc,
+		"list_sweep":      aclSrc + nowSrc + nextDueSrc + listSweepSrc,
+		"park":            aclSrc + nowSrc + parkSrc,
+		"pending_dead":    aclSrc + pendingDeadSrc,
+		"pending_release": aclSrc + pendingAtSrc + pendingReleaseSrc,
+		"perms":           permsSrc,
 		"prune":           pruneSrc,
-		"release":         pendingAtSrc + releaseSrc,
-		"replay":          replaySrc,
+		"release":         aclSrc + pendingAtSrc + releaseSrc,
+		"replay":          aclSrc + replaySrc,
 		"scan_gate":       nowSrc + scanGateSrc,
-		"stream_move":     streamMoveSrc,
-		"sweep":           nowSrc + nextDueSrc + sweepSrc,
-		"touch":           pendingAtSrc + touchSrc,
-		"value_park":      nowSrc + valueParkSrc,
+		"stream_move":     aclSrc + streamMoveSrc,
+		"sweep":           aclSrc + nowSrc + nextDueSrc + sweepSrc,
+		"touch":           aclSrc + pendingAtSrc + touchSrc,
+		"value_park":      aclSrc + nowSrc + valueParkSrc,
 	}
 }

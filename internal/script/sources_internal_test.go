@@ -23,6 +23,7 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"park":            park,
 		"pending_dead":    pendingDead,
 		"pending_release": pendingRelease,
+		"perms":           perms,
 		"prune":           prune,
 		"scan_gate":       scanGate,
 		"stream_move":     streamMove,

@@ -14,7 +14,7 @@ import (
 //go:embed stream_move.lua
 var streamMoveSrc string
 
-var streamMove = redis.NewScript(streamMoveSrc)
+var streamMove = redis.NewScript(aclSrc + streamMoveSrc)
 
 // Move is one entry of a StreamMoves batch: the entry to acknowledge and the new entry's
 // field/value pairs, encoded by the caller.
@@ -100,6 +100,17 @@ func idRange(moves []Move) (lo, hi string) {
 		return "-", "+"
 	}
 	return lo, hi
+}
+
+// IDAfter reports whether stream entry id a comes after b; an id that does not parse
+// comes before every one that does.
+func IDAfter(a, b string) bool {
+	ams, aseq, aok := parseID(a)
+	bms, bseq, bok := parseID(b)
+	if !aok || !bok {
+		return aok && !bok
+	}
+	return ams > bms || ams == bms && aseq > bseq
 }
 
 // parseID splits a stream entry id "<ms>-<seq>".

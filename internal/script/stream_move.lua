@@ -27,13 +27,18 @@
 -- it lists is owned, one it does not list is checked by an XPENDING of its own.
 --
 -- All or nothing per move: Redis does not roll back a script (nor a MULTI/EXEC) whose
--- command fails half-way, so a move's check comes before its write, every command that
--- could fail once something is written runs under pcall (its failure is that move's
--- reply, and the script goes on), and an entry is acknowledged only once its XADD
--- succeeded. The acknowledgements come last, in
--- one XACK: the script is atomic as a whole, and that XACK cannot fail once XPENDING
--- found the group and the entries on the same key. A batch of retry copies (destination
--- = source) costs one XPENDING, one XADD per move and one XACK.
+-- command fails half-way, so everything that can fail is checked before the first
+-- write: the keys' types, the user's permissions for XADD and XACK on them
+-- (acl.lua), each move's size (tooMany: at most wire.MaxStreamFields pairs: Lua hands one
+-- call no more than about 8,000 values, so a larger entry cannot be written from a
+-- script at all; its reply is "TOOMANY …" and nothing is written for it) and its
+-- ownership. Then each move is written and acknowledged together: its XADD runs under
+-- pcall (a failure is that move's reply, nothing written, and the script goes on), its
+-- XACK right after; should that XACK fail all the same, the new entry is deleted again
+-- (XDEL, best effort) and the move fails. A batch of retry copies (destination = source) costs one
+-- XPENDING, one XADD and one XACK per move.
+--
+-- Prelude: acl.lua; prepended by script.go.
 if KEYS[1] ~= KEYS[2] then
   local kind = redis.call('TYPE', KEYS[1])['ok']
   if kind ~= 'stream' and kind ~= 'none' then
@@ -42,6 +47,10 @@ if KEYS[1] ~= KEYS[2] then
 end
 local group, consumer = ARGV[1], ARGV[3]
 local bounded = tonumber(ARGV[2]) > 0
+local denied = refusedAny({{'XADD', KEYS[1], '*', 'f', 'v'}, {'XACK', KEYS[2], group, '0-1'}})
+if denied then
+  return denied
+end
 
 local moves = 0
 local i = 6
@@ -68,31 +77,49 @@ local function owns(id)
   return #pending > 0
 end
 
-local replies, acks = {}, {}
+-- append writes the entry of ARGV[first..last] to KEYS[1]: its id, or an error reply.
+-- Nothing in it raises: a refused XADD is redis.pcall's error reply, and Lua's pcall
+-- catches anything else (the arguments' unpack too).
+local function append(first, last)
+  local ok, r = pcall(function()
+    if bounded then
+      return redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
+    end
+    return redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+  end)
+  if ok then
+    return r
+  end
+  return redis.error_reply('ERR xadd to ' .. KEYS[1] .. ': ' .. tostring(r))
+end
+
+local replies = {}
 i = 6
 while i <= #ARGV do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
   local first, last = i + 2, i + 1 + n
   i = last + 1
   local mine = owns(id)
-  local reply
-  if type(mine) == 'table' then
+  local reply = tooMany(n)
+  if reply then
+    reply = redis.error_reply(reply['err'] .. ' (entry ' .. id .. ')')
+  elseif type(mine) == 'table' then
     reply = mine
   elseif not mine then
     reply = redis.error_reply('NOTOWNER entry ' .. id .. ' is not pending to consumer ' .. consumer)
-  elseif bounded then
-    reply = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
   else
-    reply = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    reply = append(first, last)
   end
-  if type(reply) == 'string' then -- the new entry's id
-    owned[id] = false
-    acks[#acks + 1] = id
-    reply = 1
+  if type(reply) == 'string' then -- the new entry's id: acknowledge the original with it
+    local acked = redis.pcall('XACK', KEYS[2], group, id)
+    if type(acked) == 'table' and acked['err'] then
+      redis.pcall('XDEL', KEYS[1], reply)
+      reply = acked
+    else
+      owned[id] = false
+      reply = 1
+    end
   end
   replies[#replies + 1] = reply
-end
-if #acks > 0 then
-  redis.call('XACK', KEYS[2], group, unpack(acks))
 end
 return replies

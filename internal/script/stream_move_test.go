@@ -251,3 +251,27 @@ func TestStreamMoves(t *testing.T) {
 		}
 	})
 }
+
+func TestIDAfterOrdersEntryIDsNumerically(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		a, b string
+		want bool
+	}{
+		{name: "LaterMillisecond", a: "10-0", b: "9-5", want: true},
+		{name: "LaterSequence", a: "9-10", b: "9-9", want: true},
+		{name: "Equal", a: "9-9", b: "9-9", want: false},
+		{name: "Earlier", a: "9-9", b: "10-0", want: false},
+		{name: "AnyIDAfterGarbage", a: "1-0", b: "x", want: true},
+		{name: "GarbageAfterNothing", a: "x", b: "1-0", want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := script.IDAfter(tt.a, tt.b); got != tt.want {
+				t.Fatalf("IDAfter(%q, %q) = %t, want %t", tt.a, tt.b, got, tt.want)
+			}
+		})
+	}
+}

@@ -15,7 +15,23 @@
 --
 -- Returns {moved, next due time in ms or -1 when the set is empty, now in ms}.
 --
--- Preludes: now.lua (nowMs) and next_due.lua (nextDue), prepended by script.go.
+-- All or nothing per member: the stream's type and the user's permissions for XADD and
+-- ZREM (acl.lua) are checked before the first write; a member with more fields than a
+-- script can write (tooMany: more than wire.MaxStreamFields pairs) is written
+-- back whole as the payload, like one that does not parse, rather than fail every sweep;
+-- a member's XADD runs under pcall and its ZREM only once the XADD succeeded, and an
+-- XADD that fails all the same ends the sweep with its error (the members before it
+-- moved, each whole).
+--
+-- Preludes: acl.lua, now.lua, next_due.lua; prepended by script.go.
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind ~= 'stream' and kind ~= 'none' then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds a ' .. kind .. ', not a stream')
+end
+local denied = refusedAny({{'XADD', KEYS[2], '*', 'f', 'v'}, {'ZREM', KEYS[1], 'm'}})
+if denied then
+  return denied
+end
 local now = nowMs(ARGV[1])
 
 local function fields(m)
@@ -47,10 +63,16 @@ end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, m in ipairs(due) do
   local args = fields(m)
-  if not args then
+  if not args or tooMany(#args) then
     args = {ARGV[3], m}
   end
-  redis.call('XADD', KEYS[2], '*', unpack(args))
+  local ok, r = pcall(function() return redis.pcall('XADD', KEYS[2], '*', unpack(args)) end)
+  if not ok then
+    return redis.error_reply('ERR xadd to ' .. KEYS[2] .. ': ' .. tostring(r))
+  end
+  if type(r) == 'table' and r['err'] then
+    return r
+  end
   redis.call('ZREM', KEYS[1], m)
 end
 

@@ -16,7 +16,12 @@
 -- count read by XPENDING is written back with RETRYCOUNT, and it is kept on both.
 -- Atomic: the owner check and the reset cannot be split by another consumer's claim.
 --
--- Prelude: pending_at.lua (pendingAt, byCountAt, resetCounts), prepended by script.go.
+-- Preludes: acl.lua, pending_at.lua; prepended by script.go.
+-- The user's permission for XCLAIM is checked before the first write (acl.lua).
+local denied = refused('XCLAIM', KEYS[1], ARGV[1], ARGV[2], '0', '0-1')
+if denied then
+  return denied
+end
 local byCount, lost = byCountAt(3, 0)
 resetCounts(byCount, 0)
 return lost

@@ -17,9 +17,9 @@ var (
 	//go:embed channel_sweep.lua
 	channelSweepSrc string
 
-	valuePark    = redis.NewScript(nowSrc + valueParkSrc)
-	listSweep    = redis.NewScript(nowSrc + nextDueSrc + listSweepSrc)
-	channelSweep = redis.NewScript(nowSrc + nextDueSrc + channelSweepSrc)
+	valuePark    = redis.NewScript(aclSrc + nowSrc + valueParkSrc)
+	listSweep    = redis.NewScript(aclSrc + nowSrc + nextDueSrc + listSweepSrc)
+	channelSweep = redis.NewScript(aclSrc + nowSrc + nextDueSrc + channelSweepSrc)
 )
 
 // ParkValue adds member (internal/wire.ValueDelayMember) to the delay set scored by now

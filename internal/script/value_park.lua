@@ -21,7 +21,7 @@
 -- All or nothing: the key types are checked before anything is written, so the item is
 -- gone from the processing list exactly when the member is in the set.
 --
--- Prelude: now.lua (nowMs), prepended by script.go.
+-- Preludes: acl.lua, now.lua; prepended by script.go.
 local function check(key, want)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= want and kind ~= 'none' then
@@ -40,6 +40,14 @@ if #KEYS > 1 then
   end
 end
 
+local checks = {}
+if #KEYS > 1 then
+  checks[1] = {'LREM', KEYS[2], '1', 'v'}
+end
+local denied = refusedPark(KEYS[1], ARGV[3], checks)
+if denied then
+  return denied -- before any write (acl.lua)
+end
 local now = nowMs(ARGV[4])
 
 if #KEYS > 1 and redis.call('LREM', KEYS[2], 1, ARGV[5]) == 0 then

@@ -68,3 +68,11 @@ func toString(v any) string {
 		return "<unexpected " + typeName(v) + ">"
 	}
 }
+
+// MaxStreamFields is the most field/value pairs a stream entry may have for settle's
+// scripts to write it (a retry copy, a parked copy swept back, a dead letter, a replay):
+// Lua hands one redis.call only so many values (7,998 on Redis 7.0; about 5,100 on
+// miniredis, which the test kit runs on), and an XADD takes a few of its own. An entry
+// read with more cannot be written by a script; the Publisher refuses a message that
+// would come near it (settle.MaxHeaders).
+const MaxStreamFields = 2000
