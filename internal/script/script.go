@@ -25,6 +25,8 @@ var (
 	nowSrc string // nowMs: ARGV "now" or the server's TIME
 	//go:embed next_due.lua
 	nextDueSrc string // nextDue: a delay set's earliest due time
+	//go:embed key_type.lua
+	keyTypeSrc string // checkType: refuse a key of another type
 )
 
 var (
@@ -97,6 +99,7 @@ func Sources() map[string]string {
 		"channel_sweep":   nowSrc + nextDueSrc + channelSweepSrc,
 		"claim":           pendingAtSrc + claimSrc,
 		"delay_promote":   nowSrc + delayPromoteSrc,
+		"delay_publish":   nowSrc + keyTypeSrc + delayPublishSrc,
 		"list_move":       listMoveSrc,
 		"list_recover":    listRecoverSrc,
 		"list_replay":     listReplaySrc,
@@ -111,6 +114,7 @@ func Sources() map[string]string {
 		"stream_move":     streamMoveSrc,
 		"sweep":           nowSrc + nextDueSrc + sweepSrc,
 		"touch":           pendingAtSrc + touchSrc,
-		"value_park":      nowSrc + valueParkSrc,
+		"trim":            nowSrc + trimSrc,
+		"value_park":      nowSrc + keyTypeSrc + valueParkSrc,
 	}
 }
