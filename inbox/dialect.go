@@ -239,7 +239,7 @@ func quoteWith(name string, q byte) string {
 // quotedTable is a Table with every name quoted for one dialect; an empty column
 // stays empty.
 type quotedTable struct {
-	attempt, deadAt, group, id, lastError, lease, payload, retryAfter, table string
+	attempt, deadAt, group, headers, id, lastError, lease, payload, retryAfter, table string
 }
 
 func (t Table) quoted(q byte) quotedTable {
@@ -250,7 +250,7 @@ func (t Table) quoted(q byte) quotedTable {
 		return string(q) + s + string(q)
 	}
 	return quotedTable{
-		attempt: qc(t.Attempt), deadAt: qc(t.DeadAt), group: qc(t.Group), id: qc(t.ID), lastError: qc(t.LastError),
+		attempt: qc(t.Attempt), deadAt: qc(t.DeadAt), group: qc(t.Group), headers: qc(t.Headers), id: qc(t.ID), lastError: qc(t.LastError),
 		lease: qc(t.LockedUntil), payload: qc(t.Payload), retryAfter: qc(t.RetryAfter), table: quoteWith(t.Name, q),
 	}
 }
@@ -308,7 +308,7 @@ func (c quotedTable) claimCount() string {
 // of the dialect taking :attempt), the last error (lastError, taking :error) and the
 // dead-at time now, when the table has those columns.
 func (c quotedTable) rowColumns(attempt, lastError, now string) (cols, vals []string) {
-	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt} {
+	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt, c.headers} {
 		if col == "" {
 			continue
 		}
@@ -336,6 +336,9 @@ func (c quotedTable) publishInsert(now string) string {
 		cols, vals = append(cols, c.group), append(vals, ":group")
 	}
 	cols, vals = append(cols, c.payload), append(vals, ":payload")
+	if c.headers != "" {
+		cols, vals = append(cols, c.headers), append(vals, ":headers")
+	}
 	if c.attempt != "" {
 		cols, vals = append(cols, c.attempt), append(vals, "1")
 	}
@@ -343,6 +346,16 @@ func (c quotedTable) publishInsert(now string) string {
 		cols, vals = append(cols, c.retryAfter), append(vals, now)
 	}
 	return fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, c.table, strings.Join(cols, ", "), strings.Join(vals, ", "))
+}
+
+// headersOut is the headers column as a claim returns it (text, asText its cast), or
+// NULL for a table without one: a claim always returns five columns (see
+// queryClaimed).
+func (c quotedTable) headersOut(asText func(string) string) string {
+	if c.headers == "" {
+		return "NULL"
+	}
+	return asText(c.headers)
 }
 
 // batchSpec is what the batched writes of a dialect differ in (see batched).

@@ -65,8 +65,8 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		return compile(fmt.Sprintf(`UPDATE %s SET %s%s = %s WHERE %s IN (%s)`, c.table, c.claimCount(), c.lease, leaseUntil, c.id, list("id", n)), questionRepeated)
 	}
 	s.claimRead = func(n int) stmt {
-		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
-			c.id, attempt, c.payload, c.lease, c.table, c.id, list("id", n), order), questionRepeated)
+		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
+			c.id, attempt, c.payload, c.lease, c.headersOut(untyped), c.table, c.id, list("id", n), order), questionRepeated)
 	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '`'))

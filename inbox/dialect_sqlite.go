@@ -60,8 +60,8 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	leaseUntil := fmt.Sprintf("strftime(%s, %s, :lease)", sqliteFormat, sqliteNow)
 	claim := func(due string) stmt {
 		return compile(fmt.Sprintf(
-			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
-			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), questionNumbered)
+			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT), %[12]s`,
+			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount(), c.headersOut(untyped)), questionNumbered)
 	}
 	s.claim = claim(due)
 	if !q.fifo {
