@@ -79,9 +79,8 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		s.nextDue = compile(fmt.Sprintf(`SELECT CAST(EXTRACT(EPOCH FROM MIN(%[1]s) - %[2]s) * 1000000 AS BIGINT) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, pgNow, c.table, groupIs("")), dollarNumbered)
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
-	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
 	s.notify = compile(`SELECT pg_notify(:channel, :group)`, dollarNumbered)
-	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }, typedText: func(arg string) string { return arg + "::text" }, now: pgNow})
+	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, atMicros: pgAt, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }, typedText: func(arg string) string { return arg + "::text" }, now: pgNow})
 	return s
 }
 
@@ -122,6 +121,10 @@ func (postgres) indexes(ctx context.Context, db *sql.DB, table string) ([][]stri
 FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 WHERE i.indrelid = $1::regclass GROUP BY i.indexrelid`, quoteWith(table, '"')))
+}
+
+func (postgres) insertIDs(ctx context.Context, q Tx, st stmt, n int, vals map[string]any) ([]int64, error) {
+	return returnedIDs(ctx, q, st, n, vals)
 }
 
 func (postgres) durArg(d time.Duration) any { return d.Microseconds() }

@@ -81,7 +81,8 @@ func inboxSketch(ctx context.Context, app *settle.App, handler settle.Handler) e
 	})
 	app.Mount(ib.Queue("emails"), handler,
 		settle.MaxAttempts(5), settle.DeadLetter("emails.dead")) // dead rows move to group emails.dead
-	return ib.Publish(ctx, "emails", Mail{To: "ada@example.com"})
+	_, err = ib.Publish(ctx, "emails", Mail{To: "ada@example.com"})
+	return err
 }
 
 var _ = inboxSketch

@@ -133,7 +133,7 @@ func BenchmarkPublish(b *testing.B) {
 				for range publishers {
 					wg.Go(func() {
 						for next.Add(1) <= int64(b.N) {
-							if err := ib.PublishBytes(context.Background(), "jobs", []byte("payload")); err != nil {
+							if _, err := ib.PublishBytes(context.Background(), "jobs", []byte("payload")); err != nil {
 								b.Error(err)
 								return
 							}

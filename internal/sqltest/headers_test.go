@@ -39,7 +39,7 @@ func TestHeadersTravelThroughTheTableToTheHandlerAndStayWithTheDeadLetter(t *tes
 					group, dead = "", x.tb.Name+"_dead"
 					createNamed(t, b, x.db, tc.c, dead)
 				}
-				err := x.ib.PublishBytes(context.Background(), group, []byte("p"), settle.Header("trace", "00-abc-01"), settle.Header("tenant", "acme"))
+				_, err := x.ib.PublishBytes(context.Background(), group, []byte("p"), settle.Header("trace", "00-abc-01"), settle.Header("tenant", "acme"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -64,11 +64,11 @@ func TestPublishWithHeadersIsRefusedWithoutAHeadersColumn(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		x := setup(t, b, cols{})
-		err := x.ib.PublishBytes(context.Background(), "jobs", []byte("p"), settle.Header("trace", "x"))
+		_, err := x.ib.PublishBytes(context.Background(), "jobs", []byte("p"), settle.Header("trace", "x"))
 		if err == nil || !strings.Contains(err.Error(), "Headers column") {
 			t.Fatalf("PublishBytes with a header = %v, want a refusal naming the missing column", err)
 		}
-		if err := x.ib.PublishBytes(context.Background(), "jobs", []byte("p"), settle.MaxLen(3)); err == nil || !strings.Contains(err.Error(), "MaxLen") {
+		if _, err := x.ib.PublishBytes(context.Background(), "jobs", []byte("p"), settle.MaxLen(3)); err == nil || !strings.Contains(err.Error(), "MaxLen") {
 			t.Fatalf("PublishBytes(MaxLen) = %v, want a refusal naming MaxLen", err)
 		}
 		if rows := readRows(t, b, x.db, x.tb); len(rows) != 0 {

@@ -17,7 +17,7 @@ func TestInboxPauseIsOneControlRowAndResumeRemovesIt(t *testing.T) {
 		db := b.open(t)
 		tb := createTable(t, b, db, cols{})
 		ib := inbox.New(db, b.d, tb)
-		if err := ib.PublishBytes(ctx, "jobs", []byte("work")); err != nil {
+		if _, err := ib.PublishBytes(ctx, "jobs", []byte("work")); err != nil {
 			t.Fatal(err)
 		}
 		check := func(want bool) {
