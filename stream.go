@@ -114,6 +114,7 @@ type streamTransport struct {
 	delays      delaySet // the mount's durable delay set, when parks
 	env         source.Env
 	garbledOnce sync.Once
+	nextTrim    time.Time // when Fetch trims next (see trim); Fetch's goroutine only
 	parks       bool
 	src         *StreamSource
 
@@ -155,6 +156,9 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	}
 	if s.cfg.block <= 0 {
 		errs = append(errs, fmt.Errorf("Block(%s): must be positive", s.cfg.block))
+	}
+	if s.cfg.trimKeep < 0 {
+		errs = append(errs, fmt.Errorf("Trim(%s): keep must not be negative (NoTrim keeps every entry)", s.cfg.trimKeep))
 	}
 	errs = append(errs, t.claim.validate()...)
 	if p.DeadLetter != "" && p.DeadLetter == s.key {
@@ -206,6 +210,7 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 	if err != nil {
 		return nil, err
 	}
+	t.trim(ctx)
 	t.mu.Lock()
 	rescan := t.rescan
 	t.mu.Unlock()
