@@ -52,7 +52,7 @@ func dueIn(t *testing.T, h *settletest.Harness, key string) time.Duration {
 
 func TestPublishAfterParksInTheMountsDelaySetAndTheSweepDeliversItAsAFirstDelivery(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"stream", "list"} {
+	for _, kind := range []string{"stream", "list", "channel"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			h := settletest.New(t)
@@ -60,17 +60,27 @@ func TestPublishAfterParksInTheMountsDelaySetAndTheSweepDeliversItAsAFirstDelive
 			dz := delayed.DurableZset{Key: h.Redis.Key("delayed"), TTL: 48 * time.Hour}
 			var got received
 			src := settle.Source(settle.Stream(h.Redis.Client, in, "workers"))
-			if kind == "list" {
+			switch kind {
+			case "list":
 				src = settle.List(h.Redis.Client, in)
+			case "channel":
+				src = settle.PubSub(h.Redis.Client, in)
 			}
 			h.Mount(src, got.handler(), settle.DelayIn(dz))
 			h.Start()
 			pub := settle.NewPublisher(h.Redis.Client)
 			opts := []settle.PublishOption{settle.After(time.Hour), settle.DelaySet(dz), settle.Header("order", "7")}
 			var err error
-			if kind == "list" {
+			switch kind {
+			case "list":
 				err = pub.PublishList(context.Background(), in, "hello", opts...)
-			} else {
+			case "channel":
+				var n int64
+				n, err = pub.PublishChannel(context.Background(), in, "hello", opts...)
+				if n != 0 {
+					t.Errorf("a delayed channel publish reached %d subscribers now, want 0", n)
+				}
+			default:
 				var id string
 				id, err = pub.Publish(context.Background(), in, "hello", opts...)
 				if id != "" {
