@@ -47,8 +47,10 @@ func Headers(h map[string]string) PublishOption {
 // Redis the message waits in the durable delay set of the consumer's mount, which the
 // call must name with DelaySet: it is scored by the Redis server's TIME + d inside one
 // script (the publisher's clock does not matter), and the mount's sweep delivers it
-// exactly as it delivers a parked retry, as a first delivery (retry count 0). A
-// negative d is refused; 0 is due at once. Not with At.
+// exactly as it delivers a parked retry, as a first delivery (retry count 0), within the
+// same lateness: a consumer that blocks in a read sweeps when the read ends, at most the
+// mount's Block after the message is due. A negative d is refused; 0 is due at once.
+// Not with At.
 func After(d time.Duration) PublishOption {
 	return func(c *publish.Config) {
 		c.Give("After")

@@ -89,7 +89,9 @@ func defaultConsumerName() string {
 // A replayed entry's attempt comes from its retry-count header, which Seek does not
 // change: an entry that was a retry copy is delivered with the attempt it had. Entries
 // still pending when Seek is called are handed to the consumer that reads them next;
-// one still in flight at a consumer of this process is not handled twice.
+// one still in flight at a consumer of this process is not handled twice. Only entries
+// the stream still holds come back: a mount trims what every group acknowledged once
+// older than its Trim keep (an hour by default).
 //
 // Seek may be called at any time, while an App runs the source or not.
 func (s *StreamSource) Seek(ctx context.Context, id string) error {

@@ -33,12 +33,12 @@ func (s trimSignal) Handle(_ context.Context, r slog.Record) error {
 }
 
 // trimmedHarness returns a harness whose App's trims are signalled on the channel.
-func trimmedHarness(t *testing.T) (*settletest.Harness, chan int64) {
+func trimmedHarness(t testing.TB, opts ...settletest.Option) (*settletest.Harness, chan int64) {
 	sig := trimSignal{trimmed: make(chan int64, 16)}
-	return settletest.New(t, settletest.WithConfig(settle.Config{Logger: slog.New(sig)})), sig.trimmed
+	return settletest.New(t, append(opts, settletest.WithConfig(settle.Config{Logger: slog.New(sig)}))...), sig.trimmed
 }
 
-func waitTrim(t *testing.T, trimmed chan int64) int64 {
+func waitTrim(t testing.TB, trimmed chan int64) int64 {
 	t.Helper()
 	select {
 	case n := <-trimmed:

@@ -64,6 +64,14 @@
 // connection (pgx v5 or v4); with another driver, or a pool limited to one connection,
 // the queues poll only (logged once). [PollOnly] opts a queue out.
 //
+// # Publishing
+//
+// [Inbox.Publish] and its family insert rows as the service itself would, and return
+// their ids: [Inbox.PublishTx] in the caller's transaction (the row exists if and when
+// the business write beside it commits), [Inbox.PublishMany] many rows in one INSERT.
+// They take settle.Header (a [Table.Headers] column), settle.After and settle.At
+// (retry_after by the database's clock).
+//
 // # Dialects
 //
 // [SQLite], [Postgres] and [MySQL] (MySQL 8 and MariaDB 10.6+). The package depends on
