@@ -87,7 +87,8 @@ func OnDeadLetter(fn DeadLetterFunc) Option {
 type DeadLetterFunc func(ctx context.Context, tx Tx, row DeadRow) error
 
 // Tx is the transaction a DeadLetterFunc writes in (*sql.Tx, or on SQLite a connection
-// inside BEGIN IMMEDIATE).
+// inside BEGIN IMMEDIATE), and what Inbox.PublishTx writes in: *sql.Tx and *sql.Conn
+// satisfy it.
 type Tx interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
