@@ -171,6 +171,9 @@ func (mysql) insertIDs(ctx context.Context, q Tx, st stmt, n int, vals map[strin
 	if err != nil {
 		return nil, err
 	}
+	if first == 0 {
+		return nil, errors.New("the rows were written, but LastInsertId is 0: the id column is not AUTO_INCREMENT, and Publish returns a generated integer id")
+	}
 	step := int64(1)
 	if n > 1 {
 		if err := q.QueryRowContext(ctx, `SELECT @@SESSION.auto_increment_increment`).Scan(&step); err != nil {
@@ -246,8 +249,6 @@ func (mysql) retryable(err error) bool {
 }
 
 func (mysql) serialize(*sql.DB) func() { return func() {} }
-
-var _ = errors.New
 
 func (mysql) admin() adminSpec {
 	return adminSpec{

@@ -36,7 +36,7 @@ local function less(a, b)
   return ams < bms or (ams == bms and aseq < bseq)
 end
 
-local bound = string.format('%.0f', nowMs(ARGV[1]) - tonumber(ARGV[2])) .. '-0'
+local bound = string.format('%.0f', math.max(0, nowMs(ARGV[1]) - tonumber(ARGV[2]))) .. '-0'
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
 if #groups == 0 then
   return {0, ''}
