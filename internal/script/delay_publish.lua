@@ -17,7 +17,14 @@
 -- key of the wrong type, or "TTL …" when the due time is further than the set's TTL
 -- (the set could expire with the message in it).
 --
--- Preludes: now.lua (nowMs) and key_type.lua (checkType), prepended by script.go.
+-- Prelude: now.lua (nowMs), prepended by script.go.
+local function checkType(key, want)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= want and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. kind .. ', not a ' .. want)
+  end
+  return nil
+end
 local bad = checkType(KEYS[1], 'zset')
 if bad then
   return bad

@@ -16,7 +16,7 @@ var (
 	//go:embed trim.lua
 	trimSrc string
 
-	delayPublish = redis.NewScript(nowSrc + keyTypeSrc + delayPublishSrc)
+	delayPublish = redis.NewScript(nowSrc + delayPublishSrc)
 	trim         = redis.NewScript(nowSrc + trimSrc)
 )
 

@@ -25,8 +25,6 @@ var (
 	nowSrc string // nowMs: ARGV "now" or the server's TIME
 	//go:embed next_due.lua
 	nextDueSrc string // nextDue: a delay set's earliest due time
-	//go:embed key_type.lua
-	keyTypeSrc string // checkType: refuse a key of another type
 )
 
 var (
@@ -99,7 +97,7 @@ func Sources() map[string]string {
 		"channel_sweep":   nowSrc + nextDueSrc + channelSweepSrc,
 		"claim":           pendingAtSrc + claimSrc,
 		"delay_promote":   nowSrc + delayPromoteSrc,
-		"delay_publish":   nowSrc + keyTypeSrc + delayPublishSrc,
+		"delay_publish":   nowSrc + delayPublishSrc,
 		"list_move":       listMoveSrc,
 		"list_recover":    listRecoverSrc,
 		"list_replay":     listReplaySrc,
@@ -115,6 +113,6 @@ func Sources() map[string]string {
 		"sweep":           nowSrc + nextDueSrc + sweepSrc,
 		"touch":           pendingAtSrc + touchSrc,
 		"trim":            nowSrc + trimSrc,
-		"value_park":      nowSrc + keyTypeSrc + valueParkSrc,
+		"value_park":      nowSrc + valueParkSrc,
 	}
 }

@@ -17,7 +17,7 @@ var (
 	//go:embed channel_sweep.lua
 	channelSweepSrc string
 
-	valuePark    = redis.NewScript(nowSrc + keyTypeSrc + valueParkSrc)
+	valuePark    = redis.NewScript(nowSrc + valueParkSrc)
 	listSweep    = redis.NewScript(nowSrc + nextDueSrc + listSweepSrc)
 	channelSweep = redis.NewScript(nowSrc + nextDueSrc + channelSweepSrc)
 )
