@@ -159,6 +159,8 @@ type streamConfig struct {
 	consumer string
 	reclaim  time.Duration // Reclaim's idle; 0: no reclaim
 	startID  string
+	trimKeep time.Duration // Trim's keep
+	trimOff  bool          // NoTrim
 }
 
 // Stream defaults.
@@ -174,7 +176,7 @@ const (
 )
 
 func defaultStreamConfig() streamConfig {
-	return streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0"}
+	return streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0", trimKeep: DefaultTrimKeep}
 }
 
 type streamOptionFunc func(*streamConfig)

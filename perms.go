@@ -120,8 +120,8 @@ func delayPerms(d delaySet, parks bool) []perm {
 }
 
 // perms are the commands a stream consumer runs: reads, settlement scripts and what
-// they run, the take-over of idle entries (claim, touch, prune), the pause key, the dead
-// letter and the delay set.
+// they run, the take-over of idle entries (claim, touch, prune), the trim of what every
+// group acknowledged (unless NoTrim), the pause key, the dead letter and the delay set.
 func (t *streamTransport) perms() []perm {
 	key, group, c := t.src.key, t.src.group, t.consumer
 	ps := append(scriptPerms(),
@@ -139,6 +139,9 @@ func (t *streamTransport) perms() []perm {
 			perm{"XGROUP", "DELCONSUMER", key, group, c})
 		gate := keys.Derived(key, "claim-scan:"+group)
 		ps = append(ps, perm{"HGET", gate, "at"}, perm{"HSET", gate, "at", "0"}, perm{"PEXPIRE", gate, "1"})
+	}
+	if !t.src.cfg.trimOff {
+		ps = append(ps, perm{"XINFO", "GROUPS", key}, perm{"XPENDING", key, group}, perm{"XTRIM", key, "MINID", "0-1"})
 	}
 	if dl := t.env.Policy.DeadLetter; dl != "" {
 		ps = append(ps, perm{"XADD", dl, "*", "f", "v"}, perm{"TYPE", dl})

@@ -32,50 +32,6 @@ func NewPublisher(rdb redis.UniversalClient, opts ...PublisherOption) *Publisher
 	return &Publisher{cfg: cfg, rdb: rdb}
 }
 
-// PublishOption configures one Publish call: its headers (Header, Headers), and more
-// for a stream.
-type PublishOption func(*publishConfig)
-
-type publishConfig struct {
-	headers map[string]string
-}
-
-// Header sets one header of the published message. Names starting with HeaderPrefix,
-// the payload field's name and the empty name are refused by the call.
-func Header(name, value string) PublishOption {
-	return func(c *publishConfig) {
-		if c.headers == nil {
-			c.headers = make(map[string]string, 2)
-		}
-		c.headers[name] = value
-	}
-}
-
-// Headers sets every header of h on the published message (h is not kept); see Header.
-func Headers(h map[string]string) PublishOption {
-	return func(c *publishConfig) {
-		if len(h) == 0 {
-			return
-		}
-		if c.headers == nil {
-			c.headers = make(map[string]string, len(h))
-		}
-		for k, v := range h {
-			c.headers[k] = v
-		}
-	}
-}
-
-func publishOptions(opts []PublishOption) publishConfig {
-	var c publishConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	return c
-}
-
 // Publish encodes v with the publisher's codec and appends it to the stream key. It
 // returns the new entry's id.
 func (p *Publisher) Publish(ctx context.Context, key string, v any, opts ...PublishOption) (string, error) {
@@ -87,16 +43,30 @@ func (p *Publisher) Publish(ctx context.Context, key string, v any, opts ...Publ
 }
 
 // PublishBytes appends payload, as it is, to the stream key. It returns the new entry's
-// id. More than MaxHeaders headers are refused with ErrTooManyHeaders.
+// id; a delayed publish (After, At with DelaySet) returns "" (the entry is written when
+// the delay set's sweep delivers it). It takes Header, Headers, After, At, DelaySet,
+// MaxLen and MinID. More than MaxHeaders headers are refused with ErrTooManyHeaders.
 func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) (string, error) {
-	headers := publishOptions(opts).headers
-	if err := errors.Join(checkHeaders(headers), checkHeaderCount(headers)); err != nil {
+	c := publishOptions(opts)
+	if err := c.Refuse("a stream", "Header", "After", "At", "DelaySet", "MaxLen", "MinID"); err != nil {
+		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
+	}
+	if err := checkStreamBounds(c); err != nil {
+		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
+	}
+	if err := errors.Join(checkHeaders(c.Headers), checkHeaderCount(c.Headers)); err != nil {
 		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
 	}
 	if payload == nil {
 		payload = []byte{} // nil would write no payload field
 	}
-	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, headers)}).Result()
+	if c.Delayed() || c.DelaySet != nil {
+		member := wire.DelayMember(publishToken(), payload, c.Headers)
+		return "", p.delay(ctx, c, key, "stream", member)
+	}
+	args := &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, c.Headers), MaxLen: c.MaxLen, MinID: c.MinID}
+	args.Approx = args.MaxLen > 0 // MinID trims exactly
+	id, err := p.rdb.XAdd(ctx, args).Result()
 	if err != nil {
 		return "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err)
 	}
@@ -114,13 +84,20 @@ func (p *Publisher) PublishList(ctx context.Context, key string, v any, opts ...
 }
 
 // PublishListBytes pushes payload, as it is, in settle's envelope to the tail of the
-// list key.
+// list key. It takes Header, Headers, After, At and DelaySet.
 func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) error {
-	headers := publishOptions(opts).headers
-	if err := checkHeaders(headers); err != nil {
+	c := publishOptions(opts)
+	if err := c.Refuse("a list", "Header", "After", "At", "DelaySet"); err != nil {
 		return fmt.Errorf("settle: publish to list %q: %w", key, err)
 	}
-	if err := p.rdb.RPush(ctx, key, wire.Envelope(payload, headers)).Err(); err != nil {
+	if err := checkHeaders(c.Headers); err != nil {
+		return fmt.Errorf("settle: publish to list %q: %w", key, err)
+	}
+	value := wire.Envelope(payload, c.Headers)
+	if c.Delayed() || c.DelaySet != nil {
+		return p.delay(ctx, c, key, "list", valueMember(value))
+	}
+	if err := p.rdb.RPush(ctx, key, value).Err(); err != nil {
 		return fmt.Errorf("settle: publish to list %q: rpush: %w", key, err)
 	}
 	return nil
@@ -138,13 +115,23 @@ func (p *Publisher) PublishChannel(ctx context.Context, channel string, v any, o
 }
 
 // PublishChannelBytes publishes payload, as it is, in settle's envelope to channel. It
-// returns how many subscribers received it.
+// returns how many subscribers received it. It takes Header, Headers, After, At and
+// DelaySet: a delayed message waits in the delay set of the PubSub mount that sweeps
+// it to the channel (when it is due, the subscribers then listening receive it), and
+// the count returned is 0.
 func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, payload []byte, opts ...PublishOption) (int64, error) {
-	headers := publishOptions(opts).headers
-	if err := checkHeaders(headers); err != nil {
+	c := publishOptions(opts)
+	if err := c.Refuse("a channel", "Header", "After", "At", "DelaySet"); err != nil {
 		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
 	}
-	n, err := p.rdb.Publish(ctx, channel, wire.Envelope(payload, headers)).Result()
+	if err := checkHeaders(c.Headers); err != nil {
+		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+	}
+	value := wire.Envelope(payload, c.Headers)
+	if c.Delayed() || c.DelaySet != nil {
+		return 0, p.delay(ctx, c, "", "channel", valueMember(value))
+	}
+	n, err := p.rdb.Publish(ctx, channel, value).Result()
 	if err != nil {
 		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
 	}

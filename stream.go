@@ -89,7 +89,9 @@ func defaultConsumerName() string {
 // A replayed entry's attempt comes from its retry-count header, which Seek does not
 // change: an entry that was a retry copy is delivered with the attempt it had. Entries
 // still pending when Seek is called are handed to the consumer that reads them next;
-// one still in flight at a consumer of this process is not handled twice.
+// one still in flight at a consumer of this process is not handled twice. Only entries
+// the stream still holds come back: a mount trims what every group acknowledged once
+// older than its Trim keep (an hour by default).
 //
 // Seek may be called at any time, while an App runs the source or not.
 func (s *StreamSource) Seek(ctx context.Context, id string) error {
@@ -114,6 +116,7 @@ type streamTransport struct {
 	delays      delaySet // the mount's durable delay set, when parks
 	env         source.Env
 	garbledOnce sync.Once
+	nextTrim    time.Time // when Fetch trims next (see trim); Fetch's goroutine only
 	parks       bool
 	src         *StreamSource
 
@@ -157,6 +160,9 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	if s.cfg.block <= 0 {
 		errs = append(errs, fmt.Errorf("Block(%s): must be positive", s.cfg.block))
 	}
+	if s.cfg.trimKeep < 0 {
+		errs = append(errs, fmt.Errorf("Trim(%s): keep must not be negative (NoTrim keeps every entry)", s.cfg.trimKeep))
+	}
 	errs = append(errs, t.claim.validate()...)
 	if p.DeadLetter != "" && p.DeadLetter == s.key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the stream the mount reads: dead letters would be read again", p.DeadLetter))
@@ -199,6 +205,7 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 	if err != nil {
 		return nil, err
 	}
+	t.trim(ctx)
 	t.mu.Lock()
 	rescan := t.rescan
 	t.mu.Unlock()

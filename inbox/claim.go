@@ -103,7 +103,11 @@ func (t *transport) claimRows(ctx context.Context, skew time.Duration, n int, ta
 	ds, hs := make([]*source.Delivery, len(rows)), make([]*held, len(rows))
 	now := time.Now()
 	for i, r := range rows {
-		ds[i] = r.delivery(t.q.ib.table.Name)
+		var herr error
+		ds[i], herr = r.delivery(t.q.ib.table.Name)
+		if herr != nil {
+			t.env.Logger.WarnContext(ctx, "settle: inbox: row delivered without its headers", "mount", t.env.Mount, "key", t.q.ib.table.Name, "msg_id", ds[i].ID, "error", herr)
+		}
 		hs[i] = ds[i].Raw.(*held)
 		hs[i].skew, hs[i].wrote = skew, now
 	}

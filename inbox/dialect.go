@@ -37,6 +37,9 @@ type dialect interface {
 	claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int, takeover bool) ([]claimedRow, error)
 	// indexes returns the column names of each index of table, in index order.
 	indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error)
+	// insertIDs runs st, a publishN of n rows, in q and returns the rows' generated ids
+	// in the order of the rows.
+	insertIDs(ctx context.Context, q Tx, st stmt, n int, vals map[string]any) ([]int64, error)
 	// durArg is how a duration is passed to the statements.
 	durArg(d time.Duration) any
 	// extendMany moves the leases of n held rows (extendN: each row's :id<i> fenced by
@@ -138,8 +141,9 @@ type statements struct {
 	// notify announces to the processes listening that rows of :group came due on the
 	// table's :channel (PostgreSQL's pg_notify); empty elsewhere.
 	notify stmt
-	// publish inserts a row as the service would.
-	publish stmt
+	// publishN inserts n rows of :group, each row's payload :payload<i>, as the service
+	// would: attempt 1, not leased, headers :headers, due as due says (see publishRows).
+	publishN func(n int, due dueKind) stmt
 	// putBackN clears n leased rows' leases and adds one attempt.
 	putBackN func(n int) stmt
 	// releaseN clears n leased rows' leases, their attempts unchanged: rows read and never
@@ -239,7 +243,7 @@ func quoteWith(name string, q byte) string {
 // quotedTable is a Table with every name quoted for one dialect; an empty column
 // stays empty.
 type quotedTable struct {
-	attempt, deadAt, group, id, lastError, lease, payload, retryAfter, table string
+	attempt, deadAt, group, headers, id, lastError, lease, payload, retryAfter, table string
 }
 
 func (t Table) quoted(q byte) quotedTable {
@@ -250,7 +254,7 @@ func (t Table) quoted(q byte) quotedTable {
 		return string(q) + s + string(q)
 	}
 	return quotedTable{
-		attempt: qc(t.Attempt), deadAt: qc(t.DeadAt), group: qc(t.Group), id: qc(t.ID), lastError: qc(t.LastError),
+		attempt: qc(t.Attempt), deadAt: qc(t.DeadAt), group: qc(t.Group), headers: qc(t.Headers), id: qc(t.ID), lastError: qc(t.LastError),
 		lease: qc(t.LockedUntil), payload: qc(t.Payload), retryAfter: qc(t.RetryAfter), table: quoteWith(t.Name, q),
 	}
 }
@@ -308,7 +312,7 @@ func (c quotedTable) claimCount() string {
 // of the dialect taking :attempt), the last error (lastError, taking :error) and the
 // dead-at time now, when the table has those columns.
 func (c quotedTable) rowColumns(attempt, lastError, now string) (cols, vals []string) {
-	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt} {
+	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt, c.headers} {
 		if col == "" {
 			continue
 		}
@@ -329,20 +333,14 @@ func (c quotedTable) rowColumns(attempt, lastError, now string) (cols, vals []st
 	return cols, vals
 }
 
-// publishInsert is the INSERT of Publish: group and payload, attempt 1 and due now.
-func (c quotedTable) publishInsert(now string) string {
-	var cols, vals []string
-	if c.group != "" {
-		cols, vals = append(cols, c.group), append(vals, ":group")
+// headersOut is the headers column as a claim returns it (text, asText its cast), or
+// NULL for a table without one: a claim always returns five columns (see
+// queryClaimed).
+func (c quotedTable) headersOut(asText func(string) string) string {
+	if c.headers == "" {
+		return "NULL"
 	}
-	cols, vals = append(cols, c.payload), append(vals, ":payload")
-	if c.attempt != "" {
-		cols, vals = append(cols, c.attempt), append(vals, "1")
-	}
-	if c.retryAfter != "" {
-		cols, vals = append(cols, c.retryAfter), append(vals, now)
-	}
-	return fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, c.table, strings.Join(cols, ", "), strings.Join(vals, ", "))
+	return asText(c.headers)
 }
 
 // batchSpec is what the batched writes of a dialect differ in (see batched).
@@ -360,7 +358,10 @@ type batchSpec struct {
 	// retryAt is retry_after's value delay from now (delay: an expression of the
 	// dialect's duration argument, see dialect.durArg).
 	retryAt func(delay string) string
-	style   placeholderStyle
+	// atMicros is the time value of a statement argument holding microseconds since
+	// the Unix epoch (At), in the form the time columns hold.
+	atMicros func(arg string) string
+	style    placeholderStyle
 	// typed casts a statement argument whose type the dialect cannot infer (Postgres),
 	// an integer; typedText, a text.
 	typed     func(arg string) string
@@ -392,6 +393,7 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 	if c.lastError != "" {
 		failed = func(n int) string { return fmt.Sprintf(", %s = %s", c.lastError, c.byID(n, "error", b.typedText)) }
 	}
+	s.publishN = c.publishRows(b)
 	s.ackN = func(n int) string {
 		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, c.fences(n)), b.style).text
 	}

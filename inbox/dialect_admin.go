@@ -66,7 +66,7 @@ func (t Table) adminStatements(a adminSpec, dead string) *adminStatements {
 	same := func(s string) string { return s }
 	cols := []string{
 		c.id, orNull(c.group, same), orNull(c.attempt, same), orNull(c.retryAfter, a.micros),
-		a.micros(c.lease), orNull(c.lastError, same), orNull(c.deadAt, a.micros), c.payload,
+		a.micros(c.lease), orNull(c.lastError, same), orNull(c.deadAt, a.micros), c.payload, orNull(c.headers, a.text),
 	}
 	sel := fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, strings.Join(cols, ", "), from, where)
 	s.rows = compile(sel+` ORDER BY `+c.id, a.style)
@@ -98,7 +98,7 @@ func (t Table) adminStatements(a adminSpec, dead string) *adminStatements {
 		}
 	} else if dead != "" {
 		var into, vals []string
-		for _, col := range []string{c.id, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt} {
+		for _, col := range []string{c.id, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt, c.headers} {
 			if col == "" {
 				continue
 			}

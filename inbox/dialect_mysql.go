@@ -65,8 +65,8 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		return compile(fmt.Sprintf(`UPDATE %s SET %s%s = %s WHERE %s IN (%s)`, c.table, c.claimCount(), c.lease, leaseUntil, c.id, list("id", n)), questionRepeated)
 	}
 	s.claimRead = func(n int) stmt {
-		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
-			c.id, attempt, c.payload, c.lease, c.table, c.id, list("id", n), order), questionRepeated)
+		return compile(fmt.Sprintf(`SELECT %s, %s, %s, %s, %s FROM %s WHERE %s IN (%s) ORDER BY %s`,
+			c.id, attempt, c.payload, c.lease, c.headersOut(untyped), c.table, c.id, list("id", n), order), questionRepeated)
 	}
 	s.columns = func(table string) string {
 		return fmt.Sprintf(`SELECT * FROM %s WHERE FALSE`, quoteWith(table, '`'))
@@ -89,8 +89,7 @@ func (mysql) build(t Table, q queueSpec) *statements {
 		s.nextDue = compile(fmt.Sprintf(`SELECT TIMESTAMPDIFF(MICROSECOND, %[2]s, MIN(%[1]s)) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, myNow, c.table, groupIs("")), questionRepeated)
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), questionRepeated)
-	s.publish = compile(c.publishInsert(myNow), questionRepeated)
-	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, style: questionRepeated, typed: untyped, typedText: untyped, now: myNow})
+	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: false, retryAt: func(delay string) string { return fmt.Sprintf("%s + INTERVAL (%s) MICROSECOND", myNow, delay) }, atMicros: myAt, style: questionRepeated, typed: untyped, typedText: untyped, now: myNow})
 	return s
 }
 
@@ -160,6 +159,34 @@ FROM information_schema.STATISTICS
 WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? GROUP BY INDEX_NAME`, schema, name))
 }
 
+// insertIDs reads the ids of an INSERT of n rows from LastInsertId, the first row's:
+// one multi-row INSERT ("simple insert") gets consecutive values from InnoDB in every
+// lock mode, a step of the session's auto_increment_increment apart.
+func (mysql) insertIDs(ctx context.Context, q Tx, st stmt, n int, vals map[string]any) ([]int64, error) {
+	res, err := q.ExecContext(ctx, st.text, st.bind(vals)...)
+	if err != nil {
+		return nil, err
+	}
+	first, err := res.LastInsertId()
+	if err != nil {
+		return nil, err
+	}
+	if first == 0 {
+		return nil, errors.New("the rows were written, but LastInsertId is 0: the id column is not AUTO_INCREMENT, and Publish returns a generated integer id")
+	}
+	step := int64(1)
+	if n > 1 {
+		if err := q.QueryRowContext(ctx, `SELECT @@SESSION.auto_increment_increment`).Scan(&step); err != nil {
+			return nil, err
+		}
+	}
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = first + int64(i)*step
+	}
+	return ids, nil
+}
+
 func (mysql) durArg(d time.Duration) any { return d.Microseconds() }
 
 // extendMany writes the leases as fencedMany writes, then reads back the new leases of
@@ -222,8 +249,6 @@ func (mysql) retryable(err error) bool {
 }
 
 func (mysql) serialize(*sql.DB) func() { return func() {} }
-
-var _ = errors.New
 
 func (mysql) admin() adminSpec {
 	return adminSpec{

@@ -52,8 +52,8 @@ func (postgres) build(t Table, q queueSpec) *statements {
 	leaseUntil := pgNow + " + :lease::bigint * interval '1 microsecond'"
 	claim := func(due string) stmt {
 		return compile(fmt.Sprintf(
-			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s`,
-			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), dollarNumbered)
+			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s FOR UPDATE SKIP LOCKED) RETURNING %[4]s, %[9]s, %[10]s, %[2]s, %[12]s`,
+			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount(), c.headersOut(pgText)), dollarNumbered)
 	}
 	s.claim = claim(due)
 	if !q.fifo {
@@ -79,11 +79,13 @@ func (postgres) build(t Table, q queueSpec) *statements {
 		s.nextDue = compile(fmt.Sprintf(`SELECT CAST(EXTRACT(EPOCH FROM MIN(%[1]s) - %[2]s) * 1000000 AS BIGINT) FROM %[3]s WHERE %[4]s AND %[1]s > %[2]s`, c.retryAfter, pgNow, c.table, groupIs("")), dollarNumbered)
 	}
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s FOR UPDATE`, c.id, c.table, fence), dollarNumbered)
-	s.publish = compile(c.publishInsert(pgNow), dollarNumbered)
 	s.notify = compile(`SELECT pg_notify(:channel, :group)`, dollarNumbered)
-	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }, typedText: func(arg string) string { return arg + "::text" }, now: pgNow})
+	c.batched(s, batchSpec{lease: c.lease, leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("%s + (%s) * interval '1 microsecond'", pgNow, delay) }, atMicros: pgAt, style: dollarNumbered, typed: func(arg string) string { return arg + "::bigint" }, typedText: func(arg string) string { return arg + "::text" }, now: pgNow})
 	return s
 }
+
+// pgText casts a column to text (a jsonb headers column too).
+func pgText(col string) string { return "CAST(" + col + " AS TEXT)" }
 
 func (postgres) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return db.BeginTx(ctx, nil)
@@ -121,6 +123,10 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 WHERE i.indrelid = $1::regclass GROUP BY i.indexrelid`, quoteWith(table, '"')))
 }
 
+func (postgres) insertIDs(ctx context.Context, q Tx, st stmt, n int, vals map[string]any) ([]int64, error) {
+	return returnedIDs(ctx, q, st, n, vals)
+}
+
 func (postgres) durArg(d time.Duration) any { return d.Microseconds() }
 
 func (postgres) extendMany(ctx context.Context, db *sql.DB, s *statements, n int, vals map[string]any) (map[string]any, error) {
@@ -155,6 +161,6 @@ func (postgres) admin() adminSpec {
 		forUpdate: " FOR UPDATE",
 		micros:    func(x string) string { return "CAST(EXTRACT(EPOCH FROM " + x + ") * 1000000 AS BIGINT)" },
 		now:       pgNow, quote: '"', style: dollarNumbered,
-		text: func(x string) string { return "CAST(" + x + " AS TEXT)" },
+		text: pgText,
 	}
 }

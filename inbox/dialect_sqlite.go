@@ -60,8 +60,8 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	leaseUntil := fmt.Sprintf("strftime(%s, %s, :lease)", sqliteFormat, sqliteNow)
 	claim := func(due string) stmt {
 		return compile(fmt.Sprintf(
-			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT)`,
-			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount()), questionNumbered)
+			`UPDATE %[1]s SET %[11]s%[2]s = %[3]s WHERE %[4]s IN (SELECT %[4]s FROM %[1]s WHERE %[5]s AND %[6]s ORDER BY %[7]s LIMIT %[8]s) RETURNING %[4]s, %[9]s, %[10]s, CAST(%[2]s AS TEXT), %[12]s`,
+			c.table, c.lease, leaseUntil, c.id, groupIs(""), due, order, limit, attempt, c.payload, c.claimCount(), c.headersOut(untyped)), questionNumbered)
 	}
 	s.claim = claim(due)
 	if !q.fifo {
@@ -89,8 +89,7 @@ func (sqlite) build(t Table, q queueSpec) *statements {
 	}
 	// BEGIN IMMEDIATE already holds the only write lock.
 	s.lockLeased = compile(fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, c.id, c.table, fence), questionNumbered)
-	s.publish = compile(c.publishInsert(sqliteNow), questionNumbered)
-	c.batched(s, batchSpec{lease: "CAST(" + c.lease + " AS TEXT)", leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("strftime(%s, %s, %s)", sqliteFormat, sqliteNow, delay) }, style: questionNumbered, typed: untyped, typedText: untyped, now: sqliteNow})
+	c.batched(s, batchSpec{lease: "CAST(" + c.lease + " AS TEXT)", leaseUntil: leaseUntil, returning: true, retryAt: func(delay string) string { return fmt.Sprintf("strftime(%s, %s, %s)", sqliteFormat, sqliteNow, delay) }, atMicros: sqliteAt, style: questionNumbered, typed: untyped, typedText: untyped, now: sqliteNow})
 	return s
 }
 
@@ -266,6 +265,10 @@ FROM pragma_index_list(?1, ?2) AS l`, name, schema))
 
 // sqliteModifier is a strftime modifier adding d.
 func sqliteModifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds", d.Seconds()) }
+
+func (sqlite) insertIDs(ctx context.Context, q Tx, st stmt, n int, vals map[string]any) ([]int64, error) {
+	return returnedIDs(ctx, q, st, n, vals)
+}
 
 func (sqlite) durArg(d time.Duration) any { return sqliteModifier(d) }
 

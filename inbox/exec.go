@@ -32,13 +32,14 @@ func queryEach(ctx context.Context, q querier, text string, args []any, dest []a
 	return rows.Err()
 }
 
-// queryClaimed runs a claim statement and scans its rows (id, attempt, payload, lease).
+// queryClaimed runs a claim statement and scans its rows (id, attempt, payload, lease,
+// headers: NULL for a table without a headers column).
 func queryClaimed(ctx context.Context, q querier, text string, args []any) ([]claimedRow, error) {
 	var out []claimedRow
-	var id, attempt, token any
+	var id, attempt, token, headers any
 	var payload []byte
-	err := queryEach(ctx, q, text, args, []any{&id, &attempt, &payload, &token}, func() {
-		out = append(out, claimedRow{attempt: attemptOf(attempt), id: ownValue(id), payload: payload, token: ownValue(token)})
+	err := queryEach(ctx, q, text, args, []any{&id, &attempt, &payload, &token, &headers}, func() {
+		out = append(out, claimedRow{attempt: attemptOf(attempt), headers: ownValue(headers), id: ownValue(id), payload: payload, token: ownValue(token)})
 	})
 	return out, err
 }

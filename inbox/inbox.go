@@ -64,6 +64,14 @@
 // connection (pgx v5 or v4); with another driver, or a pool limited to one connection,
 // the queues poll only (logged once). [PollOnly] opts a queue out.
 //
+// # Publishing
+//
+// [Inbox.Publish] and its family insert rows as the service itself would, and return
+// their ids: [Inbox.PublishTx] in the caller's transaction (the row exists if and when
+// the business write beside it commits), [Inbox.PublishMany] many rows in one INSERT.
+// They take settle.Header (a [Table.Headers] column), settle.After and settle.At
+// (retry_after by the database's clock).
+//
 // # Dialects
 //
 // [SQLite], [Postgres] and [MySQL] (MySQL 8 and MariaDB 10.6+). The package depends on
@@ -76,8 +84,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/settlekit/settle"
 )
 
 // ErrLeaseLost is reported by a settlement whose row's lease was taken over by another
@@ -109,37 +115,6 @@ func New(db *sql.DB, d Dialect, t Table) *Inbox {
 
 // Table returns the inbox's table spec.
 func (ib *Inbox) Table() Table { return ib.table }
-
-// Publish encodes v with msgpack (settle's default codec) and inserts it as a row of
-// group, as PublishBytes does.
-func (ib *Inbox) Publish(ctx context.Context, group string, v any) error {
-	b, err := settle.Msgpack.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("inbox: publish: encode: %w", err)
-	}
-	return ib.PublishBytes(ctx, group, b)
-}
-
-// PublishBytes inserts payload as a new row of group, as the service itself would:
-// attempt 1, due now (the database's now, under a test clock too), not leased. group
-// must be empty for a table without a group column. It wakes the idle queues of group:
-// this Inbox's at once, and on PostgreSQL every process's, with a pg_notify sent just
-// after the insert from a goroutine of the Inbox that ends within about 25 ms of the
-// last Publish (see "Waking up" in the package doc).
-func (ib *Inbox) PublishBytes(ctx context.Context, group string, payload []byte) error {
-	d, err := ib.checked(group)
-	if err != nil {
-		return err
-	}
-	s := ib.statements(d)
-	args := s.publish.bind(map[string]any{"group": group, "payload": payload, "skew": d.skewArg(0)})
-	_, err = retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.publish.text, args...) })
-	if err != nil {
-		return fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
-	}
-	ib.announce(ctx, s, group)
-	return nil
-}
 
 // Resend moves every row of the dead-letter group from back to the group to with its
 // attempt reset to 1 and its lease cleared, in one statement, and returns how many rows

@@ -31,8 +31,8 @@ func (ib *Inbox) Pause(ctx context.Context, group string) error {
 		return err
 	}
 	s := ib.statements(d)
-	args := s.publish.bind(map[string]any{"group": PausedGroup(group), "payload": []byte{}, "skew": d.skewArg(0)})
-	if _, err := retry(ctx, d, ib.db, func() (sql.Result, error) { return ib.db.ExecContext(ctx, s.publish.text, args...) }); err != nil {
+	vals := map[string]any{"group": PausedGroup(group), "headers": nil, "skew": d.skewArg(0)}
+	if _, err := retry(ctx, d, ib.db, func() ([]int64, error) { return insertRows(ctx, d, s, ib.db, dueNow, vals, [][]byte{{}}) }); err != nil {
 		return fmt.Errorf("inbox: pause group %q of %s: %w", group, ib.table.Name, err)
 	}
 	return nil

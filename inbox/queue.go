@@ -87,7 +87,8 @@ func OnDeadLetter(fn DeadLetterFunc) Option {
 type DeadLetterFunc func(ctx context.Context, tx Tx, row DeadRow) error
 
 // Tx is the transaction a DeadLetterFunc writes in (*sql.Tx, or on SQLite a connection
-// inside BEGIN IMMEDIATE).
+// inside BEGIN IMMEDIATE), and what Inbox.PublishTx writes in: *sql.Tx and *sql.Conn
+// satisfy it.
 type Tx interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -104,6 +105,8 @@ type DeadRow struct {
 	Err string
 	// Group is the queue's group ("" for a table without a group column).
 	Group string
+	// Headers are the row's headers (Table.Headers; empty without the column).
+	Headers map[string]string
 	// ID is the row's id as the driver returned it.
 	ID any
 	// Payload is the row's payload.

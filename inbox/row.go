@@ -1,7 +1,10 @@
 package inbox
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -14,6 +17,7 @@ const maxBatchRows = 200
 // claimedRow is one row a claim leased.
 type claimedRow struct {
 	attempt int64
+	headers any // the headers column as the driver returned it (nil: NULL or no column)
 	id      any
 	payload []byte
 	token   any // the lease as stored: the fence of every later write
@@ -21,22 +25,63 @@ type claimedRow struct {
 
 // delivery turns a claimed row of table into a delivery whose Raw is the row's *held. A
 // table has no retry-count header: RetryCount is 0, and the attempt column counts every
-// delivery of the row (one whose worker never settled it included).
-func (r claimedRow) delivery(table string) *source.Delivery {
-	h := &held{id: r.id, payload: r.payload, token: r.token}
+// delivery of the row (one whose worker never settled it included). Headers that do not
+// decode (see decodeHeaders) leave the delivery with none, and the error says why.
+func (r claimedRow) delivery(table string) (*source.Delivery, error) {
+	headers, err := decodeHeaders(r.headers)
+	h := &held{headers: maps.Clone(headers), id: r.id, payload: r.payload, token: r.token}
 	return &source.Delivery{
 		Attempt:    int(r.attempt),
 		HasPayload: true,
-		Headers:    map[string]string{},
+		Headers:    headers,
 		ID:         idString(r.id),
 		Key:        table,
 		Payload:    r.payload,
 		Raw:        h,
+	}, err
+}
+
+// decodeHeaders reads a headers column: a JSON object of strings, as text or bytes
+// (NULL and ” are no headers). It never returns nil; a value that is not such an
+// object gives no headers and an error.
+func decodeHeaders(v any) (map[string]string, error) {
+	var b []byte
+	switch v := v.(type) {
+	case nil:
+		return map[string]string{}, nil
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	default:
+		return map[string]string{}, fmt.Errorf("headers column holds %T, not JSON text", v)
 	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return map[string]string{}, nil
+	}
+	headers := map[string]string{}
+	if err := json.Unmarshal(b, &headers); err != nil {
+		return map[string]string{}, fmt.Errorf("headers column is not a JSON object of strings: %w", err)
+	}
+	if headers == nil {
+		headers = map[string]string{} // the JSON null
+	}
+	return headers, nil
+}
+
+// encodeHeaders is what a headers column holds for headers: a JSON object, or NULL for
+// none.
+func encodeHeaders(headers map[string]string) any {
+	if len(headers) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(headers) // a map of strings always encodes
+	return string(b)
 }
 
 // held is a row leased to this worker, until settled.
 type held struct {
+	headers map[string]string // as the row was claimed (the delivery's own copy may change)
 	id      any
 	lot     *takeover // the takeover that took the row over (nil: the main claim's), set before the row is handed out
 	payload []byte

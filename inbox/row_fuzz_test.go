@@ -36,7 +36,7 @@ func FuzzClaimedRowDelivery(f *testing.F) {
 		if nullPayload {
 			p = nil
 		}
-		rows, err := queryClaimed(context.Background(), db, "SELECT ?, ?, ?, ?", []any{id, attempt, p, "lease"})
+		rows, err := queryClaimed(context.Background(), db, "SELECT ?, ?, ?, ?, ?", []any{id, attempt, p, "lease", nil})
 		if err != nil {
 			// No column value may fail the claim: a garbled attempt reads as 1 rather than
 			// stalling its whole batch.
@@ -45,7 +45,10 @@ func FuzzClaimedRowDelivery(f *testing.F) {
 		if len(rows) != 1 {
 			t.Fatalf("got %d rows, want 1", len(rows))
 		}
-		d := rows[0].delivery("jobs")
+		d, err := rows[0].delivery("jobs")
+		if err != nil {
+			t.Fatalf("a row without headers: %v", err)
+		}
 		if d.Attempt < 1 || d.RetryCount != 0 {
 			t.Fatalf("attempt %#v read as Attempt %d, RetryCount %d", attempt, d.Attempt, d.RetryCount)
 		}

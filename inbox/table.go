@@ -27,6 +27,14 @@ type Table struct {
 	// Group names the column holding which queue a row waits in. Optional: without it
 	// the whole table is one queue, and dead letters go to a dead-letter table.
 	Group string
+	// Headers names the column holding the message's headers as a JSON object of
+	// strings ({"trace": "…"}; NULL or '' for none): text on SQLite (TEXT), text or
+	// jsonb on PostgreSQL, and TEXT or JSON on MySQL/MariaDB. Publish writes it from
+	// settle.Header; a delivery carries it in Message.Headers; the dead-letter move
+	// and a replay keep it. A value that is not such an object is delivered with no
+	// headers and a warning. Optional: without it a row carries no headers, and a
+	// Publish with headers is refused.
+	Headers string
 	// ID names the row's generated primary key. Required.
 	ID string
 	// LastError names the column holding the last error the handler returned for the
@@ -69,7 +77,7 @@ func (t Table) problems() []error {
 // columnNames returns the columns the spec names, in a fixed order.
 func (t Table) columnNames() []string {
 	var out []string
-	for _, c := range []string{t.ID, t.Group, t.Attempt, t.RetryAfter, t.LockedUntil, t.Payload, t.LastError, t.DeadAt} {
+	for _, c := range []string{t.ID, t.Group, t.Attempt, t.RetryAfter, t.LockedUntil, t.Payload, t.LastError, t.DeadAt, t.Headers} {
 		if c != "" {
 			out = append(out, c)
 		}

@@ -487,7 +487,7 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 	if err != nil || len(ids) == 0 {
 		return false, err
 	}
-	row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
+	row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, Headers: h.headers, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
 	if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
 		return false, fmt.Errorf("OnDeadLetter hook: %w", err)
 	}

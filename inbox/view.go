@@ -78,6 +78,8 @@ type Row struct {
 	DeadAt time.Time
 	// Group is the row's group ("" without a group column).
 	Group string
+	// Headers are the row's headers (Table.Headers; empty without the column).
+	Headers map[string]string
 	// ID is the row's id, as text.
 	ID string
 	// LastError is the last error its handler returned (Table.LastError).
@@ -198,10 +200,10 @@ func (ib *Inbox) selection(ctx context.Context, d dialect, dead string, f Filter
 func (ib *Inbox) readRows(ctx context.Context, st stmt, vals map[string]any) ([]Row, error) {
 	var out []Row
 	var id, attempt any
-	var group, lastError sql.NullString
+	var group, lastError, headers sql.NullString
 	var retryAfter, lease, deadAt sql.NullInt64
 	var payload []byte
-	dest := []any{&id, &group, &attempt, &retryAfter, &lease, &lastError, &deadAt, &payload}
+	dest := []any{&id, &group, &attempt, &retryAfter, &lease, &lastError, &deadAt, &payload, &headers}
 	micros := func(v sql.NullInt64) time.Time {
 		if !v.Valid {
 			return time.Time{}
@@ -210,8 +212,13 @@ func (ib *Inbox) readRows(ctx context.Context, st stmt, vals map[string]any) ([]
 	}
 	err := queryEach(ctx, ib.db, st.text, st.bind(vals), dest, func() {
 		own := ownValue(id)
+		var hv any
+		if headers.Valid {
+			hv = headers.String
+		}
+		h, _ := decodeHeaders(hv) // a garbled column shows as no headers
 		out = append(out, Row{
-			Attempt: attemptOf(attempt), DeadAt: micros(deadAt), Group: group.String, ID: idString(own), LastError: lastError.String,
+			Attempt: attemptOf(attempt), DeadAt: micros(deadAt), Group: group.String, Headers: h, ID: idString(own), LastError: lastError.String,
 			LockedUntil: micros(lease), Payload: append([]byte(nil), payload...), RetryAfter: micros(retryAfter), id: own,
 		})
 	})

@@ -157,7 +157,7 @@ func (x *sqlBundle) deadRows(t *testing.T) {
 	published := 0
 	for _, ms := range [][]string{okMails, unavailableMails, badAddressMails} {
 		for _, m := range ms {
-			if err := x.ib.PublishBytes(ctx, groupEmails, []byte(m)); err != nil {
+			if _, err := x.ib.PublishBytes(ctx, groupEmails, []byte(m)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 			published++

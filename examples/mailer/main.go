@@ -366,7 +366,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for i := 1; i <= o.n; i++ {
-		if err := ib.Publish(ctx, groupEmails, Mail{Batch: batch, ID: uint64(i), To: fmt.Sprintf("user%d@example.com", i)}); err != nil {
+		if _, err := ib.Publish(ctx, groupEmails, Mail{Batch: batch, ID: uint64(i), To: fmt.Sprintf("user%d@example.com", i)}); err != nil {
 			return err
 		}
 	}

@@ -346,7 +346,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for i := 1; i <= o.n; i++ {
 		p := Payment{AmountCents: uint64(100 * i), Batch: batch, Card: fmt.Sprintf("4000-0000-0000-%04d", i%10000), ID: uint64(i)}
-		if err := ib.Publish(ctx, "", p); err != nil {
+		if _, err := ib.Publish(ctx, "", p); err != nil {
 			return err
 		}
 	}

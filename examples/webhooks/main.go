@@ -373,7 +373,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for i := 1; i <= o.n; i++ {
 		c := Call{Batch: batch, Event: "invoice.paid", ID: uint64(i), URL: fmt.Sprintf("https://hooks.example.com/%d", i)}
-		if err := ib.Publish(ctx, "", c); err != nil {
+		if _, err := ib.Publish(ctx, "", c); err != nil {
 			return err
 		}
 	}

@@ -81,7 +81,36 @@ func inboxSketch(ctx context.Context, app *settle.App, handler settle.Handler) e
 	})
 	app.Mount(ib.Queue("emails"), handler,
 		settle.MaxAttempts(5), settle.DeadLetter("emails.dead")) // dead rows move to group emails.dead
-	return ib.Publish(ctx, "emails", Mail{To: "ada@example.com"})
+	_, err = ib.Publish(ctx, "emails", Mail{To: "ada@example.com"})
+	return err
 }
 
 var _ = inboxSketch
+
+// publishSketch is the README's publishing sketch: a delayed publish to a stream, and a
+// message published in the transaction of the business write it announces.
+func publishSketch(ctx context.Context, app *settle.App, rdb redis.UniversalClient, handler settle.Handler, db *sql.DB, ib *inbox.Inbox, r Refund, traceID string) error {
+	dz := delayed.DurableZset{Key: "{orders}.delayed", TTL: 48 * time.Hour}
+	app.Mount(settle.Stream(rdb, "{orders}", "billing"), handler, settle.DelayIn(dz))
+	pub := settle.NewPublisher(rdb)
+	// Parked in the mount's delay set; its sweep delivers it in an hour, a first delivery.
+	if _, err := pub.Publish(ctx, "{orders}", r, settle.After(time.Hour), settle.DelaySet(dz)); err != nil {
+		return err
+	}
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO refunds (id) VALUES (?1)`, r.ID); err != nil {
+		return err
+	}
+	// The row exists if and when the refund does; the id is its row's.
+	if _, err := ib.PublishTx(ctx, tx, "refunds", r, settle.Header("trace", traceID)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+var _ = publishSketch

@@ -99,6 +99,7 @@ func Sources() map[string]string {
 		"channel_sweep":   aclSrc + nowSrc + nextDueSrc + channelSweepSrc,
 		"claim":           aclSrc + pendingAtSrc + claimSrc,
 		"delay_promote":   aclSrc + nowSrc + delayPromoteSrc,
+		"delay_publish":   aclSrc + nowSrc + delayPublishSrc,
 		"list_move":       aclSrc + listMoveSrc,
 		"list_recover":    aclSrc + listRecoverSrc,
 		"list_replay":     aclSrc + listReplaySrc,
@@ -114,6 +115,7 @@ func Sources() map[string]string {
 		"stream_move":     aclSrc + streamMoveSrc,
 		"sweep":           aclSrc + nowSrc + nextDueSrc + sweepSrc,
 		"touch":           aclSrc + pendingAtSrc + touchSrc,
+		"trim":            nowSrc + trimSrc,
 		"value_park":      aclSrc + nowSrc + valueParkSrc,
 	}
 }

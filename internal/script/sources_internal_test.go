@@ -16,6 +16,7 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"channel_sweep":   channelSweep,
 		"claim":           claim,
 		"delay_promote":   delayPromote,
+		"delay_publish":   delayPublish,
 		"list_move":       listMove,
 		"list_recover":    ListRecover,
 		"list_replay":     listReplay,
@@ -31,6 +32,7 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"release":         release,
 		"replay":          replay,
 		"touch":           touch,
+		"trim":            trim,
 		"value_park":      valuePark,
 	}
 	srcs := Sources()

@@ -175,7 +175,8 @@ func inboxSubject(t *testing.T) subject {
 	return subject{
 		cfg: workerConfig{Cap: 5, DeadLetter: "dead", Key: table, PostgresURL: url, Transport: transportInbox},
 		publish: func(ctx context.Context, _ string, payload []byte) error {
-			return ib.PublishBytes(ctx, "work", payload)
+			_, err := ib.PublishBytes(ctx, "work", payload)
+			return err
 		},
 		drained: func(ctx context.Context, _ []string) (bool, error) {
 			var n int

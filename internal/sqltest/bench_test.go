@@ -133,7 +133,7 @@ func BenchmarkPublish(b *testing.B) {
 				for range publishers {
 					wg.Go(func() {
 						for next.Add(1) <= int64(b.N) {
-							if err := ib.PublishBytes(context.Background(), "jobs", []byte("payload")); err != nil {
+							if _, err := ib.PublishBytes(context.Background(), "jobs", []byte("payload")); err != nil {
 								b.Error(err)
 								return
 							}
@@ -144,5 +144,30 @@ func BenchmarkPublish(b *testing.B) {
 				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
 			})
 		}
+	}
+}
+
+// BenchmarkPublishMany reports rows/s inserted by PublishMany from one goroutine, in
+// batches of 100 rows (one INSERT each), beside BenchmarkPublish's one row a call:
+//
+//	cd internal/sqltest && SETTLE_POSTGRES_URL=… go test -run '^$' -bench PublishMany -benchtime 20000x .
+func BenchmarkPublishMany(b *testing.B) {
+	const batch = 100
+	for _, be := range backends() {
+		b.Run(be.name, func(b *testing.B) {
+			db := be.open(b)
+			ib := inbox.New(db, be.d, createTable(b, be, db, cols{}))
+			vs := make([]any, batch)
+			for i := range vs {
+				vs[i] = []byte("payload")
+			}
+			start := time.Now()
+			for done := 0; done < b.N; done += batch {
+				if _, err := ib.PublishMany(context.Background(), "jobs", vs[:min(batch, b.N-done)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
+		})
 	}
 }

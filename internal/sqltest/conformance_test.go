@@ -55,7 +55,7 @@ func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 			return n
 		},
 		Publish: func(t testing.TB, payload []byte, _ map[string]string) {
-			if err := ib.PublishBytes(context.Background(), "jobs", payload); err != nil {
+			if _, err := ib.PublishBytes(context.Background(), "jobs", payload); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},

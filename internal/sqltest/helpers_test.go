@@ -112,6 +112,7 @@ func sharedDB(driver, dsn string) func(t testing.TB) *sql.DB {
 type cols struct {
 	noAttempt, noGroup, noRetryAfter, noDueIndex bool
 	why                                          bool // last_error and dead_at columns
+	headers                                      bool // a headers column (JSON: text, jsonb, JSON)
 }
 
 // spec is the Table of a test table named name.
@@ -128,6 +129,9 @@ func (c cols) spec(name string) inbox.Table {
 	}
 	if c.why {
 		t.LastError, t.DeadAt = "last_error", "dead_at"
+	}
+	if c.headers {
+		t.Headers = "headers"
 	}
 	return t
 }
@@ -167,6 +171,9 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 		if c.why {
 			parts = append(parts, "last_error TEXT", "dead_at TEXT")
 		}
+		if c.headers {
+			parts = append(parts, "headers TEXT")
+		}
 	case inbox.Postgres:
 		parts = append(parts, "id BIGSERIAL PRIMARY KEY")
 		if !c.noGroup {
@@ -182,6 +189,9 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 		if c.why {
 			parts = append(parts, "last_error TEXT", "dead_at TIMESTAMPTZ")
 		}
+		if c.headers {
+			parts = append(parts, "headers JSONB")
+		}
 	case inbox.MySQL:
 		parts = append(parts, "id BIGINT AUTO_INCREMENT PRIMARY KEY")
 		if !c.noGroup {
@@ -196,6 +206,9 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 		parts = append(parts, "locked_until DATETIME(6) NULL", "payload LONGBLOB NOT NULL")
 		if c.why {
 			parts = append(parts, "last_error TEXT", "dead_at DATETIME(6) NULL")
+		}
+		if c.headers {
+			parts = append(parts, "headers JSON NULL")
 		}
 	}
 	q := quoteFor(b.d)

@@ -69,7 +69,7 @@ func startApp(t *testing.T, app *settle.App) {
 func (x *testBundle) publish(t *testing.T, group string, payloads ...string) {
 	t.Helper()
 	for _, p := range payloads {
-		if err := x.ib.PublishBytes(context.Background(), group, []byte(p)); err != nil {
+		if _, err := x.ib.PublishBytes(context.Background(), group, []byte(p)); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
 	}

@@ -78,7 +78,7 @@ func setupListen(t *testing.T, opts ...inbox.Option) *listenBundle {
 func (x *listenBundle) publishElsewhere(t *testing.T, payload string) {
 	t.Helper()
 	x.sent[payload] = time.Now()
-	if err := x.other.PublishBytes(context.Background(), "jobs", []byte(payload)); err != nil {
+	if _, err := x.other.PublishBytes(context.Background(), "jobs", []byte(payload)); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestPostgresPollOnlyQueueHoldsNoListenConnection(t *testing.T) {
 	x := setup(t, b, cols{})
 	other := inbox.New(ownPool(t, b), b.d, x.tb)
 	x.run(t, x.ib.Queue("jobs", inbox.PollOnly(), inbox.Poll(20*time.Millisecond)), raw(func(context.Context, *settle.Message) error { return nil }))
-	if err := other.PublishBytes(context.Background(), "jobs", []byte("p")); err != nil {
+	if _, err := other.PublishBytes(context.Background(), "jobs", []byte("p")); err != nil {
 		t.Fatal(err)
 	}
 	x.rec.WaitFor(t, waitLong, "the ack", finals(1))
