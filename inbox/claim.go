@@ -103,6 +103,7 @@ func (t *transport) claimRows(ctx context.Context, skew time.Duration, n int, ta
 	ds, hs := make([]*source.Delivery, len(rows)), make([]*held, len(rows))
 	now := time.Now()
 	for i, r := range rows {
+		t.atMax(ctx, r)
 		ds[i] = r.delivery(t.q.ib.table.Name)
 		hs[i] = ds[i].Raw.(*held)
 		hs[i].skew, hs[i].wrote = skew, now

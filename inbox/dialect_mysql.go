@@ -29,6 +29,7 @@ const myNow = `(NOW(6) + INTERVAL :skew MICROSECOND)`
 
 func (mysql) build(t Table, q queueSpec) *statements {
 	c := t.quoted('`')
+	c.attemptMax = q.attemptMax
 	s := &statements{}
 	groupIs := func(alias string) string {
 		if c.group == "" {

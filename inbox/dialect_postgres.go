@@ -26,6 +26,7 @@ const pgNow = `(now() + :skew::bigint * interval '1 microsecond')`
 
 func (postgres) build(t Table, q queueSpec) *statements {
 	c := t.quoted('"')
+	c.attemptMax = q.attemptMax
 	s := &statements{}
 	groupIs := func(alias string) string {
 		if c.group == "" {

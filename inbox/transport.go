@@ -27,6 +27,8 @@ type transport struct {
 	unlistenFunc func()       // stops listening for notifications (nil: the queue polls only)
 	idle         idleState    // Fetch's own: what it knows of the queue being idle
 	origin       time.Time    // under a test clock: its time when it met the database's (see testSkew)
+	attemptMax   int64        // from Open: the attempt column's largest value (see attempt.go)
+	maxOnce      sync.Once    // logs the first row claimed at attemptMax (see atMax)
 	warnOnce     sync.Once
 }
 
@@ -143,6 +145,12 @@ func (t *transport) Open(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	attemptMax, err := t.readAttemptMax(ctx)
+	if err != nil {
+		return err
+	}
+	t.attemptMax, spec.attemptMax = attemptMax, attemptMax
+	t.build(spec)
 	if tb.RetryAfter != "" && !t.q.cfg.fifo && t.dueIndexed(ctx) {
 		spec.dueOrder = true
 		t.build(spec)
