@@ -64,6 +64,7 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 		consumers:  keys.ListConsumers(s.key),
 		env:        env,
 		heartbeat:  keys.ListHeartbeat(s.key, consumer),
+		ids:        newDeliveryIDs(consumer),
 		inflight:   map[string]int{},
 		lot:        newTakeoverLot(),
 		processing: keys.ListProcessing(s.key, consumer),
@@ -85,11 +86,11 @@ type reliableTransport struct {
 	delays     delaySet // the mount's durable delay set, when parks
 	env        source.Env
 	heartbeat  string // this consumer's heartbeat key
+	ids        *deliveryIDs
 	keeper     *listKeeper
 	parks      bool
 	processing string // this consumer's processing list
 	reader     envelopeReader
-	seq        atomic.Uint64
 	src        *ReliableListSource
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
 
@@ -312,7 +313,7 @@ func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*so
 	t.mu.Unlock()
 	ds := make([]*source.Delivery, len(vals))
 	for i, v := range vals {
-		ds[i] = t.delivery(ctx, v, t.nextID())
+		ds[i] = t.delivery(ctx, v, t.ids.next())
 	}
 	t.unsettled.Add(int64(len(ds)))
 	return ds

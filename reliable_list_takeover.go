@@ -2,7 +2,6 @@ package settle
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/settlekit/settle/internal/source"
@@ -56,6 +55,10 @@ type lotHolder interface {
 	leftBehind(more bool)
 	// lotRoom returns how many items a recovery may take now.
 	lotRoom() int
+	// markRescan asks for a re-read of the processing list before the next move: items
+	// no delivery holds (pushed in by someone else, or left by a settlement whose
+	// failure went unseen) are then delivered.
+	markRescan()
 	// release undoes hold for values that will not be delivered as taken.
 	release(values []string)
 	// took queues the values at the positions taken (held before the move), to be
@@ -149,7 +152,7 @@ func (t *reliableTransport) deliverTaken(ctx context.Context, n int) []*source.D
 	t.lot.queued = t.lot.queued[n:]
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = t.nextID()
+		ids[i] = t.ids.next()
 		t.lot.held[ids[i]] = struct{}{}
 	}
 	t.mu.Unlock()
@@ -182,11 +185,6 @@ func (t *reliableTransport) takeoverPending() (chan struct{}, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lot.ready, t.lot.more
-}
-
-// nextID returns a new delivery ID.
-func (t *reliableTransport) nextID() string {
-	return t.consumer + ":" + strconv.FormatUint(t.seq.Add(1), 10)
 }
 
 // pollReady waits until ready is signalled, d has passed or ctx ends.
