@@ -1,0 +1,134 @@
+package sqltest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/faults"
+)
+
+// proxied opens a pool of its own on b's server through a loopback proxy that cuts its
+// connections on demand; nil for SQLite, which has no connection to cut.
+func proxied(t *testing.T, b backend) (*sql.DB, *faults.Proxy) {
+	t.Helper()
+	var driver, target, dsn string
+	switch b.d {
+	case inbox.Postgres:
+		u, err := url.Parse(os.Getenv("SETTLE_POSTGRES_URL"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		target = u.Host
+		p := faults.Start(t, target)
+		u.Host = p.Addr()
+		return openPool(t, "pgx", u.String()), p
+	case inbox.MySQL:
+		driver, dsn = "mysql", mysqlDSN(os.Getenv("SETTLE_MYSQL_DSN"))
+		addr := regexp.MustCompile(`tcp\(([^)]*)\)`)
+		m := addr.FindStringSubmatch(dsn)
+		if m == nil {
+			t.Fatalf("no tcp(host:port) in the MySQL DSN %q", dsn)
+		}
+		p := faults.Start(t, m[1])
+		return openPool(t, driver, addr.ReplaceAllString(dsn, "tcp("+p.Addr()+")")), p
+	}
+	return nil, nil
+}
+
+// openPool opens a pool on dsn, closed after the test.
+func openPool(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// TestSettlementsThatFailedWhileTheDatabaseWasDownAreAppliedOnceItAnswers: an ack, a put
+// back, a park and a dead letter whose statements failed because every connection to the
+// database was cut (and new ones refused) are applied once it answers again, without
+// waiting for their leases to pass (the test clock never moves: a lease never passes)
+// and without running a handler again: the acked row is gone, the retried row is
+// handled once more and acked, the parked row waits unleased at attempt 2, the dead row
+// is in the dead-letter group.
+func TestSettlementsThatFailedWhileTheDatabaseWasDownAreAppliedOnceItAnswers(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.d == inbox.SQLite {
+			t.Skip("SQLite has no server connection to cut")
+		}
+		x := setup(t, b, cols{})
+		x.publish(t, "jobs", "ack", "retry", "park", "dead")
+		x.setRow(t, "dead", 5, false)
+		pdb, proxy := proxied(t, b)
+		var mu sync.Mutex
+		handled := map[string]int{}
+		first, release := make(chan string, 4), make(chan struct{})
+		outcome := map[string]error{
+			"ack":   nil,
+			"retry": settle.Retry(errors.New("provider unavailable")),
+			"park":  settle.RetryAfter(time.Hour, errors.New("busy")),
+			"dead":  errors.New("no such account"),
+		}
+		x.run(t, inbox.New(pdb, b.d, x.tb).Queue("jobs", inbox.Poll(10*time.Millisecond), inbox.PollOnly()), raw(func(ctx context.Context, m *settle.Message) error {
+			p := string(m.Payload)
+			mu.Lock()
+			handled[p]++
+			n := handled[p]
+			mu.Unlock()
+			if n > 1 {
+				return nil
+			}
+			first <- p
+			<-release
+			return outcome[p]
+		}), settle.MaxAttempts(5), settle.DeadLetter("jobs.dead"), settle.Concurrency(4))
+		for range 4 {
+			select {
+			case <-first:
+			case <-time.After(waitLong):
+				t.Fatal("the four rows did not all reach their handlers")
+			}
+		}
+		proxy.Refuse(time.Hour)
+		proxy.ResetAll()
+		close(release)
+		x.rec.WaitFor(t, waitLong, "four failed settlements", func(evs []settle.Settled) bool {
+			failed := 0
+			for _, e := range evs {
+				if e.Err != nil {
+					failed++
+				}
+			}
+			return failed >= 4
+		})
+		proxy.Refuse(0)
+		want := fmt.Sprint([]row{{attempt: 2, group: "jobs", payload: "park"}, {attempt: 5, group: "jobs.dead", payload: "dead"}})
+		eventually(t, "the failed settlements applied", func() bool { return fmt.Sprint(readRows(t, b, x.db, x.tb)) == want })
+		x.rec.WaitFor(t, waitLong, "the retried row's ack", func(evs []settle.Settled) bool {
+			for _, e := range evs {
+				if e.Action == settle.ActionAck && e.Err == nil && e.Attempt == 2 {
+					return true
+				}
+			}
+			return false
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if got := fmt.Sprint(handled); got != "map[ack:1 dead:1 park:1 retry:2]" {
+			t.Fatalf("handled %s, want every row once and the retried one twice", got)
+		}
+	})
+}
