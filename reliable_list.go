@@ -33,9 +33,9 @@ var _ Source = (*ReliableListSource)(nil)
 // Producers push to the tail (Publisher.PublishList). Each consumer keeps a heartbeat
 // (see Heartbeat); the items of a consumer whose heartbeat expired are taken over by a
 // live one, counting the lost delivery, so a message that kills its worker reaches the
-// dead letter. A consumer takes over no more than the mount's Concurrency items at a
-// time, the next lot once the last has settled, so that such a message, when it kills
-// the next consumer too, costs an attempt to few others. The processing list, heartbeat
+// dead letter. A consumer takes over one item at a time, the next once the last has
+// settled, and runs it alone, so that such a message, when it kills the next consumer
+// too, costs no other an attempt. The processing list, heartbeat
 // and consumer set are named after key (see ProcessingList) and share its cluster slot;
 // two live processes must not share a Consumer name.
 func ReliableList(rdb redis.UniversalClient, key string, opts ...ReliableListOption) *ReliableListSource {

@@ -107,6 +107,7 @@ func (t *transport) claimRows(ctx context.Context, skew time.Duration, n int, ta
 		ds[i] = r.delivery(t.q.ib.table.Name)
 		hs[i] = ds[i].Raw.(*held)
 		hs[i].skew, hs[i].wrote = skew, now
+		ds[i].TakenOver = takeover
 	}
 	return ds, hs, nil
 }

@@ -157,7 +157,7 @@ func (t *transport) Open(ctx context.Context) error {
 		t.build(spec)
 	}
 	if !t.q.cfg.fifo {
-		t.takeover = newTakeover(t.env.Concurrency, takeoverPoll(t.q.cfg.poll, t.q.cfg.lease), t.env.TestClock != nil, func() { t.q.ib.notify(t.q.group) })
+		t.takeover = newTakeover(1, takeoverPoll(t.q.cfg.poll, t.q.cfg.lease), t.env.TestClock != nil, func() { t.q.ib.notify(t.q.group) })
 	}
 	t.leases = newLeaseKeeper(t.env, t.q.cfg.lease, t.extendLeases)
 	t.leases.start(ctx)
