@@ -146,7 +146,12 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 	if err != nil {
 		return nil, err
 	}
-	return rows, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		// The database may have committed before the connection failed: the rows may
+		// be leased to us (see claimUncertain).
+		return nil, &claimUncertain{err: err, rows: rows}
+	}
+	return rows, nil
 }
 
 func (mysql) checkTimes(context.Context, *sql.DB, Table) []error { return nil }

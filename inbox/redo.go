@@ -156,3 +156,36 @@ func (t *transport) reapply(ctx context.Context, acks []*source.Delivery, moves 
 		_ = t.Moves(wctx, moves)
 	}
 }
+
+// claimUncertain is the error of a claim transaction whose commit failed (MySQL's claim
+// is a transaction: select, update, read, commit): the connection may have failed after
+// the database committed, leaving rows leased to a worker that never got them, until
+// their leases passed. rows are the rows it leased, with the leases it wrote.
+type claimUncertain struct {
+	err  error
+	rows []claimedRow
+}
+
+func (e *claimUncertain) Error() string { return "commit: " + e.err.Error() }
+func (e *claimUncertain) Unwrap() error { return e.err }
+
+// releaseUncertain hands the rows of a claim whose commit failed to the redoer, to be
+// released (their leases cleared, attempts unchanged, fenced by the leases the claim
+// wrote) once the database answers: a committed claim's rows are due again at once, not
+// a lease later; a claim that was rolled back fails the fence and changes nothing.
+func (t *transport) releaseUncertain(rows []claimedRow, skew time.Duration) {
+	if t.redo == nil || len(rows) == 0 {
+		return
+	}
+	hs, ds := make([]*held, len(rows)), make([]*source.Delivery, len(rows))
+	now := time.Now()
+	for i, r := range rows {
+		ds[i] = r.delivery(t.q.ib.table.Name)
+		hs[i] = ds[i].Raw.(*held)
+		hs[i].skew, hs[i].wrote = skew, now
+	}
+	t.leases.add(hs) // before the release can forget them
+	for _, d := range ds {
+		t.redo.move(source.Move{Action: source.ActionRelease, Delivery: d})
+	}
+}
