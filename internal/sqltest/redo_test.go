@@ -73,8 +73,9 @@ func openPool(t *testing.T, driver, dsn string) *sql.DB {
 }
 
 // TestSettlementsThatFailedWhileTheDatabaseWasDownAreAppliedOnceItAnswers: an ack, a put
-// back, a park and a dead letter whose statements failed because every connection to the
-// database was cut (and new ones refused) are applied once it answers again, without
+// back, a park and a dead letter whose statements failed because the database was down
+// (every connection cut and new ones refused; on SQLite, a driver failing every
+// statement) are applied once it answers again, without
 // waiting for their leases to pass (the test clock never moves: a lease never passes)
 // and without running a handler again: the acked row is gone, the retried row is
 // handled once more and acked, the parked row waits unleased at attempt 2, the dead row
@@ -82,13 +83,9 @@ func openPool(t *testing.T, driver, dsn string) *sql.DB {
 func TestSettlementsThatFailedWhileTheDatabaseWasDownAreAppliedOnceItAnswers(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
-		if b.d == inbox.SQLite {
-			t.Skip("SQLite has no server connection to cut")
-		}
-		x := setup(t, b, cols{})
+		x, out := setupOutage(t, b)
 		x.publish(t, "jobs", "ack", "retry", "park", "dead")
 		x.setRow(t, "dead", 5, false)
-		pdb, proxy := proxied(t, b)
 		var mu sync.Mutex
 		handled := map[string]int{}
 		first, release := make(chan string, 4), make(chan struct{})
@@ -98,7 +95,7 @@ func TestSettlementsThatFailedWhileTheDatabaseWasDownAreAppliedOnceItAnswers(t *
 			"park":  settle.RetryAfter(time.Hour, errors.New("busy")),
 			"dead":  errors.New("no such account"),
 		}
-		x.run(t, inbox.New(pdb, b.d, x.tb).Queue("jobs", inbox.Poll(10*time.Millisecond), inbox.PollOnly()), raw(func(ctx context.Context, m *settle.Message) error {
+		x.run(t, inbox.New(out.db, b.d, x.tb).Queue("jobs", inbox.Poll(10*time.Millisecond), inbox.PollOnly()), raw(func(ctx context.Context, m *settle.Message) error {
 			p := string(m.Payload)
 			mu.Lock()
 			handled[p]++
@@ -118,8 +115,7 @@ func TestSettlementsThatFailedWhileTheDatabaseWasDownAreAppliedOnceItAnswers(t *
 				t.Fatal("the four rows did not all reach their handlers")
 			}
 		}
-		proxy.Refuse(time.Hour)
-		proxy.ResetAll()
+		out.down()
 		close(release)
 		x.rec.WaitFor(t, waitLong, "four failed settlements", func(evs []settle.Settled) bool {
 			failed := 0
@@ -130,7 +126,7 @@ func TestSettlementsThatFailedWhileTheDatabaseWasDownAreAppliedOnceItAnswers(t *
 			}
 			return failed >= 4
 		})
-		proxy.Refuse(0)
+		out.up()
 		want := fmt.Sprint([]row{{attempt: 2, group: "jobs", payload: "park"}, {attempt: 5, group: "jobs.dead", payload: "dead"}})
 		eventually(t, "the failed settlements applied", func() bool { return fmt.Sprint(readRows(t, b, x.db, x.tb)) == want })
 		x.rec.WaitFor(t, waitLong, "the retried row's ack", func(evs []settle.Settled) bool {
