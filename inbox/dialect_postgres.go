@@ -11,8 +11,9 @@ import (
 
 // Postgres is the PostgreSQL dialect (pgx v5 through database/sql: pgx/v5/stdlib).
 // Claims are one UPDATE over a SELECT … FOR UPDATE SKIP LOCKED (adding one attempt to a
-// row whose lease passed); FIFO claims also take a transaction-scoped advisory lock on
-// the group. Time columns are timestamptz; "now" is now(), the database's clock.
+// row whose lease passed) in a transaction of its own, so that a claim whose commit's
+// reply was lost can release its rows; FIFO claims also take a transaction-scoped
+// advisory lock on the group. Time columns are timestamptz; "now" is now(), the database's clock.
 var Postgres Dialect = postgres{}
 
 type postgres struct{}
