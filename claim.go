@@ -25,7 +25,7 @@ var _ Source = (*ClaimingStreamSource)(nil)
 // Stream, but leaves a retried entry pending, to be claimed back (XCLAIM, XAUTOCLAIM)
 // once idle for minIdle, and counts attempts with Redis's delivery counter, crashed
 // deliveries included. It also claims entries other consumers left idle that long
-// (Concurrency at a time, each lot once the last settled, as Reclaim does), and
+// (one at a time, each run alone once the last settled, as Reclaim does), and
 // heartbeats the entries it is handling every minIdle/3 so that none is claimed from
 // under a live handler. Without a durable delay set, RetryAfter waits minIdle whatever
 // it asks (a warning says so once). minIdle must be at least a millisecond.

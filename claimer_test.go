@@ -2,12 +2,16 @@ package settle_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/sourcetest"
 )
 
 func TestReclaim(t *testing.T) {
@@ -126,59 +130,42 @@ func TestReclaim(t *testing.T) {
 		}
 	})
 
-	t.Run("TakesOverADeadConsumersEntriesInLotsOfConcurrency", func(t *testing.T) {
+	t.Run("RunsEachEntryTakenOverFromADeadConsumerAlone", func(t *testing.T) {
 		t.Parallel()
 		w := setupClaimWorld(t)
 		for i := range 12 {
 			w.publish(t, i, nil)
 		}
 		w.crash(t, "dead", 12)
-		hold := make(chan struct{})
-		started := make(chan int, 16)
+		for i := range 6 {
+			w.publish(t, fmt.Sprintf("fresh-%d", i), nil)
+		}
+		// While an entry taken over runs, the live consumer holds it alone: no other
+		// handler runs, and nothing else is pending to it (read ahead, or acked and not
+		// yet written).
+		var mu sync.Mutex
+		var running sourcetest.Concurrent
+		var problems []string
 		app := w.app(t, reclaiming(w), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
-			started <- m.Attempt
-			<-hold
+			alone, leave := running.Enter()
+			defer leave()
+			if m.Attempt == 2 {
+				p, err := w.r.Client.XPending(w.ctx, w.in, w.group).Result()
+				if err != nil {
+					return settle.Drop(err)
+				}
+				mine := sum(p.Consumers) - p.Consumers["dead"]
+				if !alone || mine != 1 {
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("%s ran beside others (alone %v, %d pending to the live consumer)", m.ID, alone, mine))
+					mu.Unlock()
+				}
+			}
 			return nil
 		}), settle.Concurrency(3))
 		w.run(t, app)
-		t.Cleanup(func() {
-			select {
-			case <-hold:
-			default:
-				close(hold)
-			}
-		})
-
 		w.advance(w.idle)
-		for range 3 {
-			select {
-			case <-started:
-			case <-time.After(claimWait):
-				t.Fatal("the first lot was not taken over")
-			}
-		}
-		// A fresh entry read while the lot runs proves a read (and the scan before it)
-		// went by with the lot unsettled: the scan took nothing more.
-		w.publish(t, "fresh", nil)
-		pending := func() map[string]int64 {
-			p, err := w.r.Client.XPending(w.ctx, w.in, w.group).Result()
-			if err != nil {
-				t.Fatalf("xpending: %v", err)
-			}
-			return p.Consumers
-		}
-		deadline := time.Now().Add(claimWait)
-		for sum(pending()) < 13 {
-			if time.Now().After(deadline) {
-				t.Fatal("the fresh entry was not read")
-			}
-			time.Sleep(time.Millisecond) // polls Redis's state: no signal says a read went by
-		}
-		if p := pending(); p["dead"] != 9 || sum(p) != 13 {
-			t.Fatalf("pending by consumer %v, want 9 left with the dead consumer and the live one holding its lot of 3 and the fresh entry", p)
-		}
-		close(hold)
-		acked := w.waitEvents(t, "all 13 acked", 13, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
+		acked := w.waitEvents(t, "all 18 acked", 18, func(e settle.Settled) bool { return e.Action == settle.ActionAck })
 		taken := 0
 		for _, e := range acked {
 			if e.Attempt == 2 {
@@ -187,6 +174,11 @@ func TestReclaim(t *testing.T) {
 		}
 		if taken != 12 {
 			t.Fatalf("%d acks at attempt 2, want the 12 taken over (their dead delivery counts)", taken)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(problems) > 0 {
+			t.Fatal(strings.Join(problems, "; "))
 		}
 	})
 

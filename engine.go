@@ -132,7 +132,7 @@ func (m *mount) prepare(e *engine) {
 		MaxAttempts:      m.cfg.maxAttempts,
 	}
 	m.eng = e
-	env := source.Env{Clock: e.clock, Concurrency: max(m.cfg.concurrency, 1), Logger: e.logger, Policy: m.policy, TestClock: e.testClock}
+	env := source.Env{Clock: e.clock, Logger: e.logger, Policy: m.policy, TestClock: e.testClock}
 	m.name = m.cfg.name
 	if m.name == "" {
 		// A transport starts nothing until Open: a first one only names the mount, so
@@ -344,7 +344,9 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		// Every delivery holds a slot until it is handled: with a worker per slot held (up
 		// to Concurrency), a delivery queued here always finds a worker to take it.
 		if len(ds) > 0 {
-			work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
+			m.pushAlone(ctx, ds, acks, func(ds []*source.Delivery) {
+				work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
+			})
 		}
 	}
 	if m.info.Caps.Releases {

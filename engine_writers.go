@@ -22,10 +22,11 @@ import (
 
 // acker batches acks: one transport Ack call for all the acks waiting.
 type acker struct {
-	base context.Context
-	ch   chan ackReq
-	done chan struct{}
-	m    *mount
+	base    context.Context
+	ch      chan ackReq
+	done    chan struct{}
+	m       *mount
+	pending atomic.Int64 // acks queued and not answered yet (see pushAlone)
 }
 
 type ackReq struct {
@@ -42,7 +43,10 @@ func newAcker(base context.Context, m *mount) *acker {
 	return k
 }
 
-func (k *acker) add(d *source.Delivery, ev Settled) { k.ch <- ackReq{d: d, ev: ev} }
+func (k *acker) add(d *source.Delivery, ev Settled) {
+	k.pending.Add(1)
+	k.ch <- ackReq{d: d, ev: ev}
+}
 
 // close flushes waiting acks and stops the acker.
 func (k *acker) close() {
@@ -67,6 +71,7 @@ func (k *acker) run() {
 			r.ev.Err = source.AckError(err, i)
 			k.m.settled(ctx, r.d, r.ev)
 		}
+		k.pending.Add(-int64(len(reqs)))
 		cancel()
 	}
 }

@@ -44,7 +44,7 @@ func List(rdb redis.UniversalClient, key string, opts ...ListOption) *ListSource
 
 // Transport is for settle's own use and may change in any release.
 func (s *ListSource) Transport(env source.Env) source.Transport {
-	t := &listTransport{env: env, reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
+	t := &listTransport{env: env, ids: newDeliveryIDs(""), reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
 	t.delays, t.parks = delaySetOf(env)
 	return t
 }
@@ -53,9 +53,9 @@ func (s *ListSource) Transport(env source.Env) source.Transport {
 type listTransport struct {
 	delays    delaySet // the mount's durable delay set, when parks
 	env       source.Env
+	ids       *deliveryIDs
 	parks     bool
 	reader    envelopeReader
-	seq       atomic.Uint64
 	src       *ListSource
 	unsettled atomic.Int64 // deliveries handed out and not settled yet
 }
@@ -191,7 +191,7 @@ func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) 
 			Attempt:    rc + 1,
 			HasPayload: ok,
 			Headers:    headers,
-			ID:         strconv.FormatUint(t.seq.Add(1), 10),
+			ID:         t.ids.next(),
 			Key:        s.key,
 			Payload:    payload,
 			RetryCount: rc,

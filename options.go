@@ -240,9 +240,9 @@ func (o StartOption) applyClaimingStream(c *streamConfig) { c.startID = o.id }
 // Reclaim sets how long an entry must have been left pending by another consumer of the
 // group before a Stream consumer takes it over: the entries of a consumer whose process
 // died. A reclaimed entry's attempt counts its unsettled deliveries, so a message that
-// kills its consumers reaches the cap. Entries are taken over Concurrency at a time, each
-// lot once the last settled: a crash charges every entry its process held, and a message
-// that kills its consumers then spends the attempts of few others. While a handler runs (or waits, read ahead), its
+// kills its consumers reaches the cap. Entries are taken over one at a time, each run
+// alone once the last settled: a crash charges every entry its process held, and a
+// message that kills its consumers then spends no other's attempts. While a handler runs (or waits, read ahead), its
 // entry's idle time is reset every idle/3, so that no live handler's entry is taken
 // over by a settle consumer. The consumer that scans also removes from the group the
 // consumers that hold no entry and have been idle ten times as long (at least 10 min).

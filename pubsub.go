@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -55,7 +54,7 @@ func newPubSub(rdb redis.UniversalClient, name string, pattern bool, opts []PubS
 
 // Transport is for settle's own use and may change in any release.
 func (s *PubSubSource) Transport(env source.Env) source.Transport {
-	t := &pubsubTransport{env: env, reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
+	t := &pubsubTransport{env: env, ids: newDeliveryIDs(""), reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
 	t.delays, t.parks = delaySetOf(env)
 	return t
 }
@@ -65,9 +64,9 @@ type pubsubTransport struct {
 	ch        <-chan *redis.Message
 	delays    delaySet // the mount's durable delay set, when parks
 	env       source.Env
+	ids       *deliveryIDs
 	parks     bool
 	reader    envelopeReader
-	seq       atomic.Uint64
 	src       *PubSubSource
 	sub       *redis.PubSub
 	unsettled atomic.Int64 // deliveries handed out and not settled yet
@@ -213,7 +212,7 @@ func (t *pubsubTransport) delivery(ctx context.Context, m *redis.Message) *sourc
 		Attempt:    rc + 1,
 		HasPayload: ok,
 		Headers:    headers,
-		ID:         strconv.FormatUint(t.seq.Add(1), 10),
+		ID:         t.ids.next(),
 		Key:        m.Channel,
 		Payload:    payload,
 		RetryCount: rc,

@@ -33,9 +33,9 @@ var _ Source = (*ReliableListSource)(nil)
 // Producers push to the tail (Publisher.PublishList). Each consumer keeps a heartbeat
 // (see Heartbeat); the items of a consumer whose heartbeat expired are taken over by a
 // live one, counting the lost delivery, so a message that kills its worker reaches the
-// dead letter. A consumer takes over no more than the mount's Concurrency items at a
-// time, the next lot once the last has settled, so that such a message, when it kills
-// the next consumer too, costs an attempt to few others. The processing list, heartbeat
+// dead letter. A consumer takes over one item at a time, the next once the last has
+// settled, and runs it alone, so that such a message, when it kills the next consumer
+// too, costs no other an attempt. The processing list, heartbeat
 // and consumer set are named after key (see ProcessingList) and share its cluster slot;
 // two live processes must not share a Consumer name.
 func ReliableList(rdb redis.UniversalClient, key string, opts ...ReliableListOption) *ReliableListSource {
@@ -64,6 +64,7 @@ func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 		consumers:  keys.ListConsumers(s.key),
 		env:        env,
 		heartbeat:  keys.ListHeartbeat(s.key, consumer),
+		ids:        newDeliveryIDs(consumer),
 		inflight:   map[string]int{},
 		lot:        newTakeoverLot(),
 		processing: keys.ListProcessing(s.key, consumer),
@@ -85,11 +86,11 @@ type reliableTransport struct {
 	delays     delaySet // the mount's durable delay set, when parks
 	env        source.Env
 	heartbeat  string // this consumer's heartbeat key
+	ids        *deliveryIDs
 	keeper     *listKeeper
 	parks      bool
 	processing string // this consumer's processing list
 	reader     envelopeReader
-	seq        atomic.Uint64
 	src        *ReliableListSource
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
 
@@ -315,7 +316,7 @@ func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*so
 	t.mu.Unlock()
 	ds := make([]*source.Delivery, len(vals))
 	for i, v := range vals {
-		ds[i] = t.delivery(ctx, v, t.nextID())
+		ds[i] = t.delivery(ctx, v, t.ids.next())
 	}
 	t.unsettled.Add(int64(len(ds)))
 	return ds

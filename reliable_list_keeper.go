@@ -15,8 +15,9 @@ import (
 )
 
 // listKeeper is a reliable list consumer's background loop: it keeps the consumer
-// registered and its heartbeat alive (every heartbeat TTL/3) and, every TTL, takes the
-// items of the list's consumers whose heartbeat expired into its own consumer's
+// registered and its heartbeat alive (every heartbeat TTL/3) and, every TTL, asks the
+// transport to re-read its own processing list for items no delivery holds (see
+// readOwnProcessing) and takes the items of the list's consumers whose heartbeat expired into its own consumer's
 // processing list, where the transport delivers them, a lot at a time (see
 // takeoverLot): the next lot as soon as the transport wakes it, once the last one has
 // settled. Both run on the wall clock: the heartbeat expires on Redis's clock, which a
@@ -101,6 +102,7 @@ func (k *listKeeper) run(ctx context.Context) {
 		}
 		cancel()
 		if ticks++; ticks%3 == 0 {
+			k.lots.markRescan()
 			k.recover(ctx)
 		}
 	}

@@ -2,7 +2,6 @@ package settle
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/settlekit/settle/internal/source"
@@ -13,8 +12,9 @@ import (
 // rewrote in its own, left by an earlier process of its name). A crash charges an
 // attempt to every delivery the process held, so a process-killing item must not take
 // a dead consumer's whole list down with it each time it kills the next consumer:
-// recovery takes no more than the mount's Concurrency at a time (a lot), and the next
-// lot only once every item of the last one has settled. Guarded by reliableTransport.mu.
+// recovery takes one at a time (a lot of one, which the engine runs alone: see
+// source.Delivery.TakenOver), and the next only once the last has settled. Guarded by
+// reliableTransport.mu.
 //
 // The count is exact and cannot stick above zero: an item counts from the recovery
 // call that moved it (the script tells which) until its delivery's settlement has
@@ -56,6 +56,10 @@ type lotHolder interface {
 	leftBehind(more bool)
 	// lotRoom returns how many items a recovery may take now.
 	lotRoom() int
+	// markRescan asks for a re-read of the processing list before the next move: items
+	// no delivery holds (pushed in by someone else, or left by a settlement whose
+	// failure went unseen) are then delivered.
+	markRescan()
 	// release undoes hold for values that will not be delivered as taken.
 	release(values []string)
 	// took queues the values at the positions taken (held before the move), to be
@@ -85,14 +89,15 @@ func (t *reliableTransport) leftBehind(more bool) {
 	}
 }
 
-// lotRoom is the mount's Concurrency once the last lot has settled, else 0.
+// lotRoom is one item once the last one taken has settled, else 0: a taken item runs
+// alone (see source.Delivery.TakenOver).
 func (t *reliableTransport) lotRoom() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.lot.outstanding() > 0 {
 		return 0
 	}
-	return max(t.env.Concurrency, 1)
+	return 1
 }
 
 func (t *reliableTransport) release(values []string) {
@@ -149,7 +154,7 @@ func (t *reliableTransport) deliverTaken(ctx context.Context, n int) []*source.D
 	t.lot.queued = t.lot.queued[n:]
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = t.nextID()
+		ids[i] = t.ids.next()
 		t.lot.held[ids[i]] = struct{}{}
 	}
 	t.mu.Unlock()
@@ -157,6 +162,7 @@ func (t *reliableTransport) deliverTaken(ctx context.Context, n int) []*source.D
 	for i, v := range vals {
 		ds[i] = t.delivery(ctx, v, ids[i])
 		ds[i].RetryCount = max(ds[i].RetryCount-1, 0)
+		ds[i].TakenOver = true
 	}
 	t.unsettled.Add(int64(n))
 	return ds
@@ -182,11 +188,6 @@ func (t *reliableTransport) takeoverPending() (chan struct{}, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lot.ready, t.lot.more
-}
-
-// nextID returns a new delivery ID.
-func (t *reliableTransport) nextID() string {
-	return t.consumer + ":" + strconv.FormatUint(t.seq.Add(1), 10)
 }
 
 // pollReady waits until ready is signalled, d has passed or ctx ends.

@@ -28,7 +28,8 @@ type Config struct {
 	// should return quickly. Events of one message can arrive out of order across its
 	// deliveries: once a retry is written, the next delivery may be handled and settled
 	// before the retry's own event is reported, so key any tally by (Mount, ID, Attempt),
-	// never by ID alone. Defaults to nil.
+	// never by ID alone (ids do not repeat across restarts; an inbox's are its row ids).
+	// Defaults to nil.
 	OnSettled func(ctx context.Context, s Settled)
 
 	// Test holds settings for tests only; the settletest package fills it. Defaults to

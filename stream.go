@@ -321,6 +321,7 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 		t.inflight[msg.ID] = taken
 		t.noteDelivered(msg.ID)
 		all[i] = t.delivery(ctx, msg)
+		all[i].TakenOver = taken
 		ds = append(ds, &all[i])
 	}
 	t.mu.Unlock()
@@ -386,15 +387,15 @@ func (t *streamTransport) inflightIDs() []string {
 }
 
 // takeoverRoom is how many entries a scan of the group's pending list may take over
-// now: Concurrency less those taken over and not settled yet. A takeover goes in lots,
-// each once the last settled, so that an entry that kills its process (each crash
-// charging an attempt to every entry the process held) is held, when it kills the next
-// one, beside at most Concurrency-1 others taken over with it, not a whole read-ahead:
-// the others' attempts are not spent to the cap by crashes they only shared.
+// now: one, once the last taken over has settled (none before). An entry taken over
+// runs alone (see source.Delivery.TakenOver), so that an entry that kills its process
+// (each crash charging an attempt to every entry the process held) is charged its
+// crashes alone: the others' attempts are not spent to the cap by crashes they only
+// shared.
 func (t *streamTransport) takeoverRoom() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := max(t.env.Concurrency, 1)
+	n := 1
 	for _, taken := range t.inflight {
 		if taken {
 			n--

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -98,11 +99,16 @@ func (t *transport) claimRows(ctx context.Context, skew time.Duration, n int, ta
 		return t.d.claim(ctx, db, t.s, t.d.skewArg(skew), t.q.cfg.lease, n, takeover)
 	})
 	if err != nil {
+		var uncertain *claimUncertain
+		if errors.As(err, &uncertain) {
+			t.releaseUncertain(uncertain.rows, skew)
+		}
 		return nil, nil, fmt.Errorf("inbox: table %s: claim: %w", t.q.ib.table.Name, err)
 	}
 	ds, hs := make([]*source.Delivery, len(rows)), make([]*held, len(rows))
 	now := time.Now()
 	for i, r := range rows {
+		t.atMax(ctx, r)
 		var herr error
 		ds[i], herr = r.delivery(t.q.ib.table.Name)
 		if herr != nil {
@@ -110,6 +116,7 @@ func (t *transport) claimRows(ctx context.Context, skew time.Duration, n int, ta
 		}
 		hs[i] = ds[i].Raw.(*held)
 		hs[i].skew, hs[i].wrote = skew, now
+		ds[i].TakenOver = takeover
 	}
 	return ds, hs, nil
 }

@@ -25,6 +25,9 @@ type dialect interface {
 	build(t Table, q queueSpec) *statements
 	// admin returns what the operator's statements differ in (see dialect_admin.go).
 	admin() adminSpec
+	// attemptMax returns the largest value table t's attempt column holds, 0 for a type
+	// without a known bound (see attempt.go).
+	attemptMax(ctx context.Context, db *sql.DB, t Table) (int64, error)
 	// begin starts a write transaction (BEGIN IMMEDIATE on SQLite).
 	begin(ctx context.Context, db *sql.DB) (txn, error)
 	// checkTimes returns a problem for each time column of table t whose values would not
@@ -67,7 +70,10 @@ type dialect interface {
 
 // queueSpec is what a queue adds to its table for its statements.
 type queueSpec struct {
-	deadTable string // dead-letter table (a table without a group column)
+	// attemptMax is the largest value the attempt column holds (0: unknown): every
+	// statement adding an attempt stops there (see quotedTable.bump).
+	attemptMax int64
+	deadTable  string // dead-letter table (a table without a group column)
 	// dueOrder: claim in (retry_after, id) order, for a table with an index led by
 	// (group, retry_after) (see claimOrder); else in id order.
 	dueOrder bool
@@ -244,6 +250,7 @@ func quoteWith(name string, q byte) string {
 // stays empty.
 type quotedTable struct {
 	attempt, deadAt, group, headers, id, lastError, lease, payload, retryAfter, table string
+	attemptMax                                                                        int64 // see queueSpec.attemptMax
 }
 
 func (t Table) quoted(q byte) quotedTable {
@@ -297,14 +304,14 @@ func (t Table) dueIndex(indexes [][]string) bool {
 // claimCount is the assignment a claim puts before its new lease: one more attempt for a
 // row whose lease is set (a claimed row is due, so its lease has passed: the worker it
 // was leased to never settled it, as every settlement clears the lease or deletes the
-// row). A NULL attempt, read as 1, becomes 2. Empty for a table without an attempt
-// column. It comes first because MySQL
+// row). A NULL attempt, read as 1, becomes 2; the column's maximum stays (see bump).
+// Empty for a table without an attempt column. It comes first because MySQL
 // assigns left to right, each assignment seeing the ones before it.
 func (c quotedTable) claimCount() string {
 	if c.attempt == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s = CASE WHEN %s IS NULL THEN %s ELSE COALESCE(%s, 1) + 1 END, ", c.attempt, c.lease, c.attempt, c.attempt)
+	return fmt.Sprintf("%s = CASE WHEN %s IS NULL THEN %s ELSE %s END, ", c.attempt, c.lease, c.attempt, c.bump("COALESCE("+c.attempt+", 1)"))
 }
 
 // rowColumns returns the columns a dead-letter move copies and the values it writes
@@ -386,7 +393,7 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 	}
 	plusOne := ""
 	if c.attempt != "" {
-		plusOne = fmt.Sprintf(", %s = %s + 1", c.attempt, c.attempt)
+		plusOne = fmt.Sprintf(", %s = %s", c.attempt, c.bump(c.attempt))
 	}
 	// failed is what a failed attempt also sets: each row's last error (:error<i>).
 	failed := func(int) string { return "" }

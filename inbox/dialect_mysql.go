@@ -29,6 +29,7 @@ const myNow = `(NOW(6) + INTERVAL :skew MICROSECOND)`
 
 func (mysql) build(t Table, q queueSpec) *statements {
 	c := t.quoted('`')
+	c.attemptMax = q.attemptMax
 	s := &statements{}
 	groupIs := func(alias string) string {
 		if c.group == "" {
@@ -144,7 +145,12 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 	if err != nil {
 		return nil, err
 	}
-	return rows, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		// The database may have committed before the connection failed: the rows may
+		// be leased to us (see claimUncertain).
+		return nil, &claimUncertain{err: err, rows: rows}
+	}
+	return rows, nil
 }
 
 func (mysql) checkTimes(context.Context, *sql.DB, Table) []error { return nil }

@@ -11,8 +11,9 @@ import (
 
 // Postgres is the PostgreSQL dialect (pgx v5 through database/sql: pgx/v5/stdlib).
 // Claims are one UPDATE over a SELECT … FOR UPDATE SKIP LOCKED (adding one attempt to a
-// row whose lease passed); FIFO claims also take a transaction-scoped advisory lock on
-// the group. Time columns are timestamptz; "now" is now(), the database's clock.
+// row whose lease passed) in a transaction of its own, so that a claim whose commit's
+// reply was lost can release its rows; FIFO claims also take a transaction-scoped
+// advisory lock on the group. Time columns are timestamptz; "now" is now(), the database's clock.
 var Postgres Dialect = postgres{}
 
 type postgres struct{}
@@ -26,6 +27,7 @@ const pgNow = `(now() + :skew::bigint * interval '1 microsecond')`
 
 func (postgres) build(t Table, q queueSpec) *statements {
 	c := t.quoted('"')
+	c.attemptMax = q.attemptMax
 	s := &statements{}
 	groupIs := func(alias string) string {
 		if c.group == "" {
@@ -93,25 +95,32 @@ func (postgres) begin(ctx context.Context, db *sql.DB) (txn, error) {
 
 func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lease time.Duration, n int, takeover bool) ([]claimedRow, error) {
 	vals := map[string]any{"skew": skew, "lease": lease.Microseconds(), "n": int64(n), "group": s.group, "lock_key": s.lockKey}
-	if takeover {
-		return queryClaimed(ctx, db, s.takeover.text, s.takeover.bind(vals))
-	}
-	if s.claimLock.text == "" {
-		return queryClaimed(ctx, db, s.claim.text, s.claim.bind(vals))
-	}
+	// One transaction, not an autocommitted UPDATE: a connection lost before COMMIT
+	// rolls the claim back, and one lost at COMMIT leaves rows this claim read, to
+	// release (see claimUncertain), where an autocommitted claim whose reply was lost
+	// left its rows leased to no one until their leases passed.
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, s.claimLock.text, s.claimLock.bind(vals)...); err != nil {
+	claim := s.claim
+	switch {
+	case takeover:
+		claim = s.takeover
+	case s.claimLock.text != "":
+		if _, err := tx.ExecContext(ctx, s.claimLock.text, s.claimLock.bind(vals)...); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := queryClaimed(ctx, tx, claim.text, claim.bind(vals))
+	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
-	rows, err := queryClaimed(ctx, tx, s.claim.text, s.claim.bind(vals))
-	if err != nil {
-		return nil, err
+	if err := tx.Commit(); err != nil {
+		return nil, &claimUncertain{err: err, rows: rows}
 	}
-	return rows, tx.Commit()
+	return rows, nil
 }
 
 func (postgres) checkTimes(context.Context, *sql.DB, Table) []error { return nil }

@@ -35,6 +35,7 @@ const (
 
 func (sqlite) build(t Table, q queueSpec) *statements {
 	c := t.quoted('"')
+	c.attemptMax = q.attemptMax
 	s := &statements{}
 	groupIs := func(alias string) string {
 		if c.group == "" {

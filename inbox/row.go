@@ -86,11 +86,12 @@ type held struct {
 	lot     *takeover // the takeover that took the row over (nil: the main claim's), set before the row is handed out
 	payload []byte
 
-	mu      sync.Mutex
-	settled bool
-	skew    time.Duration // the test clock's skew the lease was written at (see liveWorker.catchUp)
-	token   any           // the lease as stored: the fence of every write
-	wrote   time.Time     // when the lease was written, on the wall clock
+	mu       sync.Mutex
+	failedAt time.Time // when its settlement first failed, on the wall clock (see keepForRedo)
+	settled  bool
+	skew     time.Duration // the test clock's skew the lease was written at (see liveWorker.catchUp)
+	token    any           // the lease as stored: the fence of every write
+	wrote    time.Time     // when the lease was written, on the wall clock
 }
 
 // bindFences adds the fence of each row of hs, whose mu the caller holds, to vals: the

@@ -13,11 +13,11 @@ import (
 // them, and every row would be charged again, crash after crash, until the cap
 // dead-lettered them all. So a plain queue's claim takes only rows whose lease is NULL
 // (new, put back, released, parked and due: every settlement clears the lease), and a
-// separate takeover claim takes the rows whose lease passed, in lots: at most the
-// mount's Concurrency, the next lot only once every row of the last one has left the
-// worker (settled, handed back at a stop, or its lease lost). A row that kills its
-// process is then held, when it kills the next worker, beside at most Concurrency-1
-// other taken-over rows. A FIFO queue has one row of its group in flight at a time, a
+// separate takeover claim takes the rows whose lease passed, in lots of one, the next
+// only once the last has left the worker (settled, handed back at a stop, or its lease
+// lost); the engine runs each alone (see source.Delivery.TakenOver). A row that kills
+// its process then kills the next worker holding it alone, and no other row is charged
+// that crash. A FIFO queue has one row of its group in flight at a time, a
 // lot of one: its one claim takes the group's head row whether its lease is NULL or
 // passed, in order (claimLease).
 
@@ -31,7 +31,7 @@ type takeover struct {
 	// poll is how long after a takeover that found fewer rows than it asked for the next
 	// one comes (see takeoverPoll).
 	poll time.Duration
-	// size is the most rows one lot takes over: the mount's Concurrency.
+	// size is the most rows one lot takes over (the transport's: one).
 	size int
 	// wake is called when the last row of a lot that filled its room leaves: more rows
 	// may wait, and an idle Fetch should claim again.

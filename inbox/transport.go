@@ -22,11 +22,14 @@ type transport struct {
 	q            *Queue
 	s            *statements
 	leases       *leaseKeeper // from Open: the rows held and their heartbeat
+	redo         *redoer      // from Open: re-applies settlements that failed (see redo.go)
 	live         liveWorker   // from Open: its place among the live workers of its test clock
 	takeover     *takeover    // from Open: its takeover of rows whose lease passed, in lots (nil: a FIFO queue)
 	unlistenFunc func()       // stops listening for notifications (nil: the queue polls only)
 	idle         idleState    // Fetch's own: what it knows of the queue being idle
 	origin       time.Time    // under a test clock: its time when it met the database's (see testSkew)
+	attemptMax   int64        // from Open: the attempt column's largest value (see attempt.go)
+	maxOnce      sync.Once    // logs the first row claimed at attemptMax (see atMax)
 	warnOnce     sync.Once
 }
 
@@ -143,15 +146,23 @@ func (t *transport) Open(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	attemptMax, err := t.readAttemptMax(ctx)
+	if err != nil {
+		return err
+	}
+	t.attemptMax, spec.attemptMax = attemptMax, attemptMax
+	t.build(spec)
 	if tb.RetryAfter != "" && !t.q.cfg.fifo && t.dueIndexed(ctx) {
 		spec.dueOrder = true
 		t.build(spec)
 	}
 	if !t.q.cfg.fifo {
-		t.takeover = newTakeover(t.env.Concurrency, takeoverPoll(t.q.cfg.poll, t.q.cfg.lease), t.env.TestClock != nil, func() { t.q.ib.notify(t.q.group) })
+		t.takeover = newTakeover(1, takeoverPoll(t.q.cfg.poll, t.q.cfg.lease), t.env.TestClock != nil, func() { t.q.ib.notify(t.q.group) })
 	}
 	t.leases = newLeaseKeeper(t.env, t.q.cfg.lease, t.extendLeases)
 	t.leases.start(ctx)
+	t.redo = newRedoer(t.env, t.reapply)
+	t.redo.start(ctx)
 	t.live = newLiveWorker(t.env, t.q.ib.db, tb.Name, t.leases)
 	t.live.join()
 	if _, pg := t.d.(postgres); pg && !t.q.cfg.pollOnly {
@@ -216,17 +227,22 @@ func (t *transport) extendLeases(ctx context.Context, hs []*held) (map[string]an
 	return leases, skew, err
 }
 
-// fenced applies one fenced write to d's row and forgets the row.
-func (t *transport) fenced(ctx context.Context, d *source.Delivery, what string, write func(h *held) (bool, error)) error {
+// fenced applies one fenced write to d's row and forgets the row; a write that failed
+// is handed to redo, when given, its row kept held (see keepForRedo).
+func (t *transport) fenced(ctx context.Context, d *source.Delivery, what string, redo func(), write func(h *held) (bool, error)) error {
 	h, ok := d.Raw.(*held)
 	if !ok {
 		return fmt.Errorf("inbox: %s: delivery %s is not an inbox row", what, d.ID)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	defer t.forget(h)
 	db := t.q.ib.db
 	ok, err := retry(ctx, t.d, db, func() (bool, error) { return write(h) })
+	if err != nil && redo != nil && t.keepForRedo(ctx, h, err) {
+		redo()
+		return fmt.Errorf("inbox: table %s: %s row %s (kept, to be applied again): %w", t.q.ib.table.Name, what, d.ID, err)
+	}
+	t.forget(h)
 	if err != nil {
 		return fmt.Errorf("inbox: table %s: %s row %s: %w", t.q.ib.table.Name, what, d.ID, err)
 	}
@@ -265,9 +281,12 @@ func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
 		h.mu.Lock()
 		hs = append(hs, h)
 	}
+	var kept map[*held]bool // rows whose failed delete the redoer applies again
 	defer func() {
 		for _, h := range hs {
-			t.forget(h)
+			if !kept[h] {
+				t.forget(h)
+			}
 			h.mu.Unlock()
 		}
 	}()
@@ -279,6 +298,13 @@ func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
 	db := t.q.ib.db
 	res, err := retry(ctx, t.d, db, func() (sql.Result, error) { return db.ExecContext(ctx, text, args...) })
 	if err != nil {
+		kept = map[*held]bool{}
+		for i, h := range hs {
+			if t.keepForRedo(ctx, h, err) {
+				kept[h] = true
+				t.redo.ack(ds[i])
+			}
+		}
 		return fmt.Errorf("inbox: table %s: delete %d rows: %w", t.q.ib.table.Name, len(hs), err)
 	}
 	n, err := res.RowsAffected()
@@ -440,6 +466,11 @@ func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int,
 		for _, h := range batch {
 			i := move[h]
 			switch {
+			case err != nil && t.keepForRedo(ctx, h, err):
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s (kept, to be applied again): %w", table, what, ms[i].Delivery.ID, err)
+				t.redo.move(ms[i])
+				h.mu.Unlock()
+				continue
 			case err != nil:
 				errs[i] = fmt.Errorf("inbox: table %s: %s row %s: %w", table, what, ms[i].Delivery.ID, err)
 			case !changed[idString(h.id)]:
@@ -464,11 +495,14 @@ func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest str
 	db := t.q.ib.db
 	switch {
 	case t.q.cfg.deadLetter != nil:
-		return t.fenced(ctx, d, "dead letter (hook)", func(h *held) (bool, error) {
+		return t.fenced(ctx, d, "dead letter (hook)", nil, func(h *held) (bool, error) {
 			return t.deadLetterHook(ctx, h, d.Attempt, dest, headers[settle.HeaderDeadError])
 		})
 	default:
-		return t.fenced(ctx, d, "dead letter", func(h *held) (bool, error) {
+		redo := func() {
+			t.redo.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: dest, Err: errText, Headers: headers})
+		}
+		return t.fenced(ctx, d, "dead letter", redo, func(h *held) (bool, error) {
 			vals := map[string]any{"id": h.id, "token": h.token, "attempt": int64(d.Attempt), "error": lastError(errText), "skew": t.d.skewArg(t.skew())}
 			return t.d.moveToTable(ctx, db, t.s, vals)
 		})
@@ -495,6 +529,9 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 }
 
 func (t *transport) Close(context.Context) error {
+	if t.redo != nil {
+		t.redo.close()
+	}
 	t.live.leave()
 	if t.unlistenFunc != nil {
 		t.unlistenFunc()

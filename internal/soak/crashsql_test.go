@@ -68,8 +68,9 @@ func (k crashConnector) Driver() driver.Driver { return k.base.Driver() }
 // crashConn runs each settlement statement (sqlSettlement) outside a transaction
 // through the crasher: an Exec's "after" point comes once its result is back, a Query's
 // once its rows were all read. Inside a transaction the statements are not points; the
-// commit of a transaction that ran any is one, named "commit:" and their names (the
-// soak's PostgreSQL paths are single statements: none does).
+// commit of a transaction that ran any is one, named "commit:" and their names, but for
+// a claim's transaction, whose commit is the claim's conditional point (the soak's
+// PostgreSQL settlement paths are single statements).
 type crashConn struct {
 	driver.Conn
 	c  *crasher
@@ -193,10 +194,26 @@ type crashTx struct {
 
 func (x *crashTx) Commit() error {
 	x.conn.tx = nil
-	if len(x.names) == 0 {
+	switch {
+	case len(x.names) == 0:
 		return x.Tx.Commit()
+	case allClaims(x.names):
+		// A claim in a transaction of its own (PostgreSQL's) commits only when it leased
+		// rows: the point after its commit is the claim's, as an autocommitted claim's
+		// was once its rows were read.
+		return x.conn.c.call("sql_claim", true, x.Tx.Commit, func() bool { return true })
 	}
 	return x.conn.c.call("commit:"+strings.Join(x.names, "+"), false, x.Tx.Commit, nil)
+}
+
+// allClaims reports whether a transaction's settlement statements are all claims.
+func allClaims(names []string) bool {
+	for _, n := range names {
+		if n != "sql_claim" {
+			return false
+		}
+	}
+	return true
 }
 
 func (x *crashTx) Rollback() error {

@@ -45,8 +45,7 @@ const (
 // makes the process exit.
 const exitPoison = 3
 
-// workerConcurrency is every worker's Concurrency: the lot in which a transport takes
-// over a dead worker's deliveries.
+// workerConcurrency is every worker's Concurrency.
 const workerConcurrency = 8
 
 // workerConfig is one worker process's configuration.

@@ -195,6 +195,15 @@ type Delivery struct {
 	Key string
 	// Payload is the message body as it arrived.
 	Payload []byte
+	// TakenOver: the transport took the delivery over from a consumer that held it and
+	// never settled it (one that crashed or stalled: a stream entry claimed from another
+	// consumer, a dead consumer's reliable list item, an inbox row whose lease passed).
+	// It may be what killed that consumer, so the engine runs it alone: nothing else of
+	// the mount held (running, read ahead, being settled) from its start to its
+	// settlement, and nothing read meanwhile; should it kill this process too, the crash
+	// is charged to it only. A transport hands over one such delivery at a time, the
+	// next once the last has settled, since what it holds beside it would be charged too.
+	TakenOver bool
 	// RetryCount is the retry-count header's value as the message arrived at the first
 	// of its deliveries that count toward Attempt (0 when absent): Attempt −
 	// RetryCount − 1 deliveries of it never settled.
@@ -300,12 +309,6 @@ func (a Action) String() string {
 type Env struct {
 	// Clock is the App's clock (the wall clock unless a test injected one).
 	Clock clock.Clock
-	// Concurrency is how many handlers of the mount run at once (at least 1). A
-	// transport takes over what a dead consumer left unsettled no more than this many
-	// at a time, each lot once the last settled: a message that kills its process is
-	// then held, when it kills the next one, beside as few others as possible (each
-	// crash charges an attempt to every delivery the process held).
-	Concurrency int
 	// Logger is the App's logger.
 	Logger *slog.Logger
 	// Mount names the mount.

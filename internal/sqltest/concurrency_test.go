@@ -65,6 +65,28 @@ func ownPool(t testing.TB, b backend) *sql.DB {
 // returns how many times each payload was handled and the elapsed time.
 func drain(t testing.TB, b backend, db *sql.DB, tb inbox.Table, consumers, rows int) (map[string]int, time.Duration) {
 	t.Helper()
+	return drainWith(t, b, tb, drainSpec{consumers: consumers, rows: rows, timeout: 2 * time.Minute, pool: func() *sql.DB { return openSeparate(t, b, db) }})
+}
+
+// drainSpec is how drainWith drains: consumers Apps, each on a pool of its own, until
+// rows rows are settled (or, when set, until done says so, asked every few
+// milliseconds), waiting at most timeout; settled, when set, is told each applied
+// settlement's running count; failures says settlements may fail (else each is an
+// error).
+type drainSpec struct {
+	consumers, rows int
+	done            func() bool
+	failures        bool
+	pool            func() *sql.DB
+	settled         func(n int64)
+	timeout         time.Duration
+}
+
+// drainWith drains the table as spec says and returns how many times each payload was
+// handled and the elapsed time.
+func drainWith(t testing.TB, b backend, tb inbox.Table, spec drainSpec) (map[string]int, time.Duration) {
+	t.Helper()
+	consumers, rows := spec.consumers, spec.rows
 	var mu sync.Mutex
 	handled := map[string]int{}
 	var settled, failed atomic.Int64
@@ -77,16 +99,23 @@ func drain(t testing.TB, b backend, db *sql.DB, tb inbox.Table, consumers, rows 
 		app, err := settle.New(settle.Config{Logger: quietLogger(t), OnSettled: func(_ context.Context, s settle.Settled) {
 			if s.Err != nil {
 				failed.Add(1)
-				t.Errorf("settlement failed: %+v", s)
+				if !spec.failures {
+					t.Errorf("settlement failed: %+v", s)
+				}
+				return
 			}
-			if settled.Add(1) == int64(rows) {
+			n := settled.Add(1)
+			if spec.settled != nil {
+				spec.settled(n)
+			}
+			if n == int64(rows) {
 				once.Do(func() { close(done) })
 			}
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ib := inbox.New(openSeparate(t, b, db), b.d, tb)
+		ib := inbox.New(spec.pool(), b.d, tb)
 		app.Mount(ib.Queue("load", inbox.Poll(20*time.Millisecond)), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
 			mu.Lock()
 			handled[string(m.Payload)]++
@@ -99,10 +128,24 @@ func drain(t testing.TB, b backend, db *sql.DB, tb inbox.Table, consumers, rows 
 			}
 		})
 	}
+	if spec.done != nil {
+		wg.Go(func() {
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for !spec.done() {
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+					return
+				}
+			}
+			once.Do(func() { close(done) })
+		})
+	}
 	select {
 	case <-done:
-	case <-time.After(2 * time.Minute):
-		t.Errorf("timed out: %d of %d rows settled", settled.Load(), rows)
+	case <-time.After(spec.timeout):
+		t.Errorf("timed out after %s: %d of %d rows settled (%d settlements failed)", spec.timeout, settled.Load(), rows, failed.Load())
 	}
 	elapsed := time.Since(start)
 	cancel()
