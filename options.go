@@ -41,6 +41,8 @@ type mountConfig struct {
 	name             string
 	prefetch         int
 	prefetchSet      bool // Prefetch was given; else the source's Batch
+	replier          Replier
+	replyTo          string
 	timeout          time.Duration
 }
 

@@ -18,17 +18,23 @@ type seen struct {
 	at      time.Time
 }
 
-// memoryBundle is a harness with a Memory source mounted.
-type memoryBundle struct {
-	h   *settletest.Harness
-	mem *settletest.Memory
-	mu  sync.Mutex
-	got []seen
+// brokerBundle is a harness with a broker's topic mounted.
+type brokerBundle struct {
+	broker *settletest.Broker
+	h      *settletest.Harness
+	mem    *settletest.Topic
+	mu     sync.Mutex
+	got    []seen
 }
 
-func setupMemory(t *testing.T, fn func(m *settle.Message) error, opts ...settle.MountOption) *memoryBundle {
+func setupBroker(t *testing.T, fn func(m *settle.Message) error, opts ...settle.MountOption) *brokerBundle {
 	t.Helper()
-	b := &memoryBundle{h: settletest.New(t), mem: settletest.NewMemory("payments")}
+	return setupOn(t, settletest.NewBroker(), fn, opts...)
+}
+
+func setupOn(t *testing.T, broker *settletest.Broker, fn func(m *settle.Message) error, opts ...settle.MountOption) *brokerBundle {
+	t.Helper()
+	b := &brokerBundle{broker: broker, h: settletest.New(t), mem: broker.Topic("payments")}
 	b.h.Mount(b.mem, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 		b.mu.Lock()
 		b.got = append(b.got, seen{attempt: m.Attempt, at: b.h.Clock.Now()})
@@ -39,18 +45,18 @@ func setupMemory(t *testing.T, fn func(m *settle.Message) error, opts ...settle.
 	return b
 }
 
-func (b *memoryBundle) deliveries() []seen {
+func (b *brokerBundle) deliveries() []seen {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.got)
 }
 
-func TestMemory(t *testing.T) {
+func TestBroker(t *testing.T) {
 	t.Parallel()
 
 	t.Run("AckCompletes", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(*settle.Message) error { return nil })
+		b := setupBroker(t, func(*settle.Message) error { return nil })
 		b.mem.Publish([]byte("p"), nil)
 		evs := b.h.WaitSettled(1)
 		if evs[0].Action != settle.ActionAck || b.mem.Len() != 0 {
@@ -60,7 +66,7 @@ func TestMemory(t *testing.T) {
 
 	t.Run("RetryRedeliversWithAttemptPlusOne", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(m *settle.Message) error {
+		b := setupBroker(t, func(m *settle.Message) error {
 			if m.Attempt < 3 {
 				return settle.Retry(errors.New("unavailable"))
 			}
@@ -79,7 +85,7 @@ func TestMemory(t *testing.T) {
 
 	t.Run("RetryAfterRedeliversExactlyAfterTheDelay", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(m *settle.Message) error {
+		b := setupBroker(t, func(m *settle.Message) error {
 			if m.Attempt == 1 {
 				return settle.RetryAfter(time.Second, errors.New("busy"))
 			}
@@ -97,14 +103,14 @@ func TestMemory(t *testing.T) {
 		}
 	})
 
-	t.Run("DeadLettersAreCollected", func(t *testing.T) {
+	t.Run("DeadLettersArePublishedToTheirTopic", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(*settle.Message) error { return settle.Retry(errors.New("declined")) },
+		b := setupBroker(t, func(*settle.Message) error { return settle.Retry(errors.New("declined")) },
 			settle.MaxAttempts(2), settle.DeadLetter("payments.dead"))
 		b.mem.Publish([]byte("p"), map[string]string{"order": "7"})
 		b.h.WaitAction(settle.ActionDeadLetter, 1)
-		dead := b.mem.DeadLetters()
-		if len(dead) != 1 || dead[0].Dest != "payments.dead" || string(dead[0].Payload) != "p" ||
+		dead := b.broker.Topic("payments.dead").Messages()
+		if len(dead) != 1 || string(dead[0].Payload) != "p" ||
 			dead[0].Headers["order"] != "7" || dead[0].Headers[settle.HeaderRetryCount] != "2" || !strings.Contains(dead[0].Headers[settle.HeaderDeadError], "declined") {
 			t.Fatalf("dead letters = %+v", dead)
 		}
@@ -112,7 +118,7 @@ func TestMemory(t *testing.T) {
 
 	t.Run("ParkedMessagesOutliveTheApp", func(t *testing.T) {
 		t.Parallel()
-		mem := settletest.NewMemory("payments")
+		mem := settletest.NewBroker().Topic("payments")
 		clk := settletest.NewClock(time.UnixMilli(1_000_000))
 		busy := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			if m.Attempt == 1 {
