@@ -58,6 +58,8 @@ func (t *transport) Info() source.Info {
 		info.Key = t.q.ib.table.Name
 		// A claim of a row whose lease passed adds one attempt (see claimCount).
 		info.Caps.CountsUnsettled = t.q.ib.table.Attempt != ""
+		// A reply is a row of another group of the table (see reply).
+		info.Caps.Replies = t.q.ib.table.Group != ""
 	}
 	return info
 }
@@ -102,6 +104,7 @@ func (t *transport) Validate(p source.Policy) []error {
 			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q): the table name contains a quote or ';'", p.DeadLetter))
 		}
 	}
+	errs = append(errs, t.replyProblems(p)...)
 	if q.cfg.batch < 1 {
 		errs = append(errs, fmt.Errorf("inbox: Batch(%d): must be at least 1", q.cfg.batch))
 	}
@@ -326,6 +329,8 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 				continue
 			}
 			singles = append(singles, i)
+		case source.ActionReply:
+			singles = append(singles, i) // a transaction of its own (see reply)
 		default:
 			errs[i] = source.UnsupportedMove(source.KindTable, m)
 		}
@@ -371,6 +376,10 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 				sem <- struct{}{}
 				each.Go(func() {
 					defer func() { <-sem }()
+					if ms[i].Action == source.ActionReply {
+						errs[i] = t.reply(ctx, ms[i])
+						return
+					}
 					errs[i] = t.deadLetter(ctx, ms[i].Delivery, ms[i].Dest, ms[i].Headers, ms[i].Err)
 				})
 			}
