@@ -44,8 +44,8 @@ func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 		return out
 	}
 	s := &sourcetest.Subject{
-		Config:     settle.Config{Logger: quietLogger(t), DrainTimeout: 2 * time.Second},
-		DeadLetter: "jobs.dead",
+		Config:      settle.Config{Logger: quietLogger(t), DrainTimeout: 2 * time.Second},
+		DeadLetter:  "jobs.dead",
 		DeadLetters: func(t testing.TB) []sourcetest.Dead { return rowsOf(t, "jobs.dead") },
 		ReplyTo:     "jobs.replies",
 		Replies:     func(t testing.TB) []sourcetest.Dead { return rowsOf(t, "jobs.replies") },

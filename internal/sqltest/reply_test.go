@@ -41,7 +41,9 @@ func TestReplyInsertsIntoTheReplyGroupAndDeletesTheRowInOneTransaction(t *testin
 			t.Fatalf("take the lease over: %v", err)
 		}
 		byP := byPayload(ds)
-		out := func(s string) []source.Output { return []source.Output{{Headers: map[string]string{}, Payload: []byte(s)}} }
+		out := func(s string) []source.Output {
+			return []source.Output{{Headers: map[string]string{}, Payload: []byte(s)}}
+		}
 		errs := tr.Moves(context.Background(), []source.Move{
 			{Action: source.ActionReply, Delivery: byP["ok"], Outputs: append(out("paid ok"), out("receipt ok")...)},
 			{Action: source.ActionReply, Delivery: byP["lost"], Outputs: out("paid lost")},
