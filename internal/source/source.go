@@ -1,5 +1,5 @@
 // Package source is the seam between settle's engine and its transports (Redis streams,
-// lists, pub/sub, SQL inboxes, the test kit's in-memory source). It is not for users and
+// lists, pub/sub, SQL inboxes, the test kit's in-memory broker). It is not for users and
 // may change in any release: users see it only through the sealed settle.Source
 // interface, whose one method hands a transport its Env.
 //
