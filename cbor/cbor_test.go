@@ -113,7 +113,12 @@ func TestTypedHandlerDecodesCBORAndSettlesUndecodableAsFailure(t *testing.T) {
 		t.Fatalf("handler got %+v", r)
 	}
 	topic.Publish([]byte{0xff}, nil)
-	ev := h.WaitAction(settle.ActionDeadLetter, 1)[0]
+	var ev settle.Settled
+	for _, e := range h.WaitAction(settle.ActionDeadLetter, 1) { // every event so far
+		if e.Action == settle.ActionDeadLetter {
+			ev = e
+		}
+	}
 	var de *settle.DecodeError
 	if !errors.As(ev.HandlerErr, &de) || de.Codec != "cbor" {
 		t.Fatalf("dead letter's handler error = %v, want a cbor *DecodeError", ev.HandlerErr)
