@@ -3,18 +3,24 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/settlekit/settle/internal/source"
 )
 
-// reply writes m's replies as new rows of the ReplyTo group of the same table (attempt
-// 1, due now, as Publish inserts them) and deletes the row they answer, in one
-// transaction that first locks the row by its lease: a row whose lease was taken over
-// writes nothing and fails with ErrLeaseLost. A table carries no headers, so a reply
-// row holds its payload only.
+// reply writes m's replies as new rows (attempt 1, due now, as Publish inserts them) of
+// the ReplyTo group of the same table, or, for a table without a group column, of the
+// ReplyTo table (same columns, as a dead-letter table), and deletes the row they
+// answer, in one transaction that first locks the row by its lease: a row whose lease
+// was taken over writes nothing and fails with ErrLeaseLost. A table carries no
+// headers, so a reply row holds its payload only.
 func (t *transport) reply(ctx context.Context, m source.Move) error {
-	dest := t.env.Policy.ReplyTo
-	err := t.fenced(ctx, m.Delivery, fmt.Sprintf("reply to group %q of", dest), func(h *held) (bool, error) {
+	dest, group := t.env.Policy.ReplyTo, t.env.Policy.ReplyTo
+	insert, what := t.s.publish, fmt.Sprintf("reply to group %q of", dest)
+	if rt := t.replyTable(); rt != "" {
+		insert, group, what = t.replyInsert, "", fmt.Sprintf("reply to table %q of", rt)
+	}
+	err := t.fenced(ctx, m.Delivery, what, func(h *held) (bool, error) {
 		tx, err := t.d.begin(ctx, t.q.ib.db)
 		if err != nil {
 			return false, err
@@ -26,8 +32,8 @@ func (t *transport) reply(ctx context.Context, m source.Move) error {
 		}
 		skew := t.d.skewArg(t.skew())
 		for _, out := range m.Outputs {
-			args := t.s.publish.bind(map[string]any{"group": dest, "payload": out.Payload, "skew": skew})
-			if _, err := tx.ExecContext(ctx, t.s.publish.text, args...); err != nil {
+			args := insert.bind(map[string]any{"group": group, "payload": out.Payload, "skew": skew})
+			if _, err := tx.ExecContext(ctx, insert.text, args...); err != nil {
 				return false, fmt.Errorf("insert reply: %w", err)
 			}
 		}
@@ -37,24 +43,42 @@ func (t *transport) reply(ctx context.Context, m source.Move) error {
 		}
 		return true, tx.Commit()
 	})
-	if err == nil {
-		t.q.ib.announce(ctx, t.s, dest)
+	if err == nil && group != "" {
+		t.q.ib.announce(ctx, t.s, group)
 	}
 	return err
 }
 
+// replyTable is the ReplyTo table of a table without a group column ("" otherwise).
+func (t *transport) replyTable() string {
+	if t.q.ib.table.Group != "" {
+		return ""
+	}
+	return t.env.Policy.ReplyTo
+}
+
+// buildReplyInsert compiles the INSERT of a reply into the ReplyTo table rt, which has
+// the queue's table's columns.
+func (t *transport) buildReplyInsert(rt string) {
+	spec := t.q.ib.table
+	spec.Name = rt
+	t.replyInsert = t.d.build(spec, queueSpec{}).publish
+}
+
 // replyProblems returns the refusals of the mount's ReplyTo: another group of a table
-// with a group column (a table without one takes ReplyVia instead).
+// with a group column, or another table with the same columns.
 func (t *transport) replyProblems(p source.Policy) []error {
 	if p.ReplyTo == "" {
 		return nil
 	}
 	tb := t.q.ib.table
 	switch {
-	case tb.Group == "":
-		return nil // the engine refuses it: no Caps.Replies without a group column
-	case p.ReplyTo == t.q.group:
+	case tb.Group != "" && p.ReplyTo == t.q.group:
 		return []error{fmt.Errorf("inbox: ReplyTo(%q) is the group the queue reads: replies would be read as requests", p.ReplyTo)}
+	case tb.Group == "" && p.ReplyTo == tb.Name:
+		return []error{fmt.Errorf("inbox: ReplyTo(%q) is the table the queue reads: replies would be read as requests", p.ReplyTo)}
+	case tb.Group == "" && strings.ContainsAny(p.ReplyTo, "\"`'\x00;"):
+		return []error{fmt.Errorf("inbox: ReplyTo(%q): the table name contains a quote or ';'", p.ReplyTo)}
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ type transport struct {
 	env          source.Env
 	q            *Queue
 	s            *statements
+	replyInsert  stmt         // from Open: the INSERT of a reply into the ReplyTo table (a table without a group column)
 	leases       *leaseKeeper // from Open: the rows held and their heartbeat
 	live         liveWorker   // from Open: its place among the live workers of its test clock
 	takeover     *takeover    // from Open: its takeover of rows whose lease passed, in lots (nil: a FIFO queue)
@@ -58,8 +59,8 @@ func (t *transport) Info() source.Info {
 		info.Key = t.q.ib.table.Name
 		// A claim of a row whose lease passed adds one attempt (see claimCount).
 		info.Caps.CountsUnsettled = t.q.ib.table.Attempt != ""
-		// A reply is a row of another group of the table (see reply).
-		info.Caps.Replies = t.q.ib.table.Group != ""
+		// A reply is a row of another group of the table, or of another table (see reply).
+		info.Caps.Replies = true
 	}
 	return info
 }
@@ -137,6 +138,12 @@ func (t *transport) Open(ctx context.Context) error {
 	}
 	if dt := t.deadTable(); dt != "" {
 		if err := t.checkColumns(ctx, dt, want); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rt := t.replyTable(); rt != "" {
+		t.buildReplyInsert(rt)
+		if err := t.checkColumns(ctx, rt, want); err != nil {
 			errs = append(errs, err)
 		}
 	}

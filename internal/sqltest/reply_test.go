@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
 	"github.com/settlekit/settle/internal/source"
 )
@@ -71,6 +72,34 @@ func TestReplyToIsRefusedOnTheQueuesOwnGroup(t *testing.T) {
 		tr := x.ib.Queue("jobs").Transport(source.Env{Clock: newFakeClock(), Logger: quietLogger(t), Mount: "reply", Policy: p})
 		if errs := tr.Validate(p); len(errs) != 1 {
 			t.Fatalf("validate: %v, want one refusal of ReplyTo", errs)
+		}
+	})
+}
+
+// TestReplyToATableWithoutAGroupColumnInsertsIntoTheReplyTable: on a table without a
+// group column, ReplyTo names a table with the same columns; the reply row is inserted
+// there in the transaction that deletes the answered row.
+func TestReplyToATableWithoutAGroupColumnInsertsIntoTheReplyTable(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		x := setup(t, b, cols{noGroup: true})
+		paid := x.tb.Name + "_paid"
+		createNamed(t, b, x.db, cols{noGroup: true}, paid)
+		x.publish(t, "", "order 7")
+		x.run(t, x.ib.Queue(""), settle.Reply(func(_ context.Context, m *settle.Message, _ []byte) ([]byte, error) {
+			return append([]byte("paid "), m.Payload...), nil
+		}), settle.WithCodec(settle.Raw), settle.ReplyTo(paid))
+		evs := x.rec.WaitFor(t, waitLong, "the reply", finals(1))
+		if evs[0].Action != settle.ActionReply {
+			t.Fatalf("settlement %+v, want a reply", evs[0])
+		}
+		if rows := readRows(t, b, x.db, x.tb); len(rows) != 0 {
+			t.Fatalf("got rows %+v in the queue table, want none", rows)
+		}
+		paidTb := x.tb
+		paidTb.Name = paid
+		if rows := readRows(t, b, x.db, paidTb); len(rows) != 1 || rows[0].payload != "paid order 7" || rows[0].attempt != 1 {
+			t.Fatalf("got reply rows %+v, want one \"paid order 7\" at attempt 1", rows)
 		}
 	})
 }
