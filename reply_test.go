@@ -3,6 +3,7 @@ package settle_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/settletest"
 )
 
@@ -228,4 +230,48 @@ func TestReplyOptionsAreValidatedAtStartup(t *testing.T) {
 			t.Fatalf("Validate() = %v, want nil", err)
 		}
 	})
+}
+
+func TestReplyToInAnotherClusterSlotIsRefused(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{"127.0.0.1:1"},
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("test: validation must not dial")
+		},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	in, replies := "orders:in", "orders:paid"
+	if keys.Slot(in) == keys.Slot(replies) {
+		t.Fatalf("test premise: %s and %s share a slot", in, replies)
+	}
+	for _, tc := range []struct {
+		name string
+		src  settle.Source
+		want string
+	}{
+		{"Stream", settle.Stream(rdb, in, "workers"), "stream and ReplyTo must share a cluster slot"},
+		{"ReliableList", settle.ReliableList(rdb, in), "a reliable list and its ReplyTo must share a cluster slot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			app, err := settle.New(settle.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			app.Mount(tc.src, settle.Reply(payOrder), settle.ReplyTo(replies))
+			if err := app.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want it to say %q", err, tc.want)
+			}
+			// One hash tag: accepted.
+			app, err = settle.New(settle.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			app.Mount(tc.src, settle.Reply(payOrder), settle.ReplyTo("{"+in+"}:paid"))
+			if err := app.Validate(); err != nil && strings.Contains(err.Error(), "ReplyTo") {
+				t.Fatalf("Validate() = %v, want no ReplyTo refusal for a key of the same slot", err)
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package settletest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -164,5 +165,78 @@ func TestHarnessLiveModeRunsOnTheWallClock(t *testing.T) {
 	evs := h.WaitAction(settle.ActionAck, 1)
 	if last := evs[len(evs)-1]; last.Attempt != 2 {
 		t.Fatalf("ack of attempt %d, want 2 (the in-process delay passed on the wall clock)", last.Attempt)
+	}
+}
+
+func TestBrokerWithoutDelaysPublishesACopyBackToTheTopicWhenDue(t *testing.T) {
+	t.Parallel()
+	b := setupOn(t, settletest.NewBroker(settletest.WithoutDelays()), func(m *settle.Message) error {
+		if m.Attempt == 1 {
+			return settle.RetryAfter(time.Second, errors.New("busy"))
+		}
+		return nil
+	})
+	start := b.h.Clock.Now()
+	first := b.mem.Publish([]byte("p"), nil)
+	b.h.WaitAction(settle.ActionPark, 1) // kept by the App, not the broker
+	if n := b.mem.Parked(); n != 0 {
+		t.Fatalf("the broker parked %d, want 0: it cannot delay", n)
+	}
+	b.h.Advance(time.Second)
+	evs := b.h.WaitAction(settle.ActionAck, 1)
+	var copied, acked settle.Settled
+	for _, e := range evs {
+		switch e.Action {
+		case settle.ActionCopy:
+			copied = e
+		case settle.ActionAck:
+			acked = e
+		}
+	}
+	if copied.ID != first || acked.ID == first || acked.Attempt != 2 {
+		t.Fatalf("copy of %q then ack of %q at attempt %d; want the original copied back and the copy acked at attempt 2", copied.ID, acked.ID, acked.Attempt)
+	}
+	if ds := b.deliveries(); len(ds) != 2 || !ds[1].at.Equal(start.Add(time.Second)) {
+		t.Fatalf("deliveries %+v, want the copy exactly 1s after the first", ds)
+	}
+}
+
+func TestBrokerDeadLettersAndRepliesAreReadByOtherMounts(t *testing.T) {
+	t.Parallel()
+	broker := settletest.NewBroker()
+	h := settletest.New(t)
+	h.Mount(broker.Topic("payments.requested"), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		if string(m.Payload) == "declined" {
+			return errors.New("declined")
+		}
+		return m.Reply(append([]byte("paid "), m.Payload...))
+	}), settle.WithCodec(settle.Raw), settle.MaxAttempts(1), settle.DeadLetter("payments.dead"), settle.ReplyTo("payments.paid"))
+	var mu sync.Mutex
+	got := map[string][]string{}
+	record := func(m *settle.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[m.Key] = append(got[m.Key], string(m.Payload))
+		return nil
+	}
+	for _, topic := range []string{"payments.dead", "payments.paid"} {
+		h.Mount(broker.Topic(topic), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error { return record(m) }))
+	}
+	h.Start()
+	broker.Topic("payments.requested").Publish([]byte("order 1"), nil)
+	broker.Topic("payments.requested").Publish([]byte("declined"), nil)
+	h.WaitFor("both read on", func(evs []settle.Settled) bool {
+		n := 0
+		for _, e := range evs {
+			if e.Action == settle.ActionAck {
+				n++
+			}
+		}
+		return n == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got["payments.paid"]) != "[paid order 1]" || fmt.Sprint(got["payments.dead"]) != "[declined]" {
+		t.Fatalf("read %v, want the reply on payments.paid and the dead letter on payments.dead", got)
 	}
 }
