@@ -46,9 +46,10 @@ func Reply[In, Out any](fn func(ctx context.Context, m *Message, v In) (Out, err
 // mount's ReplyTo destination once the handler returns nil, with HeaderReplyOf and
 // HeaderReplySource naming this delivery. A handler may add several (an out
 // collector): they are written in order, in the same step. If the handler returns an
-// error, none is sent. It returns ErrNoReplyTo on a mount without ReplyTo, and a
-// *EncodeError when the codec refuses v; returned from the handler, either settles the
-// delivery as a failure.
+// error, none is sent. It returns ErrNoReplyTo on a mount without ReplyTo (and on a
+// Message a test built itself: test a replying handler on a settletest.Broker topic),
+// and a *EncodeError when the codec refuses v; returned from the handler, either
+// settles the delivery as a failure.
 func (m *Message) Reply(v any) error {
 	if m.replyTo == "" {
 		return ErrNoReplyTo
