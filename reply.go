@@ -115,12 +115,9 @@ type Replier interface {
 	PublishReply(ctx context.Context, dest string, payload []byte, headers map[string]string) error
 }
 
-// ReplierFunc adapts a function to a Replier, say around a Publisher:
-//
-//	settle.ReplierFunc(func(ctx context.Context, dest string, p []byte, h map[string]string) error {
-//		_, err := pub.PublishChannelBytes(ctx, dest, p, settle.Headers(h))
-//		return err
-//	})
+// ReplierFunc adapts a function to a Replier (a Publisher's StreamReplier, ListReplier
+// and ChannelReplier cover Redis). The headers it is given include settle's own
+// (HeaderReplyOf, HeaderReplySource): write them as they are.
 type ReplierFunc func(ctx context.Context, dest string, payload []byte, headers map[string]string) error
 
 // PublishReply calls f.
