@@ -134,7 +134,7 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 			errs = append(errs, fmt.Errorf("a reliable list, its processing lists and its DeadLetter must share a cluster slot (each settlement is one script): %w", err))
 		}
 	}
-	errs = append(errs, listReplyProblems(p, s.rdb, s.key, t.processing)...)
+	errs = append(errs, replyProblems(p, s.rdb, "reliable list", s.key, t.processing)...)
 	return append(errs, delaySetProblems(p, s.rdb, "reliable list", s.key, s.key, t.processing)...)
 }
 

@@ -250,7 +250,7 @@ func TestReplyToInAnotherClusterSlotIsRefused(t *testing.T) {
 		src  settle.Source
 		want string
 	}{
-		{"Stream", settle.Stream(rdb, in, "workers"), "stream and ReplyTo must share a cluster slot"},
+		{"Stream", settle.Stream(rdb, in, "workers"), "a stream and its ReplyTo must share a cluster slot"},
 		{"ReliableList", settle.ReliableList(rdb, in), "a reliable list and its ReplyTo must share a cluster slot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,30 +16,36 @@ import (
 // answer, in one script (see stream_reply.lua), fenced on the entry still being
 // pending to this consumer.
 func (t *streamTransport) reply(ctx context.Context, m source.Move) error {
-	replies := make([][]any, len(m.Outputs))
-	for i, out := range m.Outputs {
-		replies[i] = wire.StreamValues(out.Payload, out.Headers)
-	}
-	dest := t.env.Policy.ReplyTo
+	dest, replies := t.env.Policy.ReplyTo, encodeOutputs(m.Outputs, wire.StreamValues)
 	if err := script.StreamReply(ctx, t.src.rdb, dest, t.src.key, t.src.group, t.consumer, m.Delivery.ID, replies); err != nil {
 		return fmt.Errorf("stream %q: reply to %s into %q: %w", t.src.key, m.Delivery.ID, dest, err)
 	}
 	return nil
 }
 
-// replyProblems returns the refusals of a stream mount's ReplyTo: the reply stream is
-// written in one script with the source, so it must be another key of the same slot.
-func replyProblems(p source.Policy, rdb redis.UniversalClient, key string) []error {
+// encodeOutputs encodes each reply with enc (wire.StreamValues, wire.Envelope), in order.
+func encodeOutputs[T any](outs []source.Output, enc func(payload []byte, headers map[string]string) T) []T {
+	vs := make([]T, len(outs))
+	for i, out := range outs {
+		vs[i] = enc(out.Payload, out.Headers)
+	}
+	return vs
+}
+
+// replyProblems returns the refusals of a Redis mount's ReplyTo, which its transport
+// writes in one script with slotKey (the stream, a reliable list's processing list): a
+// key other than the one read (a what, say "stream"), in slotKey's cluster slot.
+func replyProblems(p source.Policy, rdb redis.UniversalClient, what, key, slotKey string) []error {
 	if p.ReplyTo == "" {
 		return nil
 	}
 	var errs []error
 	if p.ReplyTo == key {
-		errs = append(errs, fmt.Errorf("ReplyTo(%q) is the stream the mount reads: replies would be read as requests", p.ReplyTo))
+		errs = append(errs, fmt.Errorf("ReplyTo(%q) is the %s the mount reads: replies would be read as requests", p.ReplyTo, what))
 	}
-	if err := keys.SameSlot(key, p.ReplyTo); err != nil {
-		if _, cluster := rdb.(*redis.ClusterClient); cluster {
-			errs = append(errs, fmt.Errorf("stream and ReplyTo must share a cluster slot (a reply is one script): %w", err))
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		if err := keys.SameSlot(slotKey, p.ReplyTo); err != nil {
+			errs = append(errs, fmt.Errorf("a %s and its ReplyTo must share a cluster slot (a reply is one script): %w", what, err))
 		}
 	}
 	return errs

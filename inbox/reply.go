@@ -21,27 +21,16 @@ func (t *transport) reply(ctx context.Context, m source.Move) error {
 		insert, group, what = t.replyInsert, "", fmt.Sprintf("reply to table %q of", rt)
 	}
 	err := t.fenced(ctx, m.Delivery, what, func(h *held) (bool, error) {
-		tx, err := t.d.begin(ctx, t.q.ib.db)
-		if err != nil {
-			return false, err
-		}
-		defer func() { _ = tx.Rollback() }()
-		ids, err := queryIDs(ctx, tx, t.s.lockLeased.text, t.s.lockLeased.bind(map[string]any{"id": h.id, "token": h.token}))
-		if err != nil || len(ids) == 0 {
-			return false, err
-		}
-		skew := t.d.skewArg(t.skew())
-		for _, out := range m.Outputs {
-			args := insert.bind(map[string]any{"group": group, "payload": out.Payload, "skew": skew})
-			if _, err := tx.ExecContext(ctx, insert.text, args...); err != nil {
-				return false, fmt.Errorf("insert reply: %w", err)
+		return t.inLeasedTx(ctx, h, func(tx txn) (bool, error) {
+			skew := t.d.skewArg(t.skew())
+			for _, out := range m.Outputs {
+				args := insert.bind(map[string]any{"group": group, "payload": out.Payload, "skew": skew})
+				if _, err := tx.ExecContext(ctx, insert.text, args...); err != nil {
+					return false, fmt.Errorf("insert reply: %w", err)
+				}
 			}
-		}
-		ok, err := affectedOne(tx.ExecContext(ctx, t.s.ackN(1), h.id, h.token))
-		if err != nil || !ok {
-			return false, err
-		}
-		return true, tx.Commit()
+			return affectedOne(tx.ExecContext(ctx, t.s.ackN(1), h.id, h.token))
+		})
 	})
 	if err == nil && group != "" {
 		t.q.ib.announce(ctx, t.s, group)

@@ -494,6 +494,19 @@ func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest str
 // deadLetterHook runs the user's move in a transaction holding the leased row; attempt
 // is the attempts the engine counted.
 func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, dest, lastErr string) (bool, error) {
+	return t.inLeasedTx(ctx, h, func(tx txn) (bool, error) {
+		row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
+		if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
+			return false, fmt.Errorf("OnDeadLetter hook: %w", err)
+		}
+		return true, nil
+	})
+}
+
+// inLeasedTx runs write in a transaction that first locks h's row by its lease, and
+// commits it when write reports true. It reports false, writing nothing, when the lease
+// was taken over (or write said so).
+func (t *transport) inLeasedTx(ctx context.Context, h *held, write func(tx txn) (bool, error)) (bool, error) {
 	tx, err := t.d.begin(ctx, t.q.ib.db)
 	if err != nil {
 		return false, err
@@ -503,9 +516,8 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 	if err != nil || len(ids) == 0 {
 		return false, err
 	}
-	row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
-	if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
-		return false, fmt.Errorf("OnDeadLetter hook: %w", err)
+	if ok, err := write(tx); err != nil || !ok {
+		return false, err
 	}
 	return true, tx.Commit()
 }

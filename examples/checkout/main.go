@@ -66,74 +66,60 @@ type Paid struct {
 	Order    uint64   `cbor:"order"`
 }
 
-// Refusal is the gateway's answer to one charge (OK is none).
-type Refusal int
-
-// The gateway's answers.
-const (
-	// OK: charged.
-	OK Refusal = iota
-	// Busy: past the rate limit; a charge right now would be refused again.
-	Busy
-	// Unavailable: no answer; try again at once.
-	Unavailable
-	// Declined: no funds; asking again gets the same answer.
-	Declined
+// The gateway's refusals, kept in logs and in a dead letter's error header.
+var (
+	// errBusy: past the rate limit; a charge right now would be refused again.
+	errBusy = errors.New("gateway busy: rate limit reached")
+	// errUnavailable: no answer; try again at once.
+	errUnavailable = errors.New("gateway unavailable: no answer")
+	// errDeclined: no funds; asking again gets the same answer.
+	errDeclined = errors.New("card declined: insufficient funds")
 )
 
-// Gateway stands in for the payment provider. Its answer is chosen from the seed, the
-// order and the attempt alone, so one seed settles the same orders the same way
-// whatever the scheduling.
+// Gateway stands in for the payment provider. Its answer is drawn from a random source
+// seeded with the seed, the order and the attempt, so one seed settles the same orders
+// the same way whatever the scheduling.
 type Gateway struct {
 	// Seed chooses the answers.
 	Seed uint64
 }
 
-// The gateway's odds, in percent; the rest are Declined. A request fails all five
-// attempts with probability 0.45^5 ≈ 2%.
-const (
-	pctOK          = 50
-	pctBusy        = 20
-	pctUnavailable = 25
-)
+// odds are the gateway's answers (nil: charged) with their weights, in percent: a
+// request fails all five attempts with probability 0.45^5 ≈ 2%.
+var odds = []struct {
+	answer error
+	weight int
+}{{nil, 50}, {errBusy, 20}, {errUnavailable, 25}, {errDeclined, 5}}
 
-// Charge returns the gateway's answer to order on the given attempt (1-based).
-func (g Gateway) Charge(order uint64, attempt int) Refusal {
-	r := mrand.New(mrand.NewPCG(g.Seed, order<<8|uint64(attempt&0xff)))
-	switch n := r.IntN(100); {
-	case n < pctOK:
-		return OK
-	case n < pctOK+pctBusy:
-		return Busy
-	case n < pctOK+pctBusy+pctUnavailable:
-		return Unavailable
-	default:
-		return Declined
+// Charge returns nil once the gateway charged order on the given attempt (1-based),
+// else its refusal: errBusy, errUnavailable or errDeclined.
+func (g Gateway) Charge(order uint64, attempt int) error {
+	n := mrand.New(mrand.NewPCG(g.Seed^order, uint64(attempt))).IntN(100)
+	for _, o := range odds {
+		if n < o.weight {
+			return o.answer
+		}
+		n -= o.weight
 	}
+	return errDeclined
 }
-
-// The gateway's refusals as errors, kept in logs and in a dead letter's error header.
-var (
-	errBusy        = errors.New("gateway busy: rate limit reached")
-	errUnavailable = errors.New("gateway unavailable: no answer")
-	errDeclined    = errors.New("card declined: insufficient funds")
-)
 
 // charge is the payments subscriber: a Paid reply, or the refusal's outcome.
 func charge(g Gateway, backoff time.Duration) func(ctx context.Context, m *settle.Message, req PaymentRequest) (Paid, error) {
 	return func(_ context.Context, m *settle.Message, req PaymentRequest) (Paid, error) {
-		switch g.Charge(req.Order, m.Attempt) {
-		case OK:
+		err := g.Charge(req.Order, m.Attempt)
+		switch {
+		case err == nil:
 			return Paid{Customer: req.Customer, Lines: req.Lines, Order: req.Order}, nil
-		case Busy:
+		case errors.Is(err, errBusy):
 			// Past the rate limit: a redelivery right now would be refused again.
-			return Paid{}, settle.RetryAfter(backoff, errBusy)
-		case Unavailable:
+			return Paid{}, settle.RetryAfter(backoff, err)
+		case errors.Is(err, errUnavailable):
 			// No answer: try again at once, up to the attempts cap.
-			return Paid{}, settle.Retry(errUnavailable)
+			return Paid{}, settle.Retry(err)
 		default:
 			// A refused card stays refused.
-			return Paid{}, settle.Drop(errDeclined)
+			return Paid{}, settle.Drop(err)
 		}
 	}
 }
@@ -148,11 +134,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "checkout:", err)
 		os.Exit(1)
 	}
@@ -161,38 +145,38 @@ func main() {
 // options are the command's flags.
 type options struct {
 	backoff time.Duration
+	level   slog.Level
 	n       int
 	prefix  string
 	redis   string
 	seed    uint64
 	timeout time.Duration
-	verbose bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
+// parseFlags reads the command line; an argument left over, no order to place or a
+// backoff that is not positive is refused.
+func parseFlags(args []string, stderr io.Writer) (o options, err error) {
 	fs := flag.NewFlagSet("checkout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.DurationVar(&o.backoff, "backoff", time.Second, "how long a Busy charge waits before its retry")
+	fs.TextVar(&o.level, "log", slog.LevelError, "the lowest level logged: DEBUG, INFO, WARN or ERROR")
 	fs.IntVar(&o.n, "n", 100, "how many orders to place")
 	fs.StringVar(&o.prefix, "prefix", "", "prefix for every Redis key (for tests)")
-	fs.StringVar(&o.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (default: the in-memory broker)")
+	fs.StringVar(&o.redis, "redis", "", "a Redis URL to run on (default: the in-memory broker, no server)")
 	fs.Uint64Var(&o.seed, "seed", 4, "seed of the gateway's answers")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up if the orders are not all settled by then")
-	fs.BoolVar(&o.verbose, "v", false, "log at Warn level (default: Error level)")
-	if err := fs.Parse(args); err != nil {
+	if err = fs.Parse(args); err != nil {
 		return o, err
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	switch {
+	case fs.NArg() > 0:
+		err = fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	case o.n < 1:
+		err = fmt.Errorf("-n %d: place at least one order", o.n)
+	case o.backoff <= 0:
+		err = fmt.Errorf("-backoff %s: must be positive", o.backoff)
 	}
-	if o.n < 1 {
-		return o, fmt.Errorf("-n %d: place at least one order", o.n)
-	}
-	if o.backoff <= 0 {
-		return o, fmt.Errorf("-backoff %s: must be positive", o.backoff)
-	}
-	return o, nil
+	return o, err
 }
 
 // shop is where the run's messages live: the in-memory broker or Redis.
@@ -297,11 +281,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	level := slog.LevelError
-	if o.verbose {
-		level = slog.LevelWarn
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.level}))
 
 	var s *shop
 	if o.redis == "" {
