@@ -157,15 +157,21 @@ func TestHandlerErrorPublishesNoReply(t *testing.T) {
 	}
 }
 
+// deadLetterOfOne mounts h on a broker topic with a cap of 1 (and opts), publishes one
+// message and returns its dead letter's settlement and the broker.
+func deadLetterOfOne(t *testing.T, h settle.Handler, opts ...settle.MountOption) (settle.Settled, *settletest.Broker) {
+	t.Helper()
+	th := settletest.New(t)
+	broker := settletest.NewBroker()
+	th.Mount(broker.Topic("orders"), h, append(opts, settle.MaxAttempts(1), settle.DeadLetter("orders.dead"))...)
+	th.Start()
+	publishOrder(t, broker.Topic("orders"), 1)
+	return onlyAction(t, th.WaitAction(settle.ActionDeadLetter, 1), settle.ActionDeadLetter), broker
+}
+
 func TestReplyWithoutReplyToFailsTheDeliveryWithErrNoReplyTo(t *testing.T) {
 	t.Parallel()
-	h := settletest.New(t)
-	broker := settletest.NewBroker()
-	in := broker.Topic("orders")
-	h.Mount(in, settle.Reply(payOrder), settle.MaxAttempts(1), settle.DeadLetter("orders.dead"))
-	h.Start()
-	publishOrder(t, in, 1)
-	ev := h.WaitAction(settle.ActionDeadLetter, 1)[0]
+	ev, _ := deadLetterOfOne(t, settle.Reply(payOrder))
 	if !errors.Is(ev.HandlerErr, settle.ErrNoReplyTo) {
 		t.Fatalf("handler error %v, want ErrNoReplyTo", ev.HandlerErr)
 	}
@@ -173,15 +179,9 @@ func TestReplyWithoutReplyToFailsTheDeliveryWithErrNoReplyTo(t *testing.T) {
 
 func TestReplyTheCodecRefusesIsAFailureWithAnEncodeError(t *testing.T) {
 	t.Parallel()
-	h := settletest.New(t)
-	broker := settletest.NewBroker()
-	in := broker.Topic("orders")
-	h.Mount(in, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+	ev, broker := deadLetterOfOne(t, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 		return m.Reply(42) // the raw codec encodes only []byte and string
-	}), settle.WithCodec(settle.Raw), settle.ReplyTo("orders.paid"), settle.MaxAttempts(1), settle.DeadLetter("orders.dead"))
-	h.Start()
-	in.Publish([]byte("x"), nil)
-	ev := h.WaitAction(settle.ActionDeadLetter, 1)[0]
+	}), settle.WithCodec(settle.Raw), settle.ReplyTo("orders.paid"))
 	var ee *settle.EncodeError
 	if !errors.As(ev.HandlerErr, &ee) || ee.Codec != "raw" {
 		t.Fatalf("handler error %v, want a raw *EncodeError", ev.HandlerErr)
