@@ -10,9 +10,11 @@
 -- Returns 1 when the item was taken and the replies pushed; 0 when the item was no
 -- longer in KEYS[1] (orphan recovery took it: nothing is written, so a consumer whose
 -- heartbeat lapsed never adds a second reply); or an error reply naming the key that is
--- not a list, with nothing written.
+-- not a list, or NOPERM when the user may not run the LREM or the RPUSH
+-- (redis.acl_check_cmd, Redis 7), with nothing written.
 --
--- Every check comes before the first write: both keys' types, at least one reply. The
+-- Every check comes before the first write: both keys' types, at least one reply, the
+-- user's permission for both writes. The
 -- LREM then decides; the RPUSH that follows cannot fail on a list the script checked.
 for _, key in ipairs(KEYS) do
   local kind = redis.call('TYPE', key)['ok']
@@ -22,6 +24,14 @@ for _, key in ipairs(KEYS) do
 end
 if #ARGV < 2 then
   return redis.error_reply('BADREPLY no reply to push')
+end
+if redis.acl_check_cmd ~= nil then
+  if not redis.acl_check_cmd('LREM', KEYS[1], '1', ARGV[1]) then
+    return redis.error_reply('NOPERM this user has no permissions to run the lrem command on key ' .. KEYS[1])
+  end
+  if not redis.acl_check_cmd('RPUSH', KEYS[2], ARGV[2]) then
+    return redis.error_reply('NOPERM this user has no permissions to run the rpush command on key ' .. KEYS[2])
+  end
 end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
   return 0

@@ -14,10 +14,11 @@
 -- with nothing written: "NOTOWNER …" when the entry is no longer pending to ARGV[2]
 -- (another consumer claimed it, or it was settled), so a consumer that stalled past
 -- min-idle never adds a second reply; WRONGTYPE when KEYS[1] is not a stream; BADREPLY
--- when a reply's arguments are malformed.
+-- when a reply's arguments are malformed; NOPERM when the user may not run the XADD or
+-- the XACK (redis.acl_check_cmd, Redis 7: a server without it lets the script run).
 --
 -- Every check comes before the first write: the reply stream's type, the owner, each
--- reply's shape. Then the XADDs (to a stream or a missing key, with an even, non-empty
+-- reply's shape, the user's permission for both writes. Then the XADDs (to a stream or a missing key, with an even, non-empty
 -- list of field/values: they cannot fail) and the XACK (the group and the entry were
 -- found by XPENDING on the same key) run with nothing left that can raise.
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -38,6 +39,14 @@ while i <= #ARGV do
   end
   replies[#replies + 1] = {i + 1, i + n}
   i = i + n + 1
+end
+if redis.acl_check_cmd ~= nil then
+  if not redis.acl_check_cmd('XADD', KEYS[1], '*', 'f', 'v') then
+    return redis.error_reply('NOPERM this user has no permissions to run the xadd command on key ' .. KEYS[1])
+  end
+  if not redis.acl_check_cmd('XACK', KEYS[2], group, id) then
+    return redis.error_reply('NOPERM this user has no permissions to run the xack command on key ' .. KEYS[2])
+  end
 end
 for _, r in ipairs(replies) do
   redis.call('XADD', KEYS[1], '*', unpack(ARGV, r[1], r[2]))
