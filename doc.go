@@ -13,6 +13,16 @@
 // [Typed] decodes msgpack (or JSON, or raw bytes: [WithCodec]) before calling a typed
 // function.
 //
+// # Replies
+//
+// [Reply] is a typed handler that also returns a value: on success it is encoded with
+// the mount's codec and written to the mount's [ReplyTo] destination ([Message.Reply]
+// adds one, or several, from any handler). Where that destination shares the source's
+// store (a stream of the same hash slot, a list beside a reliable list, another group
+// or table of an inbox's database) the replies and the completion of the original are
+// one atomic step; across stores, [ReplyVia] publishes them first and completes the
+// original after (at least once).
+//
 // # Mounts and the App
 //
 // An [App] mounts handlers on sources such as [Stream], each with its own policy:

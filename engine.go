@@ -69,7 +69,7 @@ type Settled struct {
 // Final reports whether the message reached a final state with this settlement: acked,
 // dropped, rejected, lost or dead-lettered, and applied without error.
 func (s Settled) Final() bool {
-	return s.Err == nil && (s.Action.completes() || s.Action == ActionDeadLetter)
+	return s.Err == nil && (s.Action.completes() || s.Action == ActionDeadLetter || s.Action == ActionReply)
 }
 
 // engine is what the mounts of one App share: its clock, logger and OnSettled hook,
@@ -130,6 +130,7 @@ func (m *mount) prepare(e *engine) {
 		DeadLetterMaxLen: m.cfg.deadLetterMaxLen,
 		Delay:            m.cfg.delay,
 		MaxAttempts:      m.cfg.maxAttempts,
+		ReplyTo:          m.cfg.replyTo,
 	}
 	m.eng = e
 	env := source.Env{Clock: e.clock, Logger: e.logger, Policy: m.policy, TestClock: e.testClock}
@@ -207,6 +208,9 @@ func (m *mount) validate() []error {
 		add("%v", err)
 	}
 	for _, err := range delayProblems(m.cfg.delay, m.info) {
+		add("%v", err)
+	}
+	for _, err := range m.replyProblems() {
 		add("%v", err)
 	}
 	return errs
@@ -467,6 +471,7 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		Payload:   d.Payload,
 		codec:     m.cfg.codec,
 		noPayload: !d.HasPayload,
+		replyTo:   m.cfg.replyTo,
 	}
 	err := callHandler(ctx, m.wrapped, msg)
 	if !w.end() {
@@ -478,6 +483,9 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 	if pe, ok := err.(*PanicError); ok {
 		m.logger.ErrorContext(ctx, "settle: handler panicked; its delivery is retried",
 			slog.String(attrMsgID, d.ID), slog.Int(attrAttempt, d.Attempt), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
+	}
+	if err == nil && len(msg.outputs) > 0 {
+		return m.reply(ctx, d, msg.outputs, acks, delays)
 	}
 	o, plain := outcomeOf(err)
 	if plain {

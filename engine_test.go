@@ -141,7 +141,7 @@ func TestAckIsLoggedAtDebugOnlyWhenDebugIsEnabled(t *testing.T) {
 func TestTimeoutSettlesAHungHandlersDeliveryAsAFailure(t *testing.T) {
 	t.Parallel()
 	h := settletest.New(t)
-	mem := settletest.NewMemory("jobs")
+	mem := settletest.NewBroker().Topic("jobs")
 	started, release := make(chan context.Context, 1), make(chan struct{})
 	defer close(release)
 	var calls atomic.Int32
@@ -194,7 +194,8 @@ func TestPanicKeepsItsStackInTheLogAndTheDeadLetter(t *testing.T) {
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelError}))
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: logger}))
-	mem := settletest.NewMemory("jobs")
+	broker := settletest.NewBroker()
+	mem := broker.Topic("jobs")
 	h.Mount(mem, settle.HandlerFunc(func(context.Context, *settle.Message) error {
 		panicDeepInAHandler()
 		return nil
@@ -202,7 +203,7 @@ func TestPanicKeepsItsStackInTheLogAndTheDeadLetter(t *testing.T) {
 	h.Start()
 	mem.Publish([]byte("p"), nil)
 	h.WaitAction(settle.ActionDeadLetter, 1)
-	dead := mem.DeadLetters()
+	dead := broker.Topic("jobs.dead").Messages()
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}

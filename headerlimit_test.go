@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +98,7 @@ func TestStreamEntryTooLargeToSettleIsDeadLetteredByReference(t *testing.T) {
 			}
 			start(t, b.app(t, b.stream(), ack, opts...))
 			evs := finals(t, b.rec, 2)
-			if got := finalIDs(evs); len(got) != 2 || got[0] != first || got[1] != last {
+			if got := finalIDs(evs); len(got) != 2 || !slices.Contains(got, first) || !slices.Contains(got, last) {
 				t.Fatalf("handled %v, want only %s and %s", got, first, last)
 			}
 			if n := b.pending(t); n != 0 {

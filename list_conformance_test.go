@@ -69,6 +69,11 @@ func newListSubject(t *testing.T, reliable bool, c *conformanceClock) *sourcetes
 			}
 			return n
 		}
+		s.ReplyTo = r.Key("replies")
+		s.Replies = func(t testing.TB) []sourcetest.Dead {
+			t.Helper()
+			return readDeadList(t, r.Client, r.Key("replies"))
+		}
 	}
 	if c != nil {
 		s.Advance = c.Advance

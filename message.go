@@ -3,6 +3,8 @@ package settle
 import (
 	"context"
 	"errors"
+
+	"github.com/settlekit/settle/internal/source"
 )
 
 // Message is one delivery of a message to a handler.
@@ -22,7 +24,9 @@ type Message struct {
 	Payload []byte
 
 	codec     Codec
-	noPayload bool // the message arrived without a payload field (or as an invalid envelope)
+	noPayload bool            // the message arrived without a payload field (or as an invalid envelope)
+	outputs   []source.Output // the replies the handler added (see Message.Reply)
+	replyTo   string          // the mount's ReplyTo
 }
 
 // Decode decodes the payload into v (a pointer) with the mount's codec. A message that

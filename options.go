@@ -42,6 +42,8 @@ type mountConfig struct {
 	prefetch         int
 	prefetchSet      bool // Prefetch was given; else the source's Batch
 	replicas         replicaWait
+	replier          Replier
+	replyTo          string
 	timeout          time.Duration
 }
 

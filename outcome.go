@@ -178,6 +178,10 @@ const (
 	// ActionLose completed a delivery whose retry the transport cannot honour (a List or
 	// PubSub without MaxAttempts), with a warning: the message is lost.
 	ActionLose
+	// ActionReply wrote the handler's replies to the mount's ReplyTo destination and
+	// completed the original: in one atomic step where both share a store, else the
+	// replies published first (see ReplyVia).
+	ActionReply
 )
 
 // String returns the action's name as logs show it: "ack", "put_back", "dead_letter", ….

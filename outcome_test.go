@@ -368,7 +368,7 @@ func TestActionValuesMatchTheSeams(t *testing.T) {
 	for _, c := range []struct {
 		root Action
 		seam source.Action
-	}{{ActionAck, source.ActionAck}, {ActionDrop, source.ActionDrop}, {ActionLeave, source.ActionLeave}, {ActionPutBack, source.ActionPutBack}, {ActionCopy, source.ActionCopy}, {ActionPark, source.ActionPark}, {ActionDeadLetter, source.ActionDeadLetter}, {ActionReject, source.ActionReject}, {ActionLose, source.ActionLose}} {
+	}{{ActionAck, source.ActionAck}, {ActionDrop, source.ActionDrop}, {ActionLeave, source.ActionLeave}, {ActionPutBack, source.ActionPutBack}, {ActionCopy, source.ActionCopy}, {ActionPark, source.ActionPark}, {ActionDeadLetter, source.ActionDeadLetter}, {ActionReject, source.ActionReject}, {ActionLose, source.ActionLose}, {ActionReply, source.ActionReply}} {
 		if uint8(c.root) != uint8(c.seam) {
 			t.Errorf("%s is %d in settle, %d in the seam", c.root, c.root, c.seam)
 		}

@@ -111,7 +111,7 @@ func (t *reliableTransport) Info() source.Info {
 		BatchesMoves: true,
 		Block:        listBlock(t.src.cfg.block),
 		// A recovered item's attempt counts the delivery that never settled.
-		Caps: source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, RetryWithoutCap: source.ActionPutBack},
+		Caps: source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, Replies: true, RetryWithoutCap: source.ActionPutBack},
 		Key:  t.src.key,
 		Kind: source.KindList,
 	}
@@ -135,6 +135,7 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 			errs = append(errs, fmt.Errorf("a reliable list, its processing lists and its DeadLetter must share a cluster slot (each settlement is one script): %w", err))
 		}
 	}
+	errs = append(errs, replyProblems(p, s.rdb, "reliable list", s.key, t.processing)...)
 	return append(errs, delaySetProblems(p, s.rdb, "reliable list", s.key, s.key, t.processing)...)
 }
 
@@ -415,6 +416,9 @@ func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error
 			member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
 			parks, parkIdx = append(parks, script.ValuePark{Delay: m.Delay, Item: item, Member: member}), append(parkIdx, i)
 			continue
+		case source.ActionReply:
+			errs[i] = t.reply(ctx, m)
+			continue
 		default:
 			errs[i] = source.UnsupportedMove(source.KindList, m)
 			continue
@@ -456,6 +460,8 @@ func (t *reliableTransport) moved(err error, m source.Move) error {
 		what = fmt.Sprintf("dead letter to %q", m.Dest)
 	case source.ActionPark:
 		what = fmt.Sprintf("park in %q", t.delays.Key)
+	case source.ActionReply:
+		what = fmt.Sprintf("reply to %q", t.env.Policy.ReplyTo)
 	}
 	return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, m.Delivery.ID, err)
 }

@@ -135,7 +135,7 @@ func (t *streamTransport) Info() source.Info {
 		BatchesMoves: true,
 		Block:        t.src.cfg.block,
 		// A re-read or claimed entry's attempt counts its unsettled deliveries.
-		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, RetryWithoutCap: source.ActionCopy},
+		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, Replies: true, RetryWithoutCap: source.ActionCopy},
 		Group: t.src.group,
 		Key:   t.src.key,
 		Kind:  source.KindStream,
@@ -172,6 +172,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 		slotKeys = append(slotKeys, p.DeadLetter)
 	}
 	errs = append(errs, delaySetProblems(p, s.rdb, "stream", s.key, slotKeys...)...)
+	errs = append(errs, replyProblems(p, s.rdb, "stream", s.key, s.key)...)
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
 		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
 			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one script): %w", err))
@@ -491,6 +492,9 @@ func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs
 		case source.ActionCopy, source.ActionDeadLetter:
 		case source.ActionPark:
 			parks, parkIdx = append(parks, t.park(m)), append(parkIdx, i)
+			done[i] = true
+		case source.ActionReply:
+			errs[i] = t.reply(ctx, m)
 			done[i] = true
 		case source.ActionRelease:
 			released = append(released, m.Delivery.ID)

@@ -46,6 +46,11 @@ func newStreamSubject(t *testing.T, c *conformanceClock) *sourcetest.Subject {
 			t.Helper()
 			return readDeadLetters(t, r.Client, dlq)
 		},
+		ReplyTo: r.Key("replies"),
+		Replies: func(t testing.TB) []sourcetest.Dead {
+			t.Helper()
+			return readDeadLetters(t, r.Client, r.Key("replies"))
+		},
 		Pending: func(t testing.TB) int64 {
 			t.Helper()
 			p, err := r.Client.XPending(context.Background(), in, group).Result()

@@ -59,7 +59,7 @@ func mailInbox(t *testing.T, d inbox.Dialect, dsn string) *inbox.Inbox {
 		LockedUntil: "locked_until", Payload: "payload", LastError: "last_error", DeadAt: "dead_at"})
 	ctx := context.Background()
 	for _, to := range []string{"ok@example.com", "bounce-1@example.com", "bounce-2@example.com"} {
-		if err := ib.Publish(ctx, "emails", map[string]string{"to": to, "subject": "Your refund"}); err != nil {
+		if _, err := ib.Publish(ctx, "emails", map[string]string{"to": to, "subject": "Your refund"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,6 +12,9 @@
 //	                (a table without retry_after: returned at once, with a warning)
 //	at the cap      with a group column: group = the dead-letter group, payload and
 //	                attempt kept; without one: moved into the dead-letter table
+//	a reply         (settle.Reply with settle.ReplyTo) rows inserted into the ReplyTo
+//	                group (or, without a group column, the ReplyTo table, same
+//	                columns) and the row deleted, in one transaction
 //
 // Every settlement is fenced by the lease the claim wrote: a worker whose lease was
 // taken over changes nothing, and its settlement reports [ErrLeaseLost].

@@ -21,6 +21,7 @@ type transport struct {
 	env          source.Env
 	q            *Queue
 	s            *statements
+	replyStmts   *statements  // from Open: the statements of the ReplyTo table (a table without a group column)
 	leases       *leaseKeeper // from Open: the rows held and their heartbeat
 	redo         *redoer      // from Open: re-applies settlements that failed (see redo.go)
 	live         liveWorker   // from Open: its place among the live workers of its test clock
@@ -61,6 +62,8 @@ func (t *transport) Info() source.Info {
 		info.Key = t.q.ib.table.Name
 		// A claim of a row whose lease passed adds one attempt (see claimCount).
 		info.Caps.CountsUnsettled = t.q.ib.table.Attempt != ""
+		// A reply is a row of another group of the table, or of another table (see reply).
+		info.Caps.Replies = true
 	}
 	return info
 }
@@ -105,6 +108,7 @@ func (t *transport) Validate(p source.Policy) []error {
 			errs = append(errs, fmt.Errorf("inbox: DeadLetter(%q): the table name contains a quote or ';'", p.DeadLetter))
 		}
 	}
+	errs = append(errs, t.replyProblems(p)...)
 	if q.cfg.batch < 1 {
 		errs = append(errs, fmt.Errorf("inbox: Batch(%d): must be at least 1", q.cfg.batch))
 	}
@@ -137,6 +141,12 @@ func (t *transport) Open(ctx context.Context) error {
 	}
 	if dt := t.deadTable(); dt != "" {
 		if err := t.checkColumns(ctx, dt, want); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rt := t.replyTable(); rt != "" {
+		t.buildReplyStatements(rt)
+		if err := t.checkColumns(ctx, rt, want); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -352,6 +362,8 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 				continue
 			}
 			singles = append(singles, i)
+		case source.ActionReply:
+			singles = append(singles, i) // a transaction of its own (see reply)
 		default:
 			errs[i] = source.UnsupportedMove(source.KindTable, m)
 		}
@@ -397,6 +409,10 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 				sem <- struct{}{}
 				each.Go(func() {
 					defer func() { <-sem }()
+					if ms[i].Action == source.ActionReply {
+						errs[i] = t.reply(ctx, ms[i])
+						return
+					}
 					errs[i] = t.deadLetter(ctx, ms[i].Delivery, ms[i].Dest, ms[i].Headers, ms[i].Err)
 				})
 			}
@@ -512,6 +528,19 @@ func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest str
 // deadLetterHook runs the user's move in a transaction holding the leased row; attempt
 // is the attempts the engine counted.
 func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, dest, lastErr string) (bool, error) {
+	return t.inLeasedTx(ctx, h, func(tx txn) (bool, error) {
+		row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, Headers: h.headers, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
+		if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
+			return false, fmt.Errorf("OnDeadLetter hook: %w", err)
+		}
+		return true, nil
+	})
+}
+
+// inLeasedTx runs write in a transaction that first locks h's row by its lease, and
+// commits it when write reports true. It reports false, writing nothing, when the lease
+// was taken over (or write said so).
+func (t *transport) inLeasedTx(ctx context.Context, h *held, write func(tx txn) (bool, error)) (bool, error) {
 	tx, err := t.d.begin(ctx, t.q.ib.db)
 	if err != nil {
 		return false, err
@@ -521,9 +550,8 @@ func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, de
 	if err != nil || len(ids) == 0 {
 		return false, err
 	}
-	row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, Headers: h.headers, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
-	if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
-		return false, fmt.Errorf("OnDeadLetter hook: %w", err)
+	if ok, err := write(tx); err != nil || !ok {
+		return false, err
 	}
 	return true, tx.Commit()
 }

@@ -10,12 +10,12 @@ import (
 	"github.com/settlekit/settle/settletest"
 )
 
-// A handler that asks a busy provider's 30 s backoff, run on the in-memory source and a
+// A handler that asks a busy provider's 30 s backoff, run on the in-memory broker and a
 // paused fake clock: Advance lets the 30 s pass at once. In a test, settletest.New
 // wires the same pieces (and a Redis) with bounded waits.
 func Example() {
 	clk := settletest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
-	mem := settletest.NewMemory("payments")
+	mem := settletest.NewBroker().Topic("payments")
 	events := make(chan settle.Settled, 10)
 	app, _ := settle.New(settle.Config{
 		OnSettled: func(_ context.Context, s settle.Settled) { events <- s },

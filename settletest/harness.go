@@ -3,8 +3,8 @@
 // in-process delays, durable delays, handler timeouts and backoffs come due without
 // waiting, and on miniredis a claiming stream's min-idle too (on a real server Redis's
 // own clock governs idle times: the harness refuses a ClaimingStream there unless
-// Live); or live, on the wall clock. It also offers Memory, an in-memory source that runs
-// handlers through the same engine with no Redis at all.
+// Live); or live, on the wall clock. It also offers Broker, an in-memory broker whose
+// topics run handlers through the same engine with no Redis at all.
 //
 // A test mounts its handlers, starts the App, publishes, advances the clock and waits
 // for settlements (Config.OnSettled events) with a bounded wait, never a sleep:

@@ -102,7 +102,7 @@ func (r *run) applied() bool { return r.settle != nil && r.settle.Err == "" }
 // completes reports whether an action ends the message's life in its source.
 func completes(action string) bool {
 	switch action {
-	case "ack", "drop", "reject", "lose", "dead_letter":
+	case "ack", "reply", "drop", "reject", "lose", "dead_letter":
 		return true
 	}
 	return false
@@ -262,7 +262,7 @@ func Check(in Input) Report {
 				problem("message %s: run %+v never settled, and its process was not killed", id, r.ev)
 			case r.settle.Err != "":
 				failed++
-			case r.settle.Action == "ack":
+			case r.settle.Action == "ack" || r.settle.Action == "reply": // a reply completes as an ack does
 				acked++
 			case r.settle.Action == "drop" || r.settle.Action == "reject" || r.settle.Action == "lose":
 				dropped++
@@ -312,7 +312,7 @@ func Check(in Input) Report {
 			switch {
 			case last.settle == nil && killed(last) && last.outcome != nil && (last.outcome.Outcome == "ack" || last.outcome.Outcome == "drop"):
 				inferred = 1
-			case last.settle != nil && last.settle.Err != "" && (last.settle.Action == "ack" || last.settle.Action == "drop"):
+			case last.settle != nil && last.settle.Err != "" && (last.settle.Action == "ack" || last.settle.Action == "reply" || last.settle.Action == "drop"):
 				// The server applied the ack and lost its reply (killed between writing it
 				// to its log and answering): the error says the reply failed, not the ack.
 				inferred = 1

@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/cbor"
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/settletest"
 )
@@ -36,5 +39,38 @@ func TestReadmeTestKitSketchPassesA30sBackoffAtOnce(t *testing.T) {
 	last := events[len(events)-1]
 	if last.Action != settle.ActionAck || last.Attempt != 2 {
 		t.Fatalf("last settlement: got %s at attempt %d, want ack at attempt 2 (events %+v)", last.Action, last.Attempt, events)
+	}
+}
+
+// PaymentRequest, Paid and Gateway are what the README's reply sketch names.
+type (
+	PaymentRequest struct{ Order int64 }
+	Paid           struct{ Order int64 }
+	Gateway        interface {
+		Charge(ctx context.Context, r PaymentRequest) error
+	}
+)
+
+func mountPayments(app *settle.App, rdb redis.UniversalClient, gateway Gateway) {
+	app.Mount(settle.Stream(rdb, "{shop}:payments.requested", "payments"),
+		settle.Reply(func(ctx context.Context, m *settle.Message, r PaymentRequest) (Paid, error) {
+			return Paid{Order: r.Order}, gateway.Charge(ctx, r)
+		}),
+		settle.ReplyTo("{shop}:payments.paid"), settle.WithCodec(cbor.Codec))
+}
+
+// TestReadmeReplySketchIsAcceptedAtStartup compiles the README's reply sketch and checks
+// that the App accepts its mount (the reply stream shares the source's hash tag).
+func TestReadmeReplySketchIsAcceptedAtStartup(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: Validate only
+	defer rdb.Close()
+	app, err := settle.New(settle.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mountPayments(app, rdb, nil)
+	if err := app.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want the sketch's mount accepted", err)
 	}
 }

@@ -41,10 +41,13 @@ const crashDelay = 50 * time.Millisecond
 
 // crashHandler plays the crash-point life: message crashLife is retried (Retry) at every
 // attempt but the one before the cap, where it asks RetryAfter(crashDelay), so that at
-// the cap it is dead-lettered; every other message is acked.
-func crashHandler(cap int) settle.Handler {
+// the cap it is dead-lettered; every other message is acked, or, with reply, answered
+// with a reply (to the mount's ReplyTo) that completes it.
+func crashHandler(cap int, reply bool) settle.Handler {
 	return settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 		switch {
+		case messageID(m) != crashLife && reply:
+			return m.Reply("paid " + messageID(m))
 		case messageID(m) != crashLife:
 			return nil
 		case m.Attempt == cap-1:
@@ -172,7 +175,7 @@ func (c *crasher) note(s string) {
 // The settlement scripts, by the name of their .lua file in internal/script.
 var (
 	// unconditionalScripts settle what the engine asked for.
-	unconditionalScripts = []string{"stream_move", "park", "value_park", "list_move"}
+	unconditionalScripts = []string{"stream_move", "park", "value_park", "list_move", "stream_reply", "list_reply"}
 	// conditionalScripts run on every read (or heartbeat) and usually move nothing.
 	conditionalScripts = []string{"sweep", "list_sweep", "channel_sweep", "claim", "list_recover"}
 )

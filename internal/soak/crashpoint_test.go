@@ -51,6 +51,10 @@ type crashCase struct {
 	// (see crasher for their names and numbering), in no particular order: message
 	// crashAcked's ack interleaves with crashLife's calls.
 	points []string
+	// reply: message crashAcked is answered with a reply to a key of its own, which
+	// completes it in the same script; the run then checks the reply key holds exactly
+	// one reply (none without the completion, none written twice).
+	reply bool
 }
 
 func crashCases() []crashCase {
@@ -92,6 +96,24 @@ func crashCases() []crashCase {
 			"before list_move#3", "after list_move#3", // dead letter
 			"before lrem#1", "after lrem#1"},
 	}, {
+		// As StreamReclaim, message crashAcked answered with a reply: the stream_reply
+		// script appends it and acknowledges the entry in one step.
+		name: "StreamReply", transport: transportStream, cap: 4, idle: 300 * time.Millisecond, reply: true,
+		points: []string{"after claim#1",
+			"before stream_move#1", "after stream_move#1",
+			"before stream_move#2", "after stream_move#2",
+			"before stream_move#3", "after stream_move#3",
+			"before stream_reply#1", "after stream_reply#1"},
+	}, {
+		// As ReliableList, message crashAcked answered with a reply: the list_reply script
+		// takes its item and pushes the reply in one step.
+		name: "ReliableListReply", transport: transportReliable, cap: 4, idle: 300 * time.Millisecond, reply: true,
+		points: []string{"after list_recover#1",
+			"before list_move#1", "after list_move#1",
+			"before list_move#2", "after list_move#2",
+			"before list_move#3", "after list_move#3",
+			"before list_reply#1", "after list_reply#1"},
+	}, {
 		// The ghost's row, its lease passed, is taken over by one claim (one more attempt:
 		// 2), the other row claimed by another (a takeover is a claim of its own); attempt
 		// 2 Retry: put back; claimed again; attempt 3 RetryAfter: parked in its row;
@@ -102,6 +124,15 @@ func crashCases() []crashCase {
 			"before sql_park#1", "after sql_park#1", "after sql_claim#4",
 			"before sql_dead_letter#1", "after sql_dead_letter#1",
 			"before sql_ack#1", "after sql_ack#1"},
+	}, {
+		// As InboxPostgres, message crashAcked answered with a reply: a row of the group
+		// "replies" inserted in the transaction that deletes the answered row.
+		name: "InboxReply", transport: transportInbox, cap: 4, idle: time.Second, reply: true,
+		points: []string{"after sql_claim#1", "after sql_claim#2",
+			"before sql_put_back#1", "after sql_put_back#1", "after sql_claim#3",
+			"before sql_park#1", "after sql_park#1", "after sql_claim#4",
+			"before sql_dead_letter#1", "after sql_dead_letter#1",
+			"before commit:sql_reply+sql_ack#1", "after commit:sql_reply+sql_ack#1"},
 	}}
 }
 
@@ -170,9 +201,15 @@ func TestCrashPointsLeaveEachMessageInExactlyOnePlace(t *testing.T) {
 			var s subject
 			if c.transport == transportInbox {
 				s = inboxSubject(t)
+				if c.reply {
+					s.cfg.Reply = "replies"
+				}
 			} else {
-				prefix := fmt.Sprintf("%s%d:", c.transport, i)
+				prefix := fmt.Sprintf("%s%d:", c.name, i) // by case: two cases share a transport
 				s = redisSubjectOn(rs.Client, os.Getenv(redistest.EnvURL), func(name string) string { return rs.Key(prefix + name) }, c.transport)
+				if c.reply {
+					s.cfg.Reply = rs.Key(prefix + "replies")
+				}
 			}
 			s.cfg.Cap, s.cfg.Idle = c.cap, c.idle
 			r := &crashRun{c: c, dir: filepath.Join(env.dir, fmt.Sprintf("%s-%d", c.name, i)), point: point, s: s}
@@ -411,6 +448,11 @@ func (r *crashRun) run(e *crashEnv) error {
 	if err := e.inspect(ctx, r.c, r.s); err != nil {
 		return err
 	}
+	if r.c.reply {
+		if err := e.checkReplies(ctx, r.c, r.s); err != nil {
+			return err
+		}
+	}
 	r.summary = crashNote + rep.String()
 	return nil
 }
@@ -630,9 +672,11 @@ func (e *crashEnv) inspect(ctx context.Context, c crashCase, s subject) error {
 			if err := rows.Scan(&grp, &payload, &attempt); err != nil {
 				return err
 			}
-			if grp == s.cfg.DeadLetter {
+			switch grp {
+			case s.cfg.DeadLetter:
 				ids = append(ids, fmt.Sprintf("%s@%d", payload, attempt))
-			} else {
+			case s.cfg.Reply: // counted by checkReplies
+			default:
 				left = append(left, fmt.Sprintf("%s in %s", payload, grp))
 			}
 		}
@@ -652,6 +696,30 @@ func (e *crashEnv) inspect(ctx context.Context, c crashCase, s subject) error {
 func oneDeadLetter(ids []string, cap int) error {
 	if want := fmt.Sprintf("%s@%d", crashLife, cap); len(ids) != 1 || ids[0] != want {
 		return fmt.Errorf("dead letters %v, want exactly [%s]", ids, want)
+	}
+	return nil
+}
+
+// checkReplies checks that the reply key of a reply case holds exactly one reply, to
+// message crashAcked: a reply is written with its original's completion, so a crash at
+// any point leaves either both (the drain finds nothing to do) or neither (the drain
+// replies once).
+func (e *crashEnv) checkReplies(ctx context.Context, c crashCase, s subject) error {
+	var n int64
+	var err error
+	switch c.transport {
+	case transportInbox:
+		err = e.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.cfg.Key+` WHERE grp = $1`, s.cfg.Reply).Scan(&n)
+	case transportReliable:
+		n, err = e.rdb.LLen(ctx, s.cfg.Reply).Result()
+	default:
+		n, err = e.rdb.XLen(ctx, s.cfg.Reply).Result()
+	}
+	if err != nil {
+		return fmt.Errorf("replies in %s: %w", s.cfg.Reply, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%s holds %d replies, want exactly 1 (message %s answered once, atomically with its completion)", s.cfg.Reply, n, crashAcked)
 	}
 	return nil
 }

@@ -37,6 +37,8 @@ func sqlSettlement(query string) (name string, conditional bool) {
 		return "sql_claim", true
 	case strings.HasPrefix(q, "delete from "):
 		return "sql_ack", false
+	case strings.HasPrefix(q, "insert into "):
+		return "sql_reply", false // a reply row (workers publish nothing else)
 	case !strings.HasPrefix(q, "update "):
 		return "", false
 	case strings.Contains(q, " set grp = "):

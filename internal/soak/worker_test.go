@@ -58,7 +58,8 @@ type workerConfig struct {
 	Idle        time.Duration
 	Key         string // stream or list key, or inbox table
 	Ledger      string
-	Poison      bool // poison-message handler instead of the soak's
+	Poison      bool   // poison-message handler instead of the soak's
+	Reply       string // ReplyTo: the crash-point life answers its acked message with a reply
 	PostgresURL string
 	RedisURL    string
 	Seed        int64
@@ -120,7 +121,7 @@ func TestSoakWorker(t *testing.T) {
 	}
 	var crash *crasher
 	if cfg.Crash != nil {
-		h = crashHandler(cfg.Cap)
+		h = crashHandler(cfg.Cap, cfg.Reply != "")
 		if crash, err = newCrasher(cfg.Crash); err != nil {
 			t.Fatal(err)
 		}
@@ -130,6 +131,9 @@ func TestSoakWorker(t *testing.T) {
 		settle.MaxAttempts(cfg.Cap),
 		settle.DeadLetter(cfg.DeadLetter),
 		settle.Concurrency(workerConcurrency),
+	}
+	if cfg.Reply != "" {
+		opts = append(opts, settle.ReplyTo(cfg.Reply))
 	}
 
 	var src settle.Source

@@ -1,5 +1,5 @@
 // Package source is the seam between settle's engine and its transports (Redis streams,
-// lists, pub/sub, SQL inboxes, the test kit's in-memory source). It is not for users and
+// lists, pub/sub, SQL inboxes, the test kit's in-memory broker). It is not for users and
 // may change in any release: users see it only through the sealed settle.Source
 // interface, whose one method hands a transport its Env.
 //
@@ -46,6 +46,9 @@
 //     only when Caps.RetryWithoutCap is ActionPutBack.
 //   - ActionLeave: leave the delivery pending where it is, to come back once
 //     Caps.MinIdle has passed. Sent only when Caps.DeliveryCounter.
+//   - ActionReply: write Outputs to Policy.ReplyTo, a destination of the transport's
+//     Kind in its own store, and complete the original, all in one atomic step. Sent
+//     only when Caps.Replies.
 //   - ActionRelease: at a graceful stop, hand back a delivery that was read but never
 //     started, as if it had not been delivered (no attempt spent). Sent only when
 //     Caps.Releases.
@@ -170,6 +173,12 @@ type Caps struct {
 	// column. Without it the engine keeps delays in-process and writes an ActionCopy
 	// once each is due.
 	Parks bool
+	// Replies: the transport writes a delivery's replies (ActionReply) to a destination
+	// of its own Kind in its own store (a stream in the source's hash slot, a list, a
+	// group or table of the same database, a topic of the same broker) atomically with
+	// the completion of the original. Without it the engine publishes replies through
+	// the mount's replier, then completes the original.
+	Replies bool
 	// Releases: the transport hands back deliveries read and never started
 	// (ActionRelease) without spending an attempt. Without it, a graceful stop runs them
 	// before it returns.
@@ -230,6 +239,17 @@ type Move struct {
 	// Headers are the written message's headers (ActionCopy, ActionDeadLetter,
 	// ActionPark).
 	Headers map[string]string
+	// Outputs are the replies written to Policy.ReplyTo (ActionReply), in order.
+	Outputs []Output
+}
+
+// Output is one reply a handler returned: a message to write to the mount's reply
+// destination, encoded by the engine.
+type Output struct {
+	// Headers are the reply's headers (never nil).
+	Headers map[string]string
+	// Payload is the reply's payload, encoded with the mount's codec.
+	Payload []byte
 }
 
 // EachMove applies ms one at a time with apply, for a transport whose moves are one
@@ -260,6 +280,9 @@ type Policy struct {
 	Delay delayed.Strategy
 	// MaxAttempts caps deliveries, the first included; 0 means no cap.
 	MaxAttempts int
+	// ReplyTo is where replies go (ActionReply); empty means nowhere. A transport with
+	// Caps.Replies validates it as a destination of its own store.
+	ReplyTo string
 }
 
 // Action is what the engine does with one delivery; settle.Action has the same values
@@ -289,13 +312,16 @@ const (
 	// ActionLose completes a delivery whose retry the transport cannot honour, with a
 	// warning: the message is lost.
 	ActionLose
+	// ActionReply writes the delivery's replies (Move.Outputs) to Policy.ReplyTo and
+	// completes the original, atomically. Sent only when Caps.Replies.
+	ActionReply
 	// ActionRelease hands back a delivery that was read but never started, at a graceful
 	// stop, as if it had not been delivered: no attempt is spent. It is the seam's alone
 	// (not a settlement: nothing is reported) and sent only when Caps.Releases.
 	ActionRelease
 )
 
-var actionNames = [...]string{"", "ack", "drop", "leave", "put_back", "copy", "park", "dead_letter", "reject", "lose", "release"}
+var actionNames = [...]string{"", "ack", "drop", "leave", "put_back", "copy", "park", "dead_letter", "reject", "lose", "reply", "release"}
 
 // String returns the action's name as logs show it.
 func (a Action) String() string {

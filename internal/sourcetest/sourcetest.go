@@ -77,6 +77,12 @@ type Subject struct {
 	// an operator does (settle/admin's Pause, the inbox's): a control key or row.
 	// Required unless Features.NeverPaused.
 	Pause, Resume func(t testing.TB)
+	// ReplyTo is the destination to pass to settle.ReplyTo, in the source's own store;
+	// empty when the transport cannot write replies itself (the reply scenarios are
+	// then skipped).
+	ReplyTo string
+	// Replies returns the replies written to ReplyTo so far, oldest first.
+	Replies func(t testing.TB) []Dead
 }
 
 // Dead is one dead letter as read back from its destination.

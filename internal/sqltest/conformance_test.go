@@ -33,18 +33,22 @@ func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 	db := b.open(t)
 	tb := createTable(t, b, db, cols{})
 	ib := inbox.New(db, b.d, tb)
-	s := &sourcetest.Subject{
-		Config:     settle.Config{Logger: quietLogger(t), DrainTimeout: 2 * time.Second},
-		DeadLetter: "jobs.dead",
-		DeadLetters: func(t testing.TB) []sourcetest.Dead {
-			var out []sourcetest.Dead
-			for _, r := range readRows(t, b, db, tb) {
-				if r.group == "jobs.dead" {
-					out = append(out, sourcetest.Dead{Payload: []byte(r.payload)})
-				}
+	// rowsOf reads the payloads of the rows of group, as the suite reads a destination.
+	rowsOf := func(t testing.TB, group string) []sourcetest.Dead {
+		var out []sourcetest.Dead
+		for _, r := range readRows(t, b, db, tb) {
+			if r.group == group {
+				out = append(out, sourcetest.Dead{Payload: []byte(r.payload)})
 			}
-			return out
-		},
+		}
+		return out
+	}
+	s := &sourcetest.Subject{
+		Config:      settle.Config{Logger: quietLogger(t), DrainTimeout: 2 * time.Second},
+		DeadLetter:  "jobs.dead",
+		DeadLetters: func(t testing.TB) []sourcetest.Dead { return rowsOf(t, "jobs.dead") },
+		ReplyTo:     "jobs.replies",
+		Replies:     func(t testing.TB) []sourcetest.Dead { return rowsOf(t, "jobs.replies") },
 		Pending: func(t testing.TB) int64 {
 			var n int64
 			for _, r := range readRows(t, b, db, tb) {

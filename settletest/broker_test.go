@@ -3,6 +3,7 @@ package settletest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -18,17 +19,23 @@ type seen struct {
 	at      time.Time
 }
 
-// memoryBundle is a harness with a Memory source mounted.
-type memoryBundle struct {
-	h   *settletest.Harness
-	mem *settletest.Memory
-	mu  sync.Mutex
-	got []seen
+// brokerBundle is a harness with a broker's topic mounted.
+type brokerBundle struct {
+	broker *settletest.Broker
+	h      *settletest.Harness
+	mem    *settletest.Topic
+	mu     sync.Mutex
+	got    []seen
 }
 
-func setupMemory(t *testing.T, fn func(m *settle.Message) error, opts ...settle.MountOption) *memoryBundle {
+func setupBroker(t *testing.T, fn func(m *settle.Message) error, opts ...settle.MountOption) *brokerBundle {
 	t.Helper()
-	b := &memoryBundle{h: settletest.New(t), mem: settletest.NewMemory("payments")}
+	return setupOn(t, settletest.NewBroker(), fn, opts...)
+}
+
+func setupOn(t *testing.T, broker *settletest.Broker, fn func(m *settle.Message) error, opts ...settle.MountOption) *brokerBundle {
+	t.Helper()
+	b := &brokerBundle{broker: broker, h: settletest.New(t), mem: broker.Topic("payments")}
 	b.h.Mount(b.mem, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 		b.mu.Lock()
 		b.got = append(b.got, seen{attempt: m.Attempt, at: b.h.Clock.Now()})
@@ -39,18 +46,18 @@ func setupMemory(t *testing.T, fn func(m *settle.Message) error, opts ...settle.
 	return b
 }
 
-func (b *memoryBundle) deliveries() []seen {
+func (b *brokerBundle) deliveries() []seen {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.got)
 }
 
-func TestMemory(t *testing.T) {
+func TestBroker(t *testing.T) {
 	t.Parallel()
 
 	t.Run("AckCompletes", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(*settle.Message) error { return nil })
+		b := setupBroker(t, func(*settle.Message) error { return nil })
 		b.mem.Publish([]byte("p"), nil)
 		evs := b.h.WaitSettled(1)
 		if evs[0].Action != settle.ActionAck || b.mem.Len() != 0 {
@@ -60,7 +67,7 @@ func TestMemory(t *testing.T) {
 
 	t.Run("RetryRedeliversWithAttemptPlusOne", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(m *settle.Message) error {
+		b := setupBroker(t, func(m *settle.Message) error {
 			if m.Attempt < 3 {
 				return settle.Retry(errors.New("unavailable"))
 			}
@@ -79,7 +86,7 @@ func TestMemory(t *testing.T) {
 
 	t.Run("RetryAfterRedeliversExactlyAfterTheDelay", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(m *settle.Message) error {
+		b := setupBroker(t, func(m *settle.Message) error {
 			if m.Attempt == 1 {
 				return settle.RetryAfter(time.Second, errors.New("busy"))
 			}
@@ -97,14 +104,14 @@ func TestMemory(t *testing.T) {
 		}
 	})
 
-	t.Run("DeadLettersAreCollected", func(t *testing.T) {
+	t.Run("DeadLettersArePublishedToTheirTopic", func(t *testing.T) {
 		t.Parallel()
-		b := setupMemory(t, func(*settle.Message) error { return settle.Retry(errors.New("declined")) },
+		b := setupBroker(t, func(*settle.Message) error { return settle.Retry(errors.New("declined")) },
 			settle.MaxAttempts(2), settle.DeadLetter("payments.dead"))
 		b.mem.Publish([]byte("p"), map[string]string{"order": "7"})
 		b.h.WaitAction(settle.ActionDeadLetter, 1)
-		dead := b.mem.DeadLetters()
-		if len(dead) != 1 || dead[0].Dest != "payments.dead" || string(dead[0].Payload) != "p" ||
+		dead := b.broker.Topic("payments.dead").Messages()
+		if len(dead) != 1 || string(dead[0].Payload) != "p" ||
 			dead[0].Headers["order"] != "7" || dead[0].Headers[settle.HeaderRetryCount] != "2" || !strings.Contains(dead[0].Headers[settle.HeaderDeadError], "declined") {
 			t.Fatalf("dead letters = %+v", dead)
 		}
@@ -112,7 +119,7 @@ func TestMemory(t *testing.T) {
 
 	t.Run("ParkedMessagesOutliveTheApp", func(t *testing.T) {
 		t.Parallel()
-		mem := settletest.NewMemory("payments")
+		mem := settletest.NewBroker().Topic("payments")
 		clk := settletest.NewClock(time.UnixMilli(1_000_000))
 		busy := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			if m.Attempt == 1 {
@@ -158,5 +165,78 @@ func TestHarnessLiveModeRunsOnTheWallClock(t *testing.T) {
 	evs := h.WaitAction(settle.ActionAck, 1)
 	if last := evs[len(evs)-1]; last.Attempt != 2 {
 		t.Fatalf("ack of attempt %d, want 2 (the in-process delay passed on the wall clock)", last.Attempt)
+	}
+}
+
+func TestBrokerWithoutDelaysPublishesACopyBackToTheTopicWhenDue(t *testing.T) {
+	t.Parallel()
+	b := setupOn(t, settletest.NewBroker(settletest.WithoutDelays()), func(m *settle.Message) error {
+		if m.Attempt == 1 {
+			return settle.RetryAfter(time.Second, errors.New("busy"))
+		}
+		return nil
+	})
+	start := b.h.Clock.Now()
+	first := b.mem.Publish([]byte("p"), nil)
+	b.h.WaitAction(settle.ActionPark, 1) // kept by the App, not the broker
+	if n := b.mem.Parked(); n != 0 {
+		t.Fatalf("the broker parked %d, want 0: it cannot delay", n)
+	}
+	b.h.Advance(time.Second)
+	evs := b.h.WaitAction(settle.ActionAck, 1)
+	var copied, acked settle.Settled
+	for _, e := range evs {
+		switch e.Action {
+		case settle.ActionCopy:
+			copied = e
+		case settle.ActionAck:
+			acked = e
+		}
+	}
+	if copied.ID != first || acked.ID == first || acked.Attempt != 2 {
+		t.Fatalf("copy of %q then ack of %q at attempt %d; want the original copied back and the copy acked at attempt 2", copied.ID, acked.ID, acked.Attempt)
+	}
+	if ds := b.deliveries(); len(ds) != 2 || !ds[1].at.Equal(start.Add(time.Second)) {
+		t.Fatalf("deliveries %+v, want the copy exactly 1s after the first", ds)
+	}
+}
+
+func TestBrokerDeadLettersAndRepliesAreReadByOtherMounts(t *testing.T) {
+	t.Parallel()
+	broker := settletest.NewBroker()
+	h := settletest.New(t)
+	h.Mount(broker.Topic("payments.requested"), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		if string(m.Payload) == "declined" {
+			return errors.New("declined")
+		}
+		return m.Reply(append([]byte("paid "), m.Payload...))
+	}), settle.WithCodec(settle.Raw), settle.MaxAttempts(1), settle.DeadLetter("payments.dead"), settle.ReplyTo("payments.paid"))
+	var mu sync.Mutex
+	got := map[string][]string{}
+	record := func(m *settle.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[m.Key] = append(got[m.Key], string(m.Payload))
+		return nil
+	}
+	for _, topic := range []string{"payments.dead", "payments.paid"} {
+		h.Mount(broker.Topic(topic), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error { return record(m) }))
+	}
+	h.Start()
+	broker.Topic("payments.requested").Publish([]byte("order 1"), nil)
+	broker.Topic("payments.requested").Publish([]byte("declined"), nil)
+	h.WaitFor("both read on", func(evs []settle.Settled) bool {
+		n := 0
+		for _, e := range evs {
+			if e.Action == settle.ActionAck {
+				n++
+			}
+		}
+		return n == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got["payments.paid"]) != "[paid order 1]" || fmt.Sprint(got["payments.dead"]) != "[declined]" {
+		t.Fatalf("read %v, want the reply on payments.paid and the dead letter on payments.dead", got)
 	}
 }
