@@ -36,13 +36,14 @@ const testPoll = 5 * time.Millisecond
 // delaySet is a mount's durable delay set as its transport uses it.
 type delaySet struct {
 	delayed.DurableZset
+	env       source.Env  // for its sweep events
 	testClock clock.Clock // a test's fake clock, nil in production
 }
 
 // delaySetOf returns the mount's durable delay set, if it has one.
 func delaySetOf(env source.Env) (delaySet, bool) {
 	dz, ok := env.Policy.Delay.(delayed.DurableZset)
-	return delaySet{DurableZset: dz, testClock: env.TestClock}, ok
+	return delaySet{DurableZset: dz, env: env, testClock: env.TestClock}, ok
 }
 
 // delayProblems returns the refusals of a mount's delay strategy that hold for any
@@ -120,6 +121,9 @@ func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, 
 		var err error
 		if res, err = move(ctx, s.now()); err != nil {
 			return wait, res, err
+		}
+		if res.Moved > 0 {
+			s.env.Emit(ctx, source.Event{Kind: source.EventSweep, Count: res.Moved})
 		}
 		if res.Moved < script.SweepBatch {
 			break

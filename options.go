@@ -332,4 +332,5 @@ const DefaultBuffer = 1000
 
 type publisherConfig struct {
 	codec Codec
+	hook  PublishHook
 }

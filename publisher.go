@@ -88,18 +88,18 @@ func (p *Publisher) Publish(ctx context.Context, key string, v any, opts ...Publ
 // PublishBytes appends payload, as it is, to the stream key. It returns the new entry's
 // id.
 func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) (string, error) {
-	headers := publishOptions(opts).headers
+	headers, done := p.publishing(ctx, "stream", key, len(payload), opts)
 	if err := checkHeaders(headers); err != nil {
-		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
+		return "", published(done, "", fmt.Errorf("settle: publish to %q: %w", key, err))
 	}
 	if payload == nil {
 		payload = []byte{} // nil would write no payload field
 	}
 	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, headers)}).Result()
 	if err != nil {
-		return "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err)
+		return "", published(done, "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err))
 	}
-	return id, nil
+	return id, published(done, id, nil)
 }
 
 // PublishList encodes v with the publisher's codec and pushes it, in settle's envelope,
@@ -115,14 +115,14 @@ func (p *Publisher) PublishList(ctx context.Context, key string, v any, opts ...
 // PublishListBytes pushes payload, as it is, in settle's envelope to the tail of the
 // list key.
 func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) error {
-	headers := publishOptions(opts).headers
+	headers, done := p.publishing(ctx, "list", key, len(payload), opts)
 	if err := checkHeaders(headers); err != nil {
-		return fmt.Errorf("settle: publish to list %q: %w", key, err)
+		return published(done, "", fmt.Errorf("settle: publish to list %q: %w", key, err))
 	}
 	if err := p.rdb.RPush(ctx, key, wire.Envelope(payload, headers)).Err(); err != nil {
-		return fmt.Errorf("settle: publish to list %q: rpush: %w", key, err)
+		return published(done, "", fmt.Errorf("settle: publish to list %q: rpush: %w", key, err))
 	}
-	return nil
+	return published(done, "", nil)
 }
 
 // PublishChannel encodes v with the publisher's codec and publishes it, in settle's
@@ -139,15 +139,15 @@ func (p *Publisher) PublishChannel(ctx context.Context, channel string, v any, o
 // PublishChannelBytes publishes payload, as it is, in settle's envelope to channel. It
 // returns how many subscribers received it.
 func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, payload []byte, opts ...PublishOption) (int64, error) {
-	headers := publishOptions(opts).headers
+	headers, done := p.publishing(ctx, "channel", channel, len(payload), opts)
 	if err := checkHeaders(headers); err != nil {
-		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+		return 0, published(done, "", fmt.Errorf("settle: publish to channel %q: %w", channel, err))
 	}
 	n, err := p.rdb.Publish(ctx, channel, wire.Envelope(payload, headers)).Result()
 	if err != nil {
-		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+		return 0, published(done, "", fmt.Errorf("settle: publish to channel %q: %w", channel, err))
 	}
-	return n, nil
+	return n, published(done, "", nil)
 }
 
 // checkHeaders refuses header names that would collide with settle's own fields.

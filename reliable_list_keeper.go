@@ -202,6 +202,7 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool,
 	if len(taken) > 0 {
 		k.env.Logger.WarnContext(ctx, "settle: took over the items of a reliable list consumer that stopped without settling them",
 			slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.String("consumer", name), slog.Int("count", len(taken)))
+		k.env.Emit(ctx, source.Event{Kind: source.EventRecovery, Count: len(taken)})
 	}
 	return len(taken), alive, nil
 }

@@ -157,6 +157,7 @@ func (t *reliableTransport) deliverTaken(ctx context.Context, n int) []*source.D
 	for i, v := range vals {
 		ds[i] = t.delivery(ctx, v, ids[i])
 		ds[i].RetryCount = max(ds[i].RetryCount-1, 0)
+		ds[i].Redelivered = true
 	}
 	t.unsettled.Add(int64(n))
 	return ds

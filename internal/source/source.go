@@ -174,6 +174,10 @@ type Caps struct {
 	// (ActionRelease) without spending an attempt. Without it, a graceful stop runs them
 	// before it returns.
 	Releases bool
+	// RetriesInPlace: the transport counts attempts in the message itself (a table's
+	// attempt column), so a Retry under a cap is RetryWithoutCap's put-back too, not a
+	// copy: the logs and reports then name what is written.
+	RetriesInPlace bool
 	// RetryWithoutCap is what a Retry does when the mount declares no attempts cap:
 	// ActionCopy, ActionPutBack, ActionLeave or ActionLose.
 	RetryWithoutCap Action
@@ -201,6 +205,9 @@ type Delivery struct {
 	RetryCount int
 	// Raw is whatever the transport needs to settle this delivery later.
 	Raw any
+	// Redelivered: an earlier delivery of the message never settled (re-read from this
+	// consumer's pending entries, claimed, recovered, or a lease that passed).
+	Redelivered bool
 }
 
 // Move is one settlement other than a completion, as the engine asks a transport to
@@ -300,6 +307,8 @@ func (a Action) String() string {
 type Env struct {
 	// Clock is the App's clock (the wall clock unless a test injected one).
 	Clock clock.Clock
+	// Event, when set, receives the transport's events (see Emit).
+	Event func(ctx context.Context, e Event)
 	// Concurrency is how many handlers of the mount run at once (at least 1). A
 	// transport takes over what a dead consumer left unsettled no more than this many
 	// at a time, each lot once the last settled: a message that kills its process is

@@ -38,6 +38,7 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"StopHandsBackWhatNeverStarted", testStopHandsBackWhatNeverStarted},
 		{"PausedMountReadsNothingNewAndResumes", testPausedMountReadsNothingNewAndResumes},
 		{"StopWhilePausedKeepsWhatWaits", testStopWhilePausedKeepsWhatWaits},
+		{"HooksFollowOneMessage", testHooksFollowOneMessage},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
