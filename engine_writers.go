@@ -400,8 +400,9 @@ func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration
 	// streamTransport.deliveries): keep a copy of its own while it waits.
 	held := *d
 	d = &held
+	ev.Due = true // the Move hook sees a park kept in-process
 	mv := source.Move{Action: source.ActionCopy, Delivery: d, Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}
-	ev.Action, ev.Due = ActionCopy, true
+	ev.Action = ActionCopy
 	var due time.Time
 	if m.eng.observed() {
 		due = m.eng.clock.Now().Add(delay)

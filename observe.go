@@ -28,9 +28,10 @@ type Hooks struct {
 
 	// Move is called as the message a settlement writes is built (a retry copy, a
 	// parked copy, a dead letter), with that message's headers: the hook may add its
-	// own (a trace link to this attempt, say), which travel with the copy. Names that
-	// start with HeaderPrefix are settle's; a hook may add those under
-	// HeaderPrefix+"x-" only. Defaults to nil.
+	// own (a trace link to this attempt, say), which travel with the copy. A hook names
+	// its headers under HeaderHookPrefix, which no user header can take and which
+	// copies, dead letters and replays (settle/admin) keep. s.Due is set for a park the
+	// engine keeps in-process (it writes the copy when due). Defaults to nil.
 	Move func(ctx context.Context, s Settled, headers map[string]string)
 
 	// Settled is called after every settlement is applied (or failed to apply), as
@@ -95,6 +96,11 @@ type Event struct {
 	// Transport is the kind of source read.
 	Transport string
 }
+
+// HeaderHookPrefix starts the headers a hook adds to the messages settle writes
+// (Hooks.Move): under HeaderPrefix, so no user header collides with them, and kept by
+// copies, dead letters and replays.
+const HeaderHookPrefix = HeaderPrefix + "x-"
 
 // HeaderOriginID is the id of the first delivery of a message, which its retry copies,
 // parked copies and dead letter carry, so that every line and span of one message share
