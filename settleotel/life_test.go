@@ -184,3 +184,45 @@ func TestSemanticConventionsNameSpansAndAddMessagingAttributes(t *testing.T) {
 		t.Fatalf("publish span messaging.operation.type=%q, want send", v)
 	}
 }
+
+// WithSampling traces whole messages or none of them: every attempt of a traced
+// message has its span, linked to the one before, and an untraced one has no span at
+// all; the metrics count every delivery either way.
+func TestSamplingTracesWholeMessagesOrNone(t *testing.T) {
+	t.Parallel()
+	tm := newTelemetry(t, settleotel.WithSampling(0.5))
+	h := settletest.New(t, settletest.WithConfig(settle.Config{Hooks: tm.obs.Hooks(), Logger: quiet()}))
+	in := h.Redis.Key("in")
+	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		if m.Attempt < 3 {
+			return settle.Retry(errors.New("again"))
+		}
+		return nil
+	}), settle.Name("m"), settle.MaxAttempts(5), settle.DeadLetter(h.Redis.Key("dlq")))
+	h.Start()
+	const n = 40
+	for range n {
+		h.Publish(in, "x")
+	}
+	h.WaitAction(settle.ActionAck, n)
+	h.Stop()
+
+	spans := map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range tm.spans.Ended() {
+		if s.SpanKind() == trace.SpanKindConsumer {
+			k := strAttr(s, settleotel.AttrMessageKey)
+			spans[k] = append(spans[k], s)
+		}
+	}
+	if len(spans) == 0 || len(spans) == n {
+		t.Fatalf("%d of %d messages traced, want some but not all at 0.5", len(spans), n)
+	}
+	for k, ss := range spans {
+		if len(ss) != 3 {
+			t.Fatalf("message %s has %d spans, want all 3 attempts or none", k, len(ss))
+		}
+	}
+	if got := sumOf(t, tm.collect(t), "settle.deliveries", map[string]string{"mount": "m"}); got != 3*n {
+		t.Fatalf("settle.deliveries %d, want %d: every delivery counted, traced or not", got, 3*n)
+	}
+}

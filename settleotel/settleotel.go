@@ -30,6 +30,7 @@ package settleotel
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -51,13 +52,14 @@ type Observer struct {
 	meter  metric.Meter
 	tracer trace.Tracer
 
-	series sync.Map // seriesKey -> *series
+	byMount sync.Map // mount name -> *series: the last one looked up
+	series  sync.Map // seriesKey -> *series
 }
 
 // New returns an Observer on the providers the options name (the global ones by
 // default).
 func New(opts ...Option) (*Observer, error) {
-	cfg := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider(), prop: propagation.TraceContext{}}
+	cfg := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider(), prop: propagation.TraceContext{}, sample: 1}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -65,6 +67,9 @@ func New(opts ...Option) (*Observer, error) {
 	}
 	o := &Observer{cfg: cfg, meter: cfg.mp.Meter(ScopeName), tracer: cfg.tp.Tracer(ScopeName)}
 	if err := o.inst.init(o.meter); err != nil {
+		return nil, err
+	}
+	if _, err := o.meter.RegisterCallback(o.observeCounts, o.inst.deliveries, o.inst.settlements, o.inst.inFlight); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -82,6 +87,7 @@ type Option func(*config)
 type config struct {
 	mp      metric.MeterProvider
 	prop    propagation.TextMapPropagator
+	sample  float64 // WithSampling's fraction; 1: every message
 	semconv bool
 	tp      trace.TracerProvider
 }
@@ -96,6 +102,17 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config)
 // Trace Context (traceparent, tracestate).
 func WithPropagator(p propagation.TextMapPropagator) Option { return func(c *config) { c.prop = p } }
 
+// WithSampling traces fraction (0 to 1) of the messages, whole: a message is traced,
+// each of its attempts, its dead letter and a replay of it, or none of them, so that
+// its chain of links never breaks. A first delivery is traced by a hash of its message
+// key (its origin id); one that links to a traced attempt or dead letter always is; a
+// publish is traced with probability fraction. A delivery not traced starts no span
+// and costs only its metrics. The tracer provider's own sampler still applies to the
+// spans started. Defaults to 1: every message.
+func WithSampling(fraction float64) Option {
+	return func(c *config) { c.sample = min(max(fraction, 0), 1) }
+}
+
 // WithSemanticConventions adds OpenTelemetry's messaging semantic conventions to spans
 // (messaging.system, messaging.operation.type, messaging.destination.name,
 // messaging.consumer.group.name, messaging.message.id) and names them "send KEY" and
@@ -104,25 +121,59 @@ func WithPropagator(p propagation.TextMapPropagator) Option { return func(c *con
 // Defaults to off.
 func WithSemanticConventions() Option { return func(c *config) { c.semconv = true } }
 
-// series is one (mount, transport, destination) and the attribute sets its
-// measurements use, built once.
+// series is one (mount, transport, destination): its counts, kept with atomics and
+// reported at collection time (an SDK counter's Add costs a lookup of its attributes
+// on every call), and the attribute sets its other measurements use, built once.
 type series struct {
 	base     metric.MeasurementOption
-	mu       sync.Mutex
-	settles  map[settleKey]metric.MeasurementOption
-	claims   map[string]metric.MeasurementOption
-	mount    string
-	key      string
-	kind     string
+	record   []metric.RecordOption // {base}, for the histograms' variadic argument
+	add      []metric.AddOption    // {base}
+	observe  []metric.ObserveOption
+	key      seriesKey
 	spanAttr []attribute.KeyValue
+	spanName string                   // of its deliveries' spans
+	start    []trace.SpanStartOption // of its deliveries' spans: a new root, CONSUMER
+
+	deliveries atomic.Int64
+	inFlight   atomic.Int64
+	settles    [settleSlots]atomic.Pointer[settleCount]
+
+	mu     sync.Mutex
+	claims map[string][]metric.AddOption
 }
 
 type seriesKey struct{ mount, transport, destination string }
 
-type settleKey struct {
-	action  settle.Action
-	outcome settle.OutcomeKind
-	failed  bool
+// settleCount counts the settlements of one (action, outcome, result) of a series.
+type settleCount struct {
+	n   atomic.Int64
+	opt []metric.ObserveOption
+}
+
+// outcomes are the outcome kinds, by their index in a series' settles.
+var outcomes = [...]settle.OutcomeKind{settle.OutcomeAck, settle.OutcomeDrop, settle.OutcomeRetry, settle.OutcomeRetryAfter}
+
+// settleSlots is the size of a series' settles: actions (below 16) × outcomes × applied
+// or failed.
+const settleSlots = 16 * len(outcomes) * 2
+
+// settleSlot returns ev's index in a series' settles, or -1 for an action or outcome
+// settle does not have (never, unless settle grows one).
+func settleSlot(ev settle.Settled) int {
+	o := -1
+	for i, k := range outcomes {
+		if k == ev.Outcome {
+			o = i
+		}
+	}
+	if o < 0 || ev.Action >= 16 {
+		return -1
+	}
+	slot := (int(ev.Action)*len(outcomes) + o) * 2
+	if ev.Err != nil {
+		slot++
+	}
+	return slot
 }
 
 // Label names every series carries.
@@ -132,61 +183,63 @@ const (
 	LabelTransport   = "transport"
 )
 
-func baseAttrs(mount, transport, destination string) []attribute.KeyValue {
+func baseAttrs(k seriesKey) []attribute.KeyValue {
 	return []attribute.KeyValue{
-		attribute.String(LabelMount, mount),
-		attribute.String(LabelTransport, transport),
-		attribute.String(LabelDestination, destination),
+		attribute.String(LabelMount, k.mount),
+		attribute.String(LabelTransport, k.transport),
+		attribute.String(LabelDestination, k.destination),
 	}
 }
 
-// seriesOf returns the series of a mount's destination.
+// seriesOf returns the series of a mount's destination. The last one looked up for a
+// mount is found by the mount's name alone (a mount reads one destination but for a
+// pattern subscription's channels).
 func (o *Observer) seriesOf(mount, transport, destination string) *series {
 	k := seriesKey{mount, transport, destination}
-	if s, ok := o.series.Load(k); ok {
+	if s, ok := o.byMount.Load(mount); ok && s.(*series).key == k {
 		return s.(*series)
 	}
-	base := baseAttrs(mount, transport, destination)
-	s := &series{
-		base:     metric.WithAttributeSet(attribute.NewSet(base...)),
-		settles:  map[settleKey]metric.MeasurementOption{},
-		claims:   map[string]metric.MeasurementOption{},
-		mount:    mount,
-		key:      destination,
-		kind:     transport,
-		spanAttr: o.spanAttrs(mount, transport, destination),
+	s, ok := o.series.Load(k)
+	if !ok {
+		base := metric.WithAttributeSet(attribute.NewSet(baseAttrs(k)...))
+		s, _ = o.series.LoadOrStore(k, &series{
+			base: base, record: []metric.RecordOption{base}, add: []metric.AddOption{base}, observe: []metric.ObserveOption{base},
+			key: k, spanAttr: o.spanAttrs(mount, transport, destination), claims: map[string][]metric.AddOption{},
+			spanName: o.spanName("process", destination), start: []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)},
+		})
 	}
-	got, _ := o.series.LoadOrStore(k, s)
-	return got.(*series)
+	o.byMount.Store(mount, s)
+	return s.(*series)
 }
 
-// settleOpt returns the attributes of a settlement of the series.
-func (s *series) settleOpt(ev settle.Settled) metric.MeasurementOption {
-	k := settleKey{ev.Action, ev.Outcome, ev.Err != nil}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if opt, ok := s.settles[k]; ok {
-		return opt
+// countSettled counts ev in the series.
+func (s *series) countSettled(ev settle.Settled) {
+	slot := settleSlot(ev)
+	if slot < 0 {
+		return
 	}
-	result := "applied"
-	if k.failed {
-		result = "failed"
+	c := s.settles[slot].Load()
+	if c == nil {
+		result := "applied"
+		if ev.Err != nil {
+			result = "failed"
+		}
+		attrs := append(baseAttrs(s.key),
+			attribute.String("action", ev.Action.String()), attribute.String("outcome", string(ev.Outcome)), attribute.String("result", result))
+		s.settles[slot].CompareAndSwap(nil, &settleCount{opt: []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}})
+		c = s.settles[slot].Load()
 	}
-	attrs := append(baseAttrs(s.mount, s.kind, s.key),
-		attribute.String("action", ev.Action.String()), attribute.String("outcome", string(ev.Outcome)), attribute.String("result", result))
-	opt := metric.WithAttributeSet(attribute.NewSet(attrs...))
-	s.settles[k] = opt
-	return opt
+	c.n.Add(1)
 }
 
 // claimOpt returns the attributes of a claim of kind.
-func (s *series) claimOpt(kind string) metric.MeasurementOption {
+func (s *series) claimOpt(kind string) []metric.AddOption {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if opt, ok := s.claims[kind]; ok {
 		return opt
 	}
-	opt := metric.WithAttributeSet(attribute.NewSet(append(baseAttrs(s.mount, s.kind, s.key), attribute.String("kind", kind))...))
+	opt := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(baseAttrs(s.key), attribute.String("kind", kind))...))}
 	s.claims[kind] = opt
 	return opt
 }
@@ -196,10 +249,10 @@ func (o *Observer) event(ctx context.Context, e settle.Event) {
 	s := o.seriesOf(e.Mount, e.Transport, e.Key)
 	switch e.Kind {
 	case settle.EventClaim, settle.EventRecovery:
-		o.inst.claims.Add(ctx, int64(e.Count), s.claimOpt(string(e.Kind)))
+		o.inst.claims.Add(ctx, int64(e.Count), s.claimOpt(string(e.Kind))...)
 	case settle.EventSweep:
-		o.inst.swept.Add(ctx, int64(e.Count), s.base)
+		o.inst.swept.Add(ctx, int64(e.Count), s.add...)
 	case settle.EventReadFailed:
-		o.inst.readFailures.Add(ctx, 1, s.base)
+		o.inst.readFailures.Add(ctx, 1, s.add...)
 	}
 }

@@ -2,6 +2,8 @@ package settleotel
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -66,6 +68,9 @@ func (o *Observer) spanName(op, destination string) string {
 // whose context goes into the message's headers (W3C traceparent, tracestate).
 func (o *Observer) PublishHook() settle.PublishHook {
 	return func(ctx context.Context, p *settle.Publishing) func(string, error) {
+		if o.cfg.sample < 1 && rand.Float64() >= o.cfg.sample {
+			return nil // not traced: see WithSampling
+		}
 		attrs := []attribute.KeyValue{attribute.String("settle.transport", p.Kind)}
 		if o.cfg.semconv {
 			attrs = append(attrs, semconv.MessagingSystemKey.String("settle."+p.Kind), semconv.MessagingDestinationName(p.Key),
@@ -94,18 +99,16 @@ func (o *Observer) PublishHook() settle.PublishHook {
 // attempt (or dead letter) before it, and counts the delivery.
 func (o *Observer) delivery(ctx context.Context, d settle.DeliveryStart) context.Context {
 	s := o.seriesOf(d.Mount, d.Transport, d.Key)
-	o.inst.deliveries.Add(ctx, 1, s.base)
-	o.inst.inFlight.Add(ctx, 1, s.base)
-	if due, ok := d.Headers[HeaderDue]; ok {
-		if ms, err := strconv.ParseInt(due, 10, 64); err == nil {
-			o.inst.lateness.Record(ctx, max(time.Since(time.UnixMilli(ms)).Seconds(), 0), s.base)
-		}
+	o.countDelivery(ctx, s, d)
+	link, linked := d.Headers[HeaderLink]
+	if !linked && !o.sampled(d.MessageKey) {
+		return ctx // not traced: see WithSampling
 	}
 	var links []trace.Link
 	if sc := trace.SpanContextFromContext(o.cfg.prop.Extract(ctx, propagation.MapCarrier(d.Headers))); sc.IsValid() {
 		links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLink.String(LinkProducer)}})
 	}
-	if sc, ok := parseTraceparent(d.Headers[HeaderLink]); ok {
+	if sc, ok := parseTraceparent(link); ok {
 		what := LinkPrevious
 		if d.Headers[settle.HeaderDeadID] != "" || d.Headers[admin.HeaderReplayedFrom] != "" {
 			what = LinkDeadLetter // read from a dead-letter destination, or replayed from one
@@ -121,8 +124,11 @@ func (o *Observer) delivery(ctx context.Context, d settle.DeliveryStart) context
 			attrs = append(attrs, semconv.MessagingConsumerGroupName(d.Group))
 		}
 	}
-	ctx, _ = o.tracer.Start(ctx, o.spanName("process", d.Key), trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	opts := append(s.start[:len(s.start):len(s.start)], trace.WithAttributes(attrs...))
+	if len(links) > 0 {
+		opts = append(opts, trace.WithLinks(links...))
+	}
+	ctx, _ = o.tracer.Start(ctx, s.spanName, opts...)
 	return ctx
 }
 
@@ -147,19 +153,8 @@ func (o *Observer) move(ctx context.Context, s settle.Settled, h map[string]stri
 
 // settled records a settlement and ends its delivery's span.
 func (o *Observer) settled(ctx context.Context, ev settle.Settled) {
-	s := o.seriesOf(ev.Mount, ev.Transport, ev.Key)
-	o.inst.settlements.Add(ctx, 1, s.settleOpt(ev))
-	o.inst.settleDur.Record(ctx, ev.SettleDuration.Seconds(), s.base)
-	if ev.Due {
-		// The write of an in-process delay that came due: the delivery was reported (and
-		// its span ended) when the delay was scheduled.
-		o.inst.lateness.Record(ctx, ev.Late.Seconds(), s.base)
-		return
-	}
-	o.inst.inFlight.Add(ctx, -1, s.base)
-	o.inst.handlerDur.Record(ctx, ev.HandlerDuration.Seconds(), s.base)
-	if ev.Final() {
-		o.inst.attempts.Record(ctx, int64(ev.Attempt), s.base)
+	if !o.countSettled(ctx, o.seriesOf(ev.Mount, ev.Transport, ev.Key), ev) {
+		return // a due in-process copy: its delivery's span ended when it was parked
 	}
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
@@ -179,6 +174,27 @@ func (o *Observer) settled(ctx context.Context, ev settle.Settled) {
 		span.SetStatus(codes.Error, "handler failed")
 	}
 	span.End()
+}
+
+// sampled reports whether a message whose first delivery has key is traced (see
+// WithSampling): by a hash of the key, so that every process decides alike.
+func (o *Observer) sampled(key string) bool {
+	if o.cfg.sample >= 1 {
+		return true
+	}
+	h := uint64(14695981039346656037) // FNV-1a, 64-bit
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	// Keys of one stream differ in their last digits only: mix those into the high bits
+	// (murmur3's finalizer) before comparing.
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return float64(h) < o.cfg.sample*math.MaxUint64
 }
 
 // traceparent formats sc as a W3C traceparent.
