@@ -131,7 +131,7 @@ type series struct {
 	observe  []metric.ObserveOption
 	key      seriesKey
 	spanAttr []attribute.KeyValue
-	spanName string                   // of its deliveries' spans
+	spanName string                  // of its deliveries' spans
 	start    []trace.SpanStartOption // of its deliveries' spans: a new root, CONSUMER
 
 	deliveries atomic.Int64
