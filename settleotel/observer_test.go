@@ -190,6 +190,9 @@ func TestEveryTransportReportsOneMessagesLifeAsMetricsAndLinkedSpans(t *testing.
 			logs := slog.New(slog.NewTextHandler(io.Discard, nil))
 			h := settletest.New(t, settletest.WithConfig(settle.Config{Hooks: tm.obs.Hooks(), Logger: logs}))
 			mt := tr.mount(t, h, tm)
+			if mt.nudge > 0 && h.Redis.Real() {
+				t.Skip("a claiming stream's min-idle runs on the server's clock, which the fake clock cannot move on a real server; this case runs on miniredis")
+			}
 			if len(mt.gauges.Streams)+len(mt.gauges.Lists)+len(mt.gauges.Inboxes) > 0 {
 				reg, err := tm.obs.RegisterGauges(mt.gauges)
 				mustOK(t, err)
