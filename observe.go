@@ -70,6 +70,9 @@ const (
 	// EventClaim: entries a dead or stalled consumer of a stream group left pending
 	// were claimed (Count of them).
 	EventClaim EventKind = "claim"
+	// EventLease: inbox rows whose lease passed unsettled (their worker crashed or hung)
+	// were claimed again (Count of them).
+	EventLease EventKind = "lease"
 	// EventRecovery: the items of a reliable list consumer that stopped without
 	// settling them were taken over (Count of them).
 	EventRecovery EventKind = "recovery"

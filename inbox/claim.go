@@ -76,7 +76,7 @@ func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, err
 			d.Redelivered = true // its lease passed
 		}
 		if len(taken) > 0 {
-			t.env.Emit(ctx, source.Event{Kind: source.EventClaim, Count: len(taken)})
+			t.env.Emit(ctx, source.Event{Kind: source.EventLease, Count: len(taken)})
 		}
 		ds = taken
 	}

@@ -229,3 +229,30 @@ func TestSamplingTracesWholeMessagesOrNone(t *testing.T) {
 		t.Fatalf("settle.deliveries %d, want %d: every delivery counted, traced or not", got, 3*n)
 	}
 }
+
+// An inbox row whose lease passed unsettled (its worker died) is claimed again, counted
+// in settle.claims{kind=lease}, and its delivery is a redelivery.
+func TestInboxRowsWhoseLeasePassedAreCountedAsLeaseClaims(t *testing.T) {
+	t.Parallel()
+	tm := newTelemetry(t)
+	h := settletest.New(t, settletest.WithConfig(settle.Config{Hooks: tm.obs.Hooks(), Logger: quiet()}))
+	ib, db := newInboxDB(t)
+	// A row a dead worker leased long ago: attempt 1 spent, the lease passed.
+	if _, err := db.Exec(`INSERT INTO refunds_inbox (name, attempt, locked_until, payload) VALUES ('refunds', 1, '2000-01-01T00:00:00.000+00:00', x'a178')`); err != nil {
+		t.Fatal(err)
+	}
+	h.Mount(ib.Queue("refunds"), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }), settle.Name("m"))
+	h.Start()
+	stop := nudge(h, time.Minute)
+	h.WaitAction(settle.ActionAck, 1)
+	stop()
+	h.Stop()
+	if got := sumOf(t, tm.collect(t), "settle.claims", map[string]string{"mount": "m", "kind": "lease"}); got != 1 {
+		t.Fatalf("settle.claims{kind=lease} %d, want 1", got)
+	}
+	for _, s := range tm.spans.Ended() {
+		if s.SpanKind() == trace.SpanKindConsumer && !boolAttr(s, settleotel.AttrRedelivery) {
+			t.Fatal("the delivery of a row whose lease passed is not marked a redelivery")
+		}
+	}
+}

@@ -39,7 +39,7 @@ func (in *instruments) init(m metric.Meter) error {
 		dst              *metric.Int64Counter
 		name, unit, desc string
 	}{
-		{&in.claims, "settle.claims", "{message}", "Messages taken over from a consumer that stopped or stalled: claimed stream entries, recovered list items, rows whose lease passed."},
+		{&in.claims, "settle.claims", "{message}", "Messages taken over from a consumer that stopped or stalled, by kind: claim (stream entries), recovery (reliable list items), lease (inbox rows whose lease passed)."},
 		{&in.swept, "settle.swept", "{message}", "Delayed messages a durable delay set's sweep moved back."},
 		{&in.readFailures, "settle.read_failures", "{read}", "Reads that failed; the mount backs off and reads again."},
 	} {

@@ -167,13 +167,20 @@ func waitSubscribed(t *testing.T, h *settletest.Harness, channel string) {
 // newInbox makes an inbox on a fresh SQLite table.
 func newInbox(t *testing.T) *inbox.Inbox {
 	t.Helper()
+	ib, _ := newInboxDB(t)
+	return ib
+}
+
+// newInboxDB makes an inbox on a fresh SQLite table, and returns its database too.
+func newInboxDB(t *testing.T) (*inbox.Inbox, *sql.DB) {
+	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "inbox.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 	mustOK(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = db.Exec(`CREATE TABLE refunds_inbox (id INTEGER PRIMARY KEY, name TEXT NOT NULL DEFAULT '', attempt INTEGER NOT NULL DEFAULT 1,
 		retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')), locked_until TEXT, payload BLOB NOT NULL)`)
 	mustOK(t, err)
-	return inbox.New(db, inbox.SQLite, inbox.Table{Name: "refunds_inbox", ID: "id", Group: "name", Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Payload: "payload"})
+	return inbox.New(db, inbox.SQLite, inbox.Table{Name: "refunds_inbox", ID: "id", Group: "name", Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Payload: "payload"}), db
 }
 
 // Every transport: a message failing three times under MaxAttempts(3) is counted,

@@ -248,7 +248,7 @@ func (s *series) claimOpt(kind string) []metric.AddOption {
 func (o *Observer) event(ctx context.Context, e settle.Event) {
 	s := o.seriesOf(e.Mount, e.Transport, e.Key)
 	switch e.Kind {
-	case settle.EventClaim, settle.EventRecovery:
+	case settle.EventClaim, settle.EventLease, settle.EventRecovery:
 		o.inst.claims.Add(ctx, int64(e.Count), s.claimOpt(string(e.Kind))...)
 	case settle.EventSweep:
 		o.inst.swept.Add(ctx, int64(e.Count), s.add...)

@@ -9,13 +9,14 @@ type Event struct {
 	Count int
 	// Err is the error of a failed step, if any.
 	Err error
-	// Kind is "claim", "recovery" or "sweep" (settle.EventKind's values).
+	// Kind is "claim", "recovery", "lease" or "sweep" (settle.EventKind's values).
 	Kind string
 }
 
 // The event kinds transports report.
 const (
 	EventClaim    = "claim"
+	EventLease    = "lease"
 	EventRecovery = "recovery"
 	EventSweep    = "sweep"
 )
