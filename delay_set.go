@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -124,6 +125,9 @@ func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, 
 		}
 		if res.Moved > 0 {
 			s.env.Emit(ctx, source.Event{Kind: source.EventSweep, Count: res.Moved})
+			if s.env.Logger != nil && s.env.Logger.Enabled(ctx, slog.LevelDebug) {
+				s.env.Logger.DebugContext(ctx, "settle: delayed copies came due and were moved back", slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.Key), slog.Int("count", res.Moved))
+			}
 		}
 		if res.Moved < script.SweepBatch {
 			break

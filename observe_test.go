@@ -145,12 +145,14 @@ func (s *logSink) settlementLines() []map[string]string {
 	return out
 }
 
-// The Event hook hears a durable delay set's sweep, with how many came back.
+// The Event hook hears a durable delay set's sweep, with how many came back, and the
+// copy coming back has its Debug line.
 func TestEventHookHearsSweepsOfDueDelays(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var swept int
-	h := settletest.New(t, settletest.WithConfig(settle.Config{Hooks: settle.Hooks{Event: func(_ context.Context, e settle.Event) {
+	sink := newLogSink()
+	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger(), Hooks: settle.Hooks{Event: func(_ context.Context, e settle.Event) {
 		if e.Kind == settle.EventSweep && e.Transport == "stream" && e.Mount != "" {
 			mu.Lock()
 			swept += e.Count
@@ -173,5 +175,35 @@ func TestEventHookHearsSweepsOfDueDelays(t *testing.T) {
 	defer mu.Unlock()
 	if swept != 1 {
 		t.Fatalf("sweep events counted %d members, want 1", swept)
+	}
+	if n := sink.Count(slog.LevelDebug, "came due and were moved back"); n != 1 {
+		t.Fatalf("%d Debug lines of the copy coming back, want 1", n)
+	}
+}
+
+// An in-process delay's copy, written when due, has its Debug line (with the message's
+// key), as every other settlement has.
+func TestInProcessDelayedCopyWrittenBackIsLogged(t *testing.T) {
+	t.Parallel()
+	sink := newLogSink()
+	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
+	in := h.Redis.Key("due.in")
+	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		if m.Attempt == 1 {
+			return settle.RetryAfter(time.Minute, nil)
+		}
+		return nil
+	}), settle.DelayIn(delayed.InProcess{}))
+	h.Start()
+	first := h.Publish(in, "x")
+	h.WaitAction(settle.ActionPark, 1)
+	h.Advance(time.Minute)
+	h.WaitAction(settle.ActionAck, 1)
+	h.Stop()
+	if n := sink.Count(slog.LevelDebug, "delayed copy written back"); n != 1 {
+		t.Fatalf("%d Debug lines of the copy written back, want 1", n)
+	}
+	if v, ok := sink.Attr("delayed copy written back", "msg_key"); !ok || v.String() != first {
+		t.Fatalf("the line's msg_key is %v, want %s", v, first)
 	}
 }
