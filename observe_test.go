@@ -160,12 +160,7 @@ func TestEventHookHearsSweepsOfDueDelays(t *testing.T) {
 		}
 	}}}))
 	in := h.Redis.Key("sweep.in")
-	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
-		if m.Attempt == 1 {
-			return settle.RetryAfter(time.Minute, nil)
-		}
-		return nil
-	}), settle.DelayIn(delayed.DurableZset{Key: h.Redis.Key("sweep.delayed")}))
+	h.Mount(settle.Stream(h.Redis.Client, in, "g"), retryOnceAfter(time.Minute), settle.DelayIn(delayed.DurableZset{Key: h.Redis.Key("sweep.delayed")}))
 	h.Start()
 	h.Publish(in, "x")
 	h.WaitAction(settle.ActionPark, 1)
@@ -188,12 +183,7 @@ func TestInProcessDelayedCopyWrittenBackIsLogged(t *testing.T) {
 	sink := newLogSink()
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
 	in := h.Redis.Key("due.in")
-	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
-		if m.Attempt == 1 {
-			return settle.RetryAfter(time.Minute, nil)
-		}
-		return nil
-	}), settle.DelayIn(delayed.InProcess{}))
+	h.Mount(settle.Stream(h.Redis.Client, in, "g"), retryOnceAfter(time.Minute), settle.DelayIn(delayed.InProcess{}))
 	h.Start()
 	first := h.Publish(in, "x")
 	h.WaitAction(settle.ActionPark, 1)
@@ -206,4 +196,15 @@ func TestInProcessDelayedCopyWrittenBackIsLogged(t *testing.T) {
 	if v, ok := sink.Attr("delayed copy written back", "msg_key"); !ok || v.String() != first {
 		t.Fatalf("the line's msg_key is %v, want %s", v, first)
 	}
+}
+
+// retryOnceAfter is a handler that asks for a retry after d on the first delivery and
+// acks the next.
+func retryOnceAfter(d time.Duration) settle.Handler {
+	return settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		if m.Attempt == 1 {
+			return settle.RetryAfter(d, nil)
+		}
+		return nil
+	})
 }
