@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/settletest"
@@ -207,4 +209,31 @@ func retryOnceAfter(d time.Duration) settle.Handler {
 		}
 		return nil
 	})
+}
+
+// An entry left pending to this consumer's name by an earlier process, re-read when it
+// starts again, is reported as a redelivery; an entry read the first time is not.
+func TestReReadPendingEntryIsReportedAsARedelivery(t *testing.T) {
+	t.Parallel()
+	h := settletest.New(t)
+	ctx, rdb := context.Background(), h.Redis.Client
+	in := h.Redis.Key("reread.in")
+	if err := rdb.XGroupCreateMkStream(ctx, in, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	left := h.Publish(in, "left")
+	// The earlier process read it and died before settling it.
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{in, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := h.Publish(in, "fresh")
+	h.Mount(settle.Stream(rdb, in, "g", settle.Consumer("c")), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+	h.Start()
+	evs := h.WaitAction(settle.ActionAck, 2)
+	h.Stop()
+	for _, e := range evs {
+		if want := e.ID == left; e.Redelivery != want {
+			t.Fatalf("%s (left %s, fresh %s): Redelivery %v, want %v", e.ID, left, fresh, e.Redelivery, want)
+		}
+	}
 }
