@@ -82,8 +82,13 @@ type claimer struct {
 	// flight here started, or when the claimer started: no entry in flight has been idle
 	// longer than since then, give or take a read's round trip.
 	touchedAt time.Time
-	done      chan struct{}
-	stop      context.CancelFunc
+	// warned (held by serial): the entries in flight here already reported taken over,
+	// and whether the last heartbeat failed, so that each is warned once per occurrence,
+	// not on every heartbeat while the handler runs or the server is away.
+	warned     map[string]struct{}
+	beatFailed bool
+	done       chan struct{}
+	stop       context.CancelFunc
 }
 
 // newClaimer returns a claimer of entries idle for idle, for the consumer s. After a scan that found nothing,
@@ -104,6 +109,22 @@ func (c *claimer) validate() []error {
 		return []error{fmt.Errorf("%s(%s): must be at least 1ms (Redis counts idle time in milliseconds)", c.name, c.idle)}
 	}
 	return nil
+}
+
+// leftHere returns the ids of the entries this consumer left pending (nil: none).
+func (c *claimer) leftHere() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.dues) == 0 {
+		return nil
+	}
+	own := map[string]bool{}
+	for _, b := range c.dues {
+		for _, id := range b.ids {
+			own[id] = true
+		}
+	}
+	return own
 }
 
 // leftBatch is entries this consumer left pending together: they come due at due.
@@ -307,8 +328,20 @@ func (c *claimer) claim(ctx context.Context, cursor string, max int, ids []strin
 		for i, e := range res.Entries {
 			counts[e.ID] = res.Counts[i]
 		}
+		var own map[string]bool // of a scan's, the entries this consumer left pending itself
+		if ids == nil && c.leaves {
+			own = c.leftHere()
+		}
+		claimed := 0
 		for _, d := range ds {
 			d.Attempt = d.RetryCount + counts[d.ID]
+			if ids == nil && !own[d.ID] { // ids are this consumer's own left retries
+				d.Redelivered = true
+				claimed++
+			}
+		}
+		if claimed > 0 {
+			s.env.Emit(ctx, source.Event{Kind: source.EventClaim, Count: claimed})
 		}
 	}
 	return ds, nil
@@ -419,18 +452,52 @@ func (c *claimer) touchInflight(ctx context.Context, every time.Duration) {
 		c.touchedAt = at
 	}
 	if err != nil {
-		s.env.Logger.WarnContext(ctx, "settle: heartbeat of entries in flight failed; another consumer may claim them",
-			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+		if !c.beatFailed {
+			s.env.Logger.WarnContext(ctx, "settle: heartbeat of entries in flight failed; another consumer may claim them (warned once until a heartbeat succeeds)",
+				slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+		}
+		c.beatFailed = true
 		return
+	}
+	if c.beatFailed {
+		c.beatFailed = false
+		s.env.Logger.InfoContext(ctx, "settle: heartbeat of entries in flight succeeds again", slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key))
 	}
 	// Entries settled since the snapshot are not pending any more: only those still in
 	// flight here and now pending at another consumer were taken over (one still in
 	// flight but pending nowhere was acknowledged by us a moment before the touch, its
 	// settlement not yet recorded).
-	if taken := c.takenOver(tctx, s.owner.stillInflight(lost)); len(taken) > 0 {
+	if taken := c.newlyTaken(ids, c.takenOver(tctx, s.owner.stillInflight(lost))); len(taken) > 0 {
 		s.env.Logger.WarnContext(ctx, "settle: entries in flight here were claimed by another consumer (their idle time passed before a heartbeat); they may be handled twice",
 			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", taken))
 	}
+}
+
+// newlyTaken returns those of taken not warned of yet, and remembers them while they
+// are among inflight (the ids of this heartbeat): a handler that runs on after its
+// entry was taken over is warned of once, not at every heartbeat. serial is held.
+func (c *claimer) newlyTaken(inflight, taken []string) []string {
+	if len(c.warned) > 0 {
+		still := make(map[string]struct{}, len(c.warned))
+		for _, id := range inflight {
+			if _, ok := c.warned[id]; ok {
+				still[id] = struct{}{}
+			}
+		}
+		c.warned = still
+	}
+	var fresh []string
+	for _, id := range taken {
+		if _, ok := c.warned[id]; ok {
+			continue
+		}
+		if c.warned == nil {
+			c.warned = map[string]struct{}{}
+		}
+		c.warned[id] = struct{}{}
+		fresh = append(fresh, id)
+	}
+	return fresh
 }
 
 // takenOver returns those of ids that are pending at another consumer of the group. An

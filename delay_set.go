@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -36,13 +37,14 @@ const testPoll = 5 * time.Millisecond
 // delaySet is a mount's durable delay set as its transport uses it.
 type delaySet struct {
 	delayed.DurableZset
+	env       source.Env  // for its sweep events
 	testClock clock.Clock // a test's fake clock, nil in production
 }
 
 // delaySetOf returns the mount's durable delay set, if it has one.
 func delaySetOf(env source.Env) (delaySet, bool) {
 	dz, ok := env.Policy.Delay.(delayed.DurableZset)
-	return delaySet{DurableZset: dz, testClock: env.TestClock}, ok
+	return delaySet{DurableZset: dz, env: env, testClock: env.TestClock}, ok
 }
 
 // delayProblems returns the refusals of a mount's delay strategy that hold for any
@@ -120,6 +122,12 @@ func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, 
 		var err error
 		if res, err = move(ctx, s.now()); err != nil {
 			return wait, res, err
+		}
+		if res.Moved > 0 {
+			s.env.Emit(ctx, source.Event{Kind: source.EventSweep, Count: res.Moved})
+			if s.env.Logger != nil && s.env.Logger.Enabled(ctx, slog.LevelDebug) {
+				s.env.Logger.DebugContext(ctx, "settle: delayed copies came due and were moved back", slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.Key), slog.Int("count", res.Moved))
+			}
 		}
 		if res.Moved < script.SweepBatch {
 			break

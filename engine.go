@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ const (
 	attrKey     = "key"
 	attrMount   = "mount"
 	attrMsgID   = "msg_id"
+	attrMsgKey  = "msg_key"
 	attrOutcome = "outcome"
 	attrReason  = "reason"
 )
@@ -43,7 +45,9 @@ type Source interface {
 	Transport(env source.Env) source.Transport
 }
 
-// Settled describes one settlement, for Config.OnSettled.
+// Settled describes one settlement, for Config.OnSettled and Hooks.Settled. Group,
+// HandlerDuration, MessageKey, Redelivery, SettleDuration and Transport are filled
+// when a hook or OnSettled is set (as they are whenever one reads them).
 type Settled struct {
 	// Action is what the engine did.
 	Action Action
@@ -51,19 +55,44 @@ type Settled struct {
 	Attempt int
 	// Delay is the wait of a parked copy.
 	Delay time.Duration
+	// Due: this reports the write of an in-process delayed copy that came due; the
+	// delivery's park was reported when it was scheduled. Late is then how long after
+	// its due time the copy was written.
+	Due bool
 	// Err is nil when the settlement was applied, else the error that kept it from being
 	// applied (the message then stays where the transport keeps it, if it does).
 	Err error
+	// Group is the consumer group (or inbox group) read, if any.
+	Group string
+	// HandlerDuration is how long the handler ran (0 when it did not run).
+	HandlerDuration time.Duration
 	// HandlerErr is the handler's error (nil for an ack).
 	HandlerErr error
 	// ID is the delivery's id in its transport.
 	ID string
 	// Key is where the delivery was read from.
 	Key string
+	// Late is how long after its due time a due copy was written (see Due).
+	Late time.Duration
+	// MessageKey identifies the message across its copies, whose ids differ: the id of
+	// its first delivery (HeaderOriginID).
+	MessageKey string
 	// Mount names the mount.
 	Mount string
 	// Outcome is what the handler asked.
 	Outcome OutcomeKind
+	// Redelivery: an earlier delivery of this message never settled, and the transport
+	// delivers it again: re-read from the consumer's own pending entries, claimed from
+	// another consumer, recovered from a dead consumer's processing list, or a row whose
+	// lease passed.
+	Redelivery bool
+	// SettleDuration is how long the settlement took to apply, from the handler's return.
+	SettleDuration time.Duration
+	// Transport is the kind of source read: stream, list, channel or table.
+	Transport string
+
+	ctx     context.Context // the delivery's (Hooks.Delivery); nil when no hook is set
+	handled time.Time       // when the handler returned; zero when no hook is set
 }
 
 // Final reports whether the message reached a final state with this settlement: acked,
@@ -78,7 +107,9 @@ type engine struct {
 	clock        clock.Clock
 	delayed      sync.WaitGroup // in-process delayed copies being written; Run waits for them
 	drainTimeout time.Duration
+	hooks        Hooks
 	logger       *slog.Logger
+	middleware   []Middleware // Config.Middleware: around every mount's own
 	onSettled    func(ctx context.Context, s Settled)
 	testClock    clock.Clock // Config.Test.Clock: nil in production
 }
@@ -145,6 +176,9 @@ func (m *mount) prepare(e *engine) {
 		}
 	}
 	env.Mount = m.name
+	if e.hooks.Event != nil {
+		env.Event = m.emit
+	}
 	m.transport = m.src.Transport(env)
 	m.info = m.transport.Info()
 	if _, ok := m.transport.(replicaWaiter); ok && m.cfg.replicas.set {
@@ -152,9 +186,10 @@ func (m *mount) prepare(e *engine) {
 	}
 	m.logger = e.logger.With(slog.String(attrMount, m.name))
 	m.wrapped = m.handler
-	for i := len(m.cfg.middleware) - 1; i >= 0; i-- {
+	mws := append(slices.Clip(e.middleware), m.cfg.middleware...) // the App's outermost
+	for i := len(mws) - 1; i >= 0; i-- {
 		if m.wrapped != nil {
-			m.wrapped = m.cfg.middleware[i](m.wrapped)
+			m.wrapped = mws[i](m.wrapped)
 		}
 	}
 }
@@ -329,6 +364,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		if err != nil {
 			backoff = nextBackoff(backoff)
 			m.logger.ErrorContext(ctx, "settle: read failed; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
+			m.emit(ctx, source.Event{Kind: string(EventReadFailed), Err: err})
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
@@ -458,10 +494,17 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
 		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
 		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
+		ctx = m.started(ctx, d)
 		if !w.end() {
 			return true // settled by the watchdog meanwhile
 		}
-		return m.apply(ctx, &spent, o, s, acks, delays)
+		return m.apply(ctx, &spent, o, s, acks, delays, time.Time{})
+	}
+	var start time.Time
+	if m.eng.observed() {
+		start = m.eng.clock.Now()
+		ctx = m.started(ctx, d)
+		w.observe(ctx)
 	}
 	msg := &Message{
 		Attempt:   d.Attempt,
@@ -485,7 +528,7 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 			slog.String(attrMsgID, d.ID), slog.Int(attrAttempt, d.Attempt), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
 	}
 	if err == nil && len(msg.outputs) > 0 {
-		return m.reply(ctx, d, msg.outputs, acks, delays)
+		return m.reply(ctx, d, msg.outputs, acks, delays, start)
 	}
 	o, plain := outcomeOf(err)
 	if plain {
@@ -495,10 +538,10 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 	if s.Action == ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
 		// The common case, kept out of apply: its large frame would grow the stack of
 		// every handler goroutine.
-		acks.add(d, Settled{Action: s.Action, Attempt: d.Attempt, ID: d.ID, Key: d.Key, Mount: m.name, Outcome: o.Kind})
+		acks.add(d, m.event(ctx, d, o, s.Action, start))
 		return
 	}
-	return m.apply(ctx, d, o, s, acks, delays)
+	return m.apply(ctx, d, o, s, acks, delays, start)
 }
 
 // callHandler runs h, turning a panic into a *PanicError.
@@ -560,14 +603,16 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
 			m.settleOK.Store(true)
 		}
+		if ev.Due && m.logger.Enabled(ctx, slog.LevelDebug) {
+			m.logger.DebugContext(ctx, "settle: delayed copy written back", slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)),
+				slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt), slog.String(attrAction, ev.Action.String()))
+		}
 	} else {
 		m.settleFailed.Store(true)
 		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
 			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
 	}
-	if m.eng.onSettled != nil {
-		m.eng.onSettled(ctx, ev)
-	}
+	m.eng.report(ctx, ev)
 }
 
 // logSettlement logs a settlement's line at level with the delivery's attributes and
@@ -577,14 +622,21 @@ func (m *mount) logSettlement(ctx context.Context, level slog.Level, msg string,
 	if !m.logger.Enabled(ctx, level) {
 		return
 	}
-	m.logger.Log(ctx, level, msg, settlementAttrs(d, o, s, extra...)...)
+	attrs := settlementAttrs(d, o, s, extra...)
+	if la, ok := ctx.Value(logAttrsKey{}).(*logAttrs); ok {
+		for _, a := range la.added() {
+			attrs = append(attrs, a)
+		}
+	}
+	m.logger.Log(ctx, level, msg, attrs...)
 }
 
-// settlementAttrs are a settlement's log attributes: the delivery's, then extra.
+// settlementAttrs are a settlement's log attributes: the delivery's (its msg_key the
+// same on every copy of the message), then extra.
 func settlementAttrs(d *source.Delivery, o Outcome, s settlement, extra ...slog.Attr) []any {
-	attrs := make([]any, 0, 5+len(extra))
+	attrs := make([]any, 0, 6+len(extra))
 	attrs = append(attrs,
-		slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),
+		slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),
 		slog.String(attrOutcome, string(o.Kind)), slog.String(attrAction, s.Action.String()))
 	for _, a := range extra {
 		attrs = append(attrs, a)

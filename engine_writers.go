@@ -325,16 +325,9 @@ func (w *writeContexts) get() context.Context {
 // apply carries out a settlement: a completion goes to the batched acker, any other to
 // the transport's Moves (see move), an in-process delay to the delay queue. It reports
 // whether the delivery's move was queued to the copier, which then frees its slot.
-func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s settlement, acks *acker, delays *timerq.Queue) (queued bool) {
-	ev := Settled{
-		Action:     s.Action,
-		Attempt:    d.Attempt,
-		HandlerErr: o.Err,
-		ID:         d.ID,
-		Key:        d.Key,
-		Mount:      m.name,
-		Outcome:    o.Kind,
-	}
+// ctx is the delivery's, start when its handler began (zero: it did not run).
+func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s settlement, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
+	ev := m.event(ctx, d, o, s.Action, start)
 	switch s.Action {
 	case ActionAck:
 		m.logSettlement(ctx, slog.LevelDebug, "settle: ack", d, o, s)
@@ -370,12 +363,12 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		} else {
 			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
-		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Err: errorText(o.Err), Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
 	case ActionPark:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
-			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Err: errorText(o.Err), Headers: withRetryCount(d.Headers, d.Attempt)}, ev)
+			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
 		}
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
 		m.scheduleCopy(d, ev, s.Delay, delays)
@@ -383,7 +376,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		return false
 	default: // ActionDeadLetter
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
-		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Err: errorText(o.Err), Headers: deadLetterHeaders(d, s, o.Err, m.eng.clock.Now())}, ev)
+		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, deadLetterHeaders(d, s, o.Err, m.eng.clock.Now()))}, ev)
 	}
 }
 
@@ -412,20 +405,36 @@ func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration
 	// streamTransport.deliveries): keep a copy of its own while it waits.
 	held := *d
 	d = &held
+	ev.Due = true // the Move hook sees a park kept in-process
+	mv := source.Move{Action: source.ActionCopy, Delivery: d, Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}
 	ev.Action = ActionCopy
-	mv := source.Move{Action: source.ActionCopy, Delivery: d, Headers: withRetryCount(d.Headers, d.Attempt)}
+	var due time.Time
+	if m.eng.observed() {
+		due = m.eng.clock.Now().Add(delay)
+	}
 	if w := m.due; w != nil {
-		delays.Schedule(delay, func() { w.add(copyReq{move: mv, ev: ev}) })
+		delays.Schedule(delay, func() { w.add(copyReq{move: mv, ev: m.cameDue(ev, due)}) })
 		return
 	}
 	delays.Schedule(delay, func() {
 		m.eng.delayed.Go(func() {
 			ctx := m.writes.get()
-			ev := ev
+			ev := m.cameDue(ev, due)
 			ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
 			m.settled(ctx, d, ev)
 		})
 	})
+}
+
+// cameDue returns the report of an in-process delayed copy due at due, whose write
+// starts now: how late it is, and its settlement timed from now.
+func (m *mount) cameDue(ev Settled, due time.Time) Settled {
+	if !due.IsZero() {
+		ev.handled = m.eng.clock.Now()
+		ev.Late = max(ev.handled.Sub(due), 0)
+		ev.HandlerDuration = 0
+	}
+	return ev
 }
 
 // worker is one handler goroutine's state, as the mount's watchdog sees it: the delivery
@@ -435,12 +444,25 @@ type worker struct {
 	parent context.Context
 
 	mu       sync.Mutex
+	attrs    logAttrs // what the handler added to settle's lines (AddLogAttrs)
 	cancel   context.CancelCauseFunc
 	ctx      context.Context
 	d        *source.Delivery // the delivery running; nil between deliveries
+	dctx     context.Context  // d's context as the Delivery hook returned it; nil without one
 	start    time.Time
 	timedOut bool // the watchdog settled d
 	watch    *watchdog
+}
+
+// observe keeps ctx, the running delivery's context as the Delivery hook returned it,
+// for the watchdog's settlement at its timeout.
+func (w *worker) observe(ctx context.Context) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.dctx = ctx
+	w.mu.Unlock()
 }
 
 // begin marks d running from now and returns the context to run its handler under.
@@ -449,9 +471,10 @@ func (w *worker) begin(d *source.Delivery) context.Context {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ctx == nil {
-		w.ctx, w.cancel = context.WithCancelCause(w.parent)
+		w.ctx, w.cancel = context.WithCancelCause(context.WithValue(w.parent, logAttrsKey{}, &w.attrs))
 	}
-	w.d, w.start, w.timedOut = d, now, false
+	w.attrs.reset()
+	w.d, w.dctx, w.start, w.timedOut = d, nil, now, false
 	return w.ctx
 }
 
@@ -469,7 +492,7 @@ func (w *worker) end() bool {
 		w.ctx = nil // cancelled: the next delivery gets a new one
 		w.watch.hung.Add(-1)
 	}
-	w.d, w.timedOut = nil, false
+	w.d, w.dctx, w.timedOut = nil, nil, false
 	return !timedOut
 }
 
@@ -540,7 +563,7 @@ func (g *watchdog) check(now time.Time, timeout time.Duration) {
 	g.mu.Unlock()
 	for _, w := range workers {
 		w.mu.Lock()
-		d := w.d
+		d, dctx, start := w.d, w.dctx, w.start
 		expired := d != nil && !w.timedOut && now.Sub(w.start) >= timeout
 		if expired {
 			w.timedOut = true
@@ -549,19 +572,26 @@ func (g *watchdog) check(now time.Time, timeout time.Duration) {
 		}
 		w.mu.Unlock()
 		if expired {
-			g.settle(d, timeout)
+			if dctx == nil {
+				dctx = context.WithValue(g.parent, logAttrsKey{}, &w.attrs)
+			}
+			g.settle(dctx, d, timeout, start)
 		}
 	}
 }
 
 // settle settles d, whose handler ran past timeout, as a failed delivery.
-func (g *watchdog) settle(d *source.Delivery, timeout time.Duration) {
+// ctx is the delivery's, start when its handler began.
+func (g *watchdog) settle(ctx context.Context, d *source.Delivery, timeout time.Duration, start time.Time) {
 	m := g.m
 	err := fmt.Errorf("%w (%s)", ErrHandlerTimeout, timeout)
 	m.logger.WarnContext(g.parent, "settle: a handler ran past its timeout: its delivery is settled as a failure",
 		slog.String(attrMsgID, d.ID), slog.Duration("timeout", timeout))
 	o := Outcome{Kind: OutcomeRetry, Err: err, Delay: m.backoff(d.Attempt, err)}
-	if !m.apply(g.parent, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), g.acks, g.delays) {
+	if !m.eng.observed() {
+		start = time.Time{}
+	}
+	if !m.apply(ctx, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), g.acks, g.delays, start) {
 		<-g.slots // else the copier frees it once the move is written
 	}
 }

@@ -337,4 +337,5 @@ const DefaultBuffer = 1000
 
 type publisherConfig struct {
 	codec Codec
+	hook  PublishHook
 }

@@ -249,7 +249,7 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) settlement {
 	switch {
 	case c.DeliveryCounter:
 		return settlement{Action: ActionLeave, Delay: c.MinIdle, Reason: "retry after min-idle"}
-	case p.MaxAttempts > 0:
+	case p.MaxAttempts > 0 && !(c.RetriesInPlace && c.RetryWithoutCap == source.ActionPutBack):
 		return settlement{Action: ActionCopy, Reason: "retry"}
 	case c.RetryWithoutCap == source.ActionLose:
 		return settlement{Action: ActionLose, Reason: "retry cannot be honoured without an attempts cap: message lost"}

@@ -18,6 +18,7 @@ var (
 	capsClaiming        = source.Caps{DeliveryCounter: true, MinIdle: 30 * time.Second, RetryWithoutCap: source.ActionLeave}
 	capsClaimingZset    = source.Caps{DeliveryCounter: true, MinIdle: 30 * time.Second, Parks: true, RetryWithoutCap: source.ActionLeave}
 	capsReliableList    = source.Caps{RetryWithoutCap: source.ActionPutBack}
+	capsTable           = source.Caps{Parks: true, Releases: true, RetriesInPlace: true, RetryWithoutCap: source.ActionPutBack}
 	capsList            = source.Caps{RetryWithoutCap: source.ActionLose}
 	capsPubSub          = source.Caps{RetryWithoutCap: source.ActionLose}
 	policyNone          = source.Policy{}
@@ -76,6 +77,8 @@ func TestDecide(t *testing.T) {
 		{name: "ListRetryUnderCapCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsList, want: ActionCopy},
 		{name: "PubSubRetryUnderCapCopies", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsPubSub, want: ActionCopy},
 		{name: "ListRetryUnderCapWithoutDeadLetterCopies", outcome: outcomeRetry, attempt: 1, policy: policyCap3, caps: capsList, want: ActionCopy},
+		{name: "TableRetryUnderCapPutsBackInPlaceNotACopy", outcome: outcomeRetry, attempt: 1, policy: policyCap3DLQ, caps: capsTable, want: ActionPutBack},
+		{name: "TableRetryUnderCapAtTheCapDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyCap3DLQ, caps: capsTable, want: ActionDeadLetter},
 		{name: "ClaimingRetryUnderCapLeavesPending", outcome: outcomeRetry, attempt: 2, policy: policyCap3DLQ, caps: capsClaiming, want: ActionLeave, delay: 30 * time.Second},
 
 		// The n-th failed delivery is not retried: dead letter, or reject with no destination.

@@ -54,23 +54,24 @@ func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte
 	if err := checkStreamBounds(c); err != nil {
 		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
 	}
+	done := p.publishing(ctx, "stream", key, len(payload), &c)
 	if err := errors.Join(checkHeaders(c.Headers), checkHeaderCount(c.Headers)); err != nil {
-		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
+		return "", published(done, "", fmt.Errorf("settle: publish to %q: %w", key, err))
 	}
 	if payload == nil {
 		payload = []byte{} // nil would write no payload field
 	}
 	if c.Delayed() || c.DelaySet != nil {
 		member := wire.DelayMember(publishToken(), payload, c.Headers)
-		return "", p.delay(ctx, c, key, "stream", member)
+		return "", published(done, "", p.delay(ctx, c, key, "stream", member))
 	}
 	args := &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, c.Headers), MaxLen: c.MaxLen, MinID: c.MinID}
 	args.Approx = args.MaxLen > 0 // MinID trims exactly
 	id, err := p.rdb.XAdd(ctx, args).Result()
 	if err != nil {
-		return "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err)
+		return "", published(done, "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err))
 	}
-	return id, nil
+	return id, published(done, id, nil)
 }
 
 // PublishList encodes v with the publisher's codec and pushes it, in settle's envelope,
@@ -90,17 +91,18 @@ func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []
 	if err := c.Refuse("a list", "Header", "After", "At", "DelaySet"); err != nil {
 		return fmt.Errorf("settle: publish to list %q: %w", key, err)
 	}
+	done := p.publishing(ctx, "list", key, len(payload), &c)
 	if err := checkHeaders(c.Headers); err != nil {
-		return fmt.Errorf("settle: publish to list %q: %w", key, err)
+		return published(done, "", fmt.Errorf("settle: publish to list %q: %w", key, err))
 	}
 	value := wire.Envelope(payload, c.Headers)
 	if c.Delayed() || c.DelaySet != nil {
-		return p.delay(ctx, c, key, "list", valueMember(value))
+		return published(done, "", p.delay(ctx, c, key, "list", valueMember(value)))
 	}
 	if err := p.rdb.RPush(ctx, key, value).Err(); err != nil {
-		return fmt.Errorf("settle: publish to list %q: rpush: %w", key, err)
+		return published(done, "", fmt.Errorf("settle: publish to list %q: rpush: %w", key, err))
 	}
-	return nil
+	return published(done, "", nil)
 }
 
 // PublishChannel encodes v with the publisher's codec and publishes it, in settle's
@@ -124,18 +126,19 @@ func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, pay
 	if err := c.Refuse("a channel", "Header", "After", "At", "DelaySet"); err != nil {
 		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
 	}
+	done := p.publishing(ctx, "channel", channel, len(payload), &c)
 	if err := checkHeaders(c.Headers); err != nil {
-		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+		return 0, published(done, "", fmt.Errorf("settle: publish to channel %q: %w", channel, err))
 	}
 	value := wire.Envelope(payload, c.Headers)
 	if c.Delayed() || c.DelaySet != nil {
-		return 0, p.delay(ctx, c, "", "channel", valueMember(value))
+		return 0, published(done, "", p.delay(ctx, c, "", "channel", valueMember(value)))
 	}
 	n, err := p.rdb.Publish(ctx, channel, value).Result()
 	if err != nil {
-		return 0, fmt.Errorf("settle: publish to channel %q: %w", channel, err)
+		return 0, published(done, "", fmt.Errorf("settle: publish to channel %q: %w", channel, err))
 	}
-	return n, nil
+	return n, published(done, "", nil)
 }
 
 // checkHeaders refuses header names that would collide with settle's own fields.

@@ -38,6 +38,8 @@ type listKeeper struct {
 	reader     *envelopeReader
 	ttl        time.Duration   // the heartbeat's
 	wake       <-chan struct{} // signalled when a lot has settled and more may be left
+	// beatFailed: the last heartbeat failed, and it was logged (touched only by the loop).
+	beatFailed bool
 
 	done chan struct{}
 	stop context.CancelFunc
@@ -96,9 +98,8 @@ func (k *listKeeper) run(ctx context.Context) {
 		case <-tick.C:
 		}
 		bctx, cancel := context.WithTimeout(ctx, ttl/3)
-		if err := k.beat(bctx); err != nil && ctx.Err() == nil {
-			k.env.Logger.ErrorContext(ctx, "settle: reliable list heartbeat failed: if it expires, other consumers recover this consumer's items",
-				slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.Any(attrError, err))
+		if err := k.beat(bctx); ctx.Err() == nil {
+			k.beaten(ctx, err)
 		}
 		cancel()
 		if ticks++; ticks%3 == 0 {
@@ -204,6 +205,7 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool,
 	if len(taken) > 0 {
 		k.env.Logger.WarnContext(ctx, "settle: took over the items of a reliable list consumer that stopped without settling them",
 			slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.String("consumer", name), slog.Int("count", len(taken)))
+		k.env.Emit(ctx, source.Event{Kind: source.EventRecovery, Count: len(taken)})
 	}
 	return len(taken), alive, nil
 }
@@ -253,4 +255,17 @@ func (k *listKeeper) close(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// beaten logs a heartbeat's failure once until one succeeds again, and then that it
+// does: a server away for a minute is one error line, not one per tick.
+func (k *listKeeper) beaten(ctx context.Context, err error) {
+	switch {
+	case err != nil && !k.beatFailed:
+		k.env.Logger.ErrorContext(ctx, "settle: reliable list heartbeat failed: if it expires, other consumers recover this consumer's items (logged once until a heartbeat succeeds)",
+			slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.Any(attrError, err))
+	case err == nil && k.beatFailed:
+		k.env.Logger.InfoContext(ctx, "settle: reliable list heartbeat succeeds again", slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key))
+	}
+	k.beatFailed = err != nil
 }

@@ -163,6 +163,7 @@ func (t *reliableTransport) deliverTaken(ctx context.Context, n int) []*source.D
 		ds[i] = t.delivery(ctx, v, ids[i])
 		ds[i].RetryCount = max(ds[i].RetryCount-1, 0)
 		ds[i].TakenOver = true
+		ds[i].Redelivered = true
 	}
 	t.unsettled.Add(int64(n))
 	return ds

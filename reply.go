@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
@@ -139,8 +140,8 @@ func (m *mount) replyProblems() []error {
 // reply settles a delivery whose handler succeeded with replies: one atomic move where
 // the transport writes them itself, else each published through the mount's replier
 // and the original completed after; a failed publish settles it as a failure.
-func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Output, acks *acker, delays *timerq.Queue) (queued bool) {
-	ev := Settled{Action: ActionReply, Attempt: d.Attempt, ID: d.ID, Key: d.Key, Mount: m.name, Outcome: OutcomeAck}
+func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Output, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
+	ev := m.event(ctx, d, Outcome{Kind: OutcomeAck}, ActionReply, start)
 	m.logSettlement(ctx, slog.LevelDebug, "settle: reply", d, Outcome{Kind: OutcomeAck}, settlement{Action: ActionReply},
 		slog.String("reply_to", m.cfg.replyTo), slog.Int("replies", len(outs)))
 	if m.cfg.replier == nil {
@@ -151,7 +152,7 @@ func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Out
 		if err := m.cfg.replier.PublishReply(wctx, m.cfg.replyTo, out.Payload, out.Headers); err != nil {
 			err = fmt.Errorf("settle: publish reply %d of %d to %q: %w", i+1, len(outs), m.cfg.replyTo, err)
 			o := Outcome{Kind: OutcomeRetry, Err: err, Delay: m.backoff(d.Attempt, err)}
-			return m.apply(ctx, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), acks, delays)
+			return m.apply(ctx, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), acks, delays, start)
 		}
 	}
 	acks.add(d, ev)

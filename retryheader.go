@@ -44,7 +44,7 @@ func parseRetryCount(headers map[string]string) (n int, ok bool) {
 
 // withRetryCount returns a copy of headers whose retry count is n.
 func withRetryCount(headers map[string]string, n int) map[string]string {
-	out := make(map[string]string, len(headers)+1)
+	out := make(map[string]string, len(headers)+2) // room for the origin id too (see moveHeaders)
 	for k, v := range headers {
 		out[k] = v
 	}

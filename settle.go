@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +21,16 @@ type Config struct {
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
 
+	// Hooks observe every delivery, settlement and event of the App's mounts (the
+	// settleotel module fills them). Defaults to none.
+	Hooks Hooks
+
 	// Logger receives settle's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// Middleware wraps the handler of every mount, outside the mount's own (Use); the
+	// first one given is the outermost. Defaults to none.
+	Middleware []Middleware
 
 	// OnSettled, when set, is called after every settlement is applied (or failed to
 	// apply), from the goroutine that applied it. It must be safe for concurrent use and
@@ -81,7 +90,7 @@ func New(cfg Config) (*App, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	e := &engine{clock: clock.Real{}, drainTimeout: cfg.DrainTimeout, logger: cfg.Logger, onSettled: cfg.OnSettled}
+	e := &engine{clock: clock.Real{}, drainTimeout: cfg.DrainTimeout, hooks: cfg.Hooks, logger: cfg.Logger, middleware: slices.Clone(cfg.Middleware), onSettled: cfg.OnSettled}
 	if e.logger == nil {
 		e.logger = slog.Default()
 	}

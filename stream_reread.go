@@ -37,6 +37,9 @@ func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*sourc
 		t.cursor = msgs[len(msgs)-1].ID
 		t.mu.Unlock()
 		if ds := t.deliveries(ctx, unsettled, false); len(ds) > 0 {
+			for _, d := range ds {
+				d.Redelivered = true
+			}
 			t.countDeliveries(ctx, ds, len(msgs))
 			return ds, nil
 		}

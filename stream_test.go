@@ -486,8 +486,8 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 			t.Fatalf("stream has %d entries, want the original and its copy", len(entries))
 		}
 		orig, cp := entries[0].Values, entries[1].Values
-		if cp["payload"] != orig["payload"] || cp["tenant"] != "acme" || cp[settle.HeaderRetryCount] != "1" || len(cp) != 3 {
-			t.Fatalf("copy %v, want the original's payload and headers %v with %s=1", cp, orig, settle.HeaderRetryCount)
+		if cp["payload"] != orig["payload"] || cp["tenant"] != "acme" || cp[settle.HeaderRetryCount] != "1" || cp[settle.HeaderOriginID] != id || len(cp) != 4 {
+			t.Fatalf("copy %v, want the original's payload and headers %v with %s=1 and %s=%s", cp, orig, settle.HeaderRetryCount, settle.HeaderOriginID, id)
 		}
 		if n := b.pending(t); n != 0 {
 			t.Fatalf("%d pending, want 0: the original was acked with its copy", n)

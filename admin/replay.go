@@ -257,11 +257,12 @@ type PurgeResult struct {
 }
 
 // replayHeaders are the headers a replay of d, a dead letter of key, writes: d's own
-// but settle's, plus HeaderReplayedFrom.
+// but settle's (those hooks added, settle.HeaderHookPrefix, are kept: a tracer's link to
+// the dead letter's span), plus HeaderReplayedFrom.
 func replayHeaders(key string, d DeadLetter) map[string]string {
 	headers := make(map[string]string, len(d.Headers))
 	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, settle.HeaderPrefix) {
+		if !strings.HasPrefix(k, settle.HeaderPrefix) || strings.HasPrefix(k, settle.HeaderHookPrefix) {
 			headers[k] = v
 		}
 	}

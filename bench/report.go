@@ -296,13 +296,33 @@ func (rs results) printTargets(w io.Writer) {
 	// Issue 6, at the tuned rows (one mount per worker).
 	tuned := ""
 	for _, r := range rs {
-		if name, ok := strings.CutPrefix(r.system.name, "settle-stream-tuned-"); ok {
+		if name, ok := strings.CutPrefix(r.system.name, "settle-stream-tuned-"); ok && !strings.HasSuffix(name, "-otel") {
 			tuned = "tuned-" + name
 			break
 		}
 	}
 	if tuned == "" {
 		return
+	}
+	// Issue 14: settleotel installed (metrics and traces on, in memory) beside it off:
+	// every delivery traced (the target), and 1% of them (informational).
+	for _, t := range []struct{ suffix, sc string }{
+		{"-otel", "drain-1"}, {"-otel", "drain-8"}, {"-otel", "retry-once"},
+		{"-otel-1pct", "drain-8"}, {"-otel-1pct", "retry-once"},
+	} {
+		sc := t.sc
+		on, ok1 := rs.find("settle-stream-"+tuned+t.suffix, sc)
+		off, ok2 := rs.find("settle-stream-"+tuned, sc)
+		fon, foff := on.figures(), off.figures()
+		ok := ok1 && ok2 && foff.cliCPU > 0
+		cpu := 0.0
+		if ok {
+			cpu = fon.cliCPU / foff.cliCPU
+		}
+		check(fmt.Sprintf("settle-stream-%s%s %s client CPU/msg ÷ without settleotel <= 1.15", tuned, t.suffix, sc), cpu, ok, cpu <= 1.15, "%.2fx")
+		if ok {
+			fmt.Fprintf(w, "  %-72s %.1f → %.1f allocs/msg, %.1f → %.1f client ms/1k msgs\n", "  settleotel"+t.suffix+" "+sc, foff.allocs, fon.allocs, foff.cliCPU, fon.cliCPU)
+		}
 	}
 	fmt.Fprintln(w, "  (issue 6, at the tuned rows)")
 	for _, sc := range []string{"drain-1", "drain-8"} {

@@ -31,9 +31,11 @@ var errHandler = errors.New("bench: handler failed")
 
 // settleOpts is how a settle row mounts its source: the options the row is named after.
 type settleOpts struct {
-	name        string // the row's name ends with it: default, c1, c8, tuned-c200
-	concurrency int    // Concurrency(n) of each mount; 0: none given (settle's default)
-	perWorker   bool   // one mount per scenario worker, each its own consumer (tuned)
+	name        string  // the row's name ends with it: default, c1, c8, tuned-c200
+	concurrency int     // Concurrency(n) of each mount; 0: none given (settle's default)
+	perWorker   bool    // one mount per scenario worker, each its own consumer (tuned)
+	otel        bool    // settleotel installed: metrics and traces on, in memory (see otelbench.go)
+	otelSample  float64 // the share of messages traced (settleotel.WithSampling); 0: every one
 }
 
 // settleOptionRows are the option sets every settle source runs with: what users run
@@ -44,6 +46,8 @@ func settleOptionRows(tuned int) []settleOpts {
 		{name: "c1", concurrency: 1},
 		{name: "c8", concurrency: 8},
 		{name: fmt.Sprintf("tuned-c%d", tuned), concurrency: tuned, perWorker: true},
+		{name: fmt.Sprintf("tuned-c%d-otel", tuned), concurrency: tuned, perWorker: true, otel: true},
+		{name: fmt.Sprintf("tuned-c%d-otel-1pct", tuned), concurrency: tuned, perWorker: true, otel: true, otelSample: 0.01},
 	}
 }
 
@@ -55,6 +59,10 @@ func (o settleOpts) fits(kind settleKind, sc scenario) bool {
 	switch {
 	case kind == settleStreamZset && sc.kind != kindDelay:
 		return false // the same as settle-stream outside delays
+	case o.otel:
+		// Beside the tuned row it is measured against: a plain stream, draining and
+		// retrying (the cost of the hooks, the metrics and a span per delivery).
+		return kind == settleStream && (sc.kind == kindDrain || sc.kind == kindRetry)
 	case o.perWorker:
 		return true
 	case o.concurrency == 1:
@@ -85,6 +93,12 @@ func (o settleOpts) describe(kind settleKind, sc scenario) string {
 	if kind == settleStreamZset {
 		d += ", DelayIn(DurableZset)"
 	}
+	switch {
+	case o.otel && o.otelSample > 0:
+		d += fmt.Sprintf(", settleotel (metrics, and traces of %g%% of messages: WithSampling, in memory)", 100*o.otelSample)
+	case o.otel:
+		d += ", settleotel (metrics and traces of every delivery, in memory)"
+	}
 	return d
 }
 
@@ -110,6 +124,11 @@ func runSettle(kind settleKind, o settleOpts) runFunc {
 		}
 
 		b := newAppBench(rc.n)
+		if o.otel {
+			if b.hooks, err = otelHooks(o.otelSample); err != nil {
+				return nil, err
+			}
+		}
 		app, err := b.app()
 		if err != nil {
 			return nil, err
@@ -163,6 +182,7 @@ type appBench struct {
 	late     *lateness
 	failed   atomic.Int64
 	firstErr atomic.Value
+	hooks    settle.Hooks // settleotel's, in the -otel rows
 }
 
 func newAppBench(n int) *appBench {
@@ -175,6 +195,7 @@ func (b *appBench) app() (*settle.App, error) {
 	return settle.New(settle.Config{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 1})),
 		DrainTimeout: 5 * time.Second,
+		Hooks:        b.hooks,
 		OnSettled: func(_ context.Context, s settle.Settled) {
 			if s.Err != nil {
 				b.failed.Add(1)

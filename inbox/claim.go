@@ -73,6 +73,12 @@ func (t *transport) claim(ctx context.Context, max int) ([]*source.Delivery, err
 		}
 		t.takeover.took(hs, n, time.Now())
 		t.leases.add(hs)
+		for _, d := range taken {
+			d.Redelivered = true // its lease passed
+		}
+		if len(taken) > 0 {
+			t.env.Emit(ctx, source.Event{Kind: source.EventLease, Count: len(taken)})
+		}
 		ds = taken
 	}
 	if left := max - len(ds); left > 0 {

@@ -44,7 +44,7 @@ func TestTallyCountsAFinalSettlementWhoseRetryEventCameAfterTheNextDelivery(t *t
 	tl := newTally(1, false)
 	tl.claim(mountSend, &settle.Message{ID: "7", Attempt: 1})
 	tl.claim(mountSend, &settle.Message{ID: "7", Attempt: 2}) // claimed again once put back
-	tl.settled(settle.Settled{Mount: mountSend, ID: "7", Attempt: 1, Action: settle.ActionCopy})
+	tl.settled(settle.Settled{Mount: mountSend, ID: "7", Attempt: 1, Action: settle.ActionPutBack})
 	tl.settled(settle.Settled{Mount: mountSend, ID: "7", Attempt: 2, Action: settle.ActionAck})
 	select {
 	case <-tl.done:

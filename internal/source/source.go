@@ -183,6 +183,10 @@ type Caps struct {
 	// (ActionRelease) without spending an attempt. Without it, a graceful stop runs them
 	// before it returns.
 	Releases bool
+	// RetriesInPlace: the transport counts attempts in the message itself (a table's
+	// attempt column), so a Retry under a cap is RetryWithoutCap's put-back too, not a
+	// copy: the logs and reports then name what is written.
+	RetriesInPlace bool
 	// RetryWithoutCap is what a Retry does when the mount declares no attempts cap:
 	// ActionCopy, ActionPutBack, ActionLeave or ActionLose.
 	RetryWithoutCap Action
@@ -219,6 +223,9 @@ type Delivery struct {
 	RetryCount int
 	// Raw is whatever the transport needs to settle this delivery later.
 	Raw any
+	// Redelivered: an earlier delivery of the message never settled (re-read from this
+	// consumer's pending entries, claimed, recovered, or a lease that passed).
+	Redelivered bool
 }
 
 // Move is one settlement other than a completion, as the engine asks a transport to
@@ -335,6 +342,8 @@ func (a Action) String() string {
 type Env struct {
 	// Clock is the App's clock (the wall clock unless a test injected one).
 	Clock clock.Clock
+	// Event, when set, receives the transport's events (see Emit).
+	Event func(ctx context.Context, e Event)
 	// Logger is the App's logger.
 	Logger *slog.Logger
 	// Mount names the mount.

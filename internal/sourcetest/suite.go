@@ -40,6 +40,7 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"StopWhilePausedKeepsWhatWaits", testStopWhilePausedKeepsWhatWaits},
 		{"ReplyIsWrittenWithTheCompletion", testReplyIsWrittenWithTheCompletion},
 		{"FailedHandlerWritesNoReply", testFailedHandlerWritesNoReply},
+		{"HooksFollowOneMessage", testHooksFollowOneMessage},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -154,8 +154,8 @@ func TestRetryUnderCapIsTheSameInPlaceUpdate(t *testing.T) {
 			return nil
 		}), settle.MaxAttempts(5), settle.DeadLetter("jobs.dead"))
 		evs := x.rec.WaitFor(t, waitLong, "the ack", finals(1))
-		if count(evs, settle.ActionCopy) != 1 || evs[len(evs)-1].Attempt != 2 {
-			t.Fatalf("got %+v, want one copy then an ack at attempt 2", evs)
+		if count(evs, settle.ActionPutBack) != 1 || count(evs, settle.ActionCopy) != 0 || evs[len(evs)-1].Attempt != 2 {
+			t.Fatalf("got %+v, want one put_back (no copy: a table retries in place) then an ack at attempt 2", evs)
 		}
 	})
 }

@@ -1,0 +1,120 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/source"
+)
+
+// handleAllocs is the allocations of one delivery's path through the engine (handler,
+// decision, settlement written to nopTransport) on a mount of cfg.
+func handleAllocs(t *testing.T, cfg Config, h Handler) float64 {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mount{cfg: defaultMountConfig(), handler: h, src: benchSource{}}
+	m.cfg.delay = delayed.InProcess{}
+	m.cfg.maxAttempts = 1000
+	m.prepare(a.eng)
+	m.writes.base = context.Background()
+	acks := newAcker(context.Background(), m)
+	defer acks.close()
+	d := &source.Delivery{Attempt: 1, Headers: map[string]string{"tenant": "acme"}, HasPayload: true, ID: "1-0", Key: "bench", Payload: []byte("p")}
+	ctx := context.Background()
+	return testing.AllocsPerRun(200, func() { m.handle(ctx, d, acks, nil, nil) })
+}
+
+// Hooks left unset cost an ack nothing: its one allocation is the Message, as before
+// hooks existed, and hooks that add nothing add no allocation either.
+func TestUnsetHooksAddNoAllocationToAnAck(t *testing.T) {
+	ack := HandlerFunc(func(context.Context, *Message) error { return nil })
+	if n := handleAllocs(t, Config{}, ack); n > 1 {
+		t.Fatalf("an ack without hooks allocates %.0f times, want at most 1 (the Message)", n)
+	}
+	nop := Config{Hooks: Hooks{
+		Delivery: func(ctx context.Context, _ DeliveryStart) context.Context { return ctx },
+		Settled:  func(context.Context, Settled) {},
+	}}
+	if n, base := handleAllocs(t, nop, ack), handleAllocs(t, Config{}, ack); n != base {
+		t.Fatalf("an ack with hooks that do nothing allocates %.0f times, without hooks %.0f: want the same", n, base)
+	}
+}
+
+// A retry copy without a Move hook allocates no more than its copy needs: the origin
+// header fits the headers map made for the copy.
+func TestUnsetMoveHookAddsNoAllocationToARetryCopy(t *testing.T) {
+	retry := HandlerFunc(func(context.Context, *Message) error { return Retry(nil) })
+	base := handleAllocs(t, Config{}, retry)
+	nop := Config{Hooks: Hooks{Move: func(context.Context, Settled, map[string]string) {}}}
+	if n := handleAllocs(t, nop, retry); n != base {
+		t.Fatalf("a retry copy with a Move hook that adds nothing allocates %.0f times, without %.0f: want the same", n, base)
+	}
+	if base > 8 {
+		t.Fatalf("a retry copy allocates %.0f times; want at most 8, as before hooks and the origin header existed", base)
+	}
+}
+
+// A claimer warns of an entry taken over from under a running handler once, not at each
+// heartbeat while the handler runs on, and again only for an entry taken over anew.
+func TestClaimerWarnsOfATakenOverEntryOncePerOccurrence(t *testing.T) {
+	t.Parallel()
+	var c claimer
+	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
+		t.Fatalf("first heartbeat warns of %v, want [1-0]", got)
+	}
+	for range 3 {
+		if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); len(got) != 0 {
+			t.Fatalf("a later heartbeat warns of %v again, want nothing new", got)
+		}
+	}
+	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0", "2-0"}); !slices.Equal(got, []string{"2-0"}) {
+		t.Fatalf("warns of %v, want only the entry newly taken over", got)
+	}
+	// 1-0 settled (no longer in flight): were it delivered and taken over again, that is
+	// a new occurrence.
+	c.newlyTaken([]string{"2-0"}, nil)
+	if got := c.newlyTaken([]string{"1-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
+		t.Fatalf("warns of %v, want 1-0's new occurrence", got)
+	}
+}
+
+// countHandler counts the records logged at each level.
+type countHandler struct {
+	mu sync.Mutex
+	n  map[slog.Level]int
+}
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[r.Level]++
+	return nil
+}
+func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countHandler) WithGroup(string) slog.Handler      { return h }
+
+// A reliable list's heartbeat failing tick after tick is one error line, and its
+// recovery one info line: each failure is logged once per occurrence, not per tick.
+func TestReliableListHeartbeatFailureIsLoggedOncePerOccurrence(t *testing.T) {
+	t.Parallel()
+	h := &countHandler{n: map[slog.Level]int{}}
+	k := &listKeeper{env: source.Env{Logger: slog.New(h)}}
+	ctx, down := context.Background(), errors.New("connection refused")
+	for _, err := range []error{down, down, down, nil, nil, down, down} {
+		k.beaten(ctx, err)
+	}
+	if h.n[slog.LevelError] != 2 || h.n[slog.LevelInfo] != 1 {
+		t.Fatalf("logged %v, want 2 errors (two outages) and 1 recovery", h.n)
+	}
+}
