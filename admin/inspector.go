@@ -7,8 +7,8 @@
 // Each view is one call and changes nothing: [Inspector.Stream] (a stream and one of
 // its consumer groups: length, lag, pending entries, consumers, dead consumers),
 // [Inspector.DeadLetterSummary] (a dead-letter stream grouped by reason, normalised
-// error and source), [Inspector.DeadLetters] (its entries), [Inspector.DeadLetterCount]
-// (how many, in one command), [Inspector.Peek] (one entry, its payload decoded),
+// error and source), [Inspector.DeadLetters] (its entries), [Inspector.Length]
+// (how many a stream or list holds), [Inspector.Peek] (one entry, its payload decoded),
 // [Inspector.DelaySet] (a durable delay set: size, next due, overdue),
 // [Inspector.ReliableList] (a reliable list: length, each consumer's
 // processing list, heartbeat alive or orphaned), and [Inspector.ListDeadLetterSummary]

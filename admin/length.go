@@ -7,8 +7,8 @@ import (
 
 // Length returns how many entries a stream, or items a list, key holds (a dead-letter
 // stream or list, say): one XLEN or LLEN, cheap enough for a metrics gauge read at
-// every collection. A missing key holds none; a key of another type is an error naming
-// it.
+// every collection or overview refresh (DeadLetterSummary reads them all). A missing
+// key holds none; a key of another type is an error wrapping ErrWrongType.
 func (i *Inspector) Length(ctx context.Context, key string) (int64, error) {
 	t, err := i.rdb.Type(ctx, key).Result()
 	if err != nil {
@@ -22,6 +22,6 @@ func (i *Inspector) Length(ctx context.Context, key string) (int64, error) {
 	case "list":
 		return i.rdb.LLen(ctx, key).Result()
 	default:
-		return 0, fmt.Errorf("admin: %q is a %s, not a stream or a list", key, t)
+		return 0, fmt.Errorf("admin: %q is a %s, not a stream or a list: %w", key, t, ErrWrongType)
 	}
 }

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -26,8 +27,8 @@ func TestLengthCountsStreamsAndListsAndRefusesOtherTypes(t *testing.T) {
 			t.Fatalf("Length(%s) = %d, %v; want %d", key, n, err, want)
 		}
 	}
-	if _, err := b.insp.Length(b.ctx, other); err == nil {
-		t.Fatalf("Length(%s) of a string: no error", other)
+	if _, err := b.insp.Length(b.ctx, other); !errors.Is(err, admin.ErrWrongType) {
+		t.Fatalf("Length(%s) of a string: %v, want ErrWrongType", other, err)
 	}
 }
 

@@ -95,7 +95,7 @@ func (c *Console) mountRow(ctx context.Context, m Mount) row {
 			rw.Delayed, rw.Overdue = d.Size, d.Overdue
 		}
 		if m.DeadLetter != "" {
-			n, err := c.opts.Admin.DeadLetterCount(ctx, m.DeadLetter, !m.isStream())
+			n, err := c.opts.Admin.Length(ctx, m.DeadLetter)
 			if err != nil {
 				return err
 			}
