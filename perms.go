@@ -26,7 +26,7 @@ func (p perm) String() string {
 		}
 		return name
 	}
-	if len(p) > 1 && !strings.HasPrefix(name, "EVAL") && name != "TIME" && name != "MULTI" && name != "EXEC" {
+	if len(p) > 1 && !strings.HasPrefix(name, "EVAL") && name != "TIME" && name != "MULTI" && name != "EXEC" && name != "WAIT" {
 		return name + " " + p[1]
 	}
 	return name

@@ -79,6 +79,14 @@ func TestRunNamesEveryMissingPermissionOfEveryMountAtOnce(t *testing.T) {
 			app.Mount(settle.ReliableList(rdb, r.Key("l2")), ack, settle.Name("second"))
 		},
 		want: []string{"mount first", "mount second", "LREM", "SET"},
+	}, {
+		name:  "WaitReplicasWithoutWAIT",
+		rules: []string{"+@all", "-wait"},
+		mount: func(app *settle.App, rdb *redis.Client) {
+			app.Mount(settle.Stream(rdb, r.Key("s5"), "g"), ack, settle.WaitReplicas(1, time.Second))
+		},
+		want:  []string{"WAIT"},
+		never: []string{"XACK", "EVAL"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

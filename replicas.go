@@ -56,12 +56,23 @@ type replicaWaiter interface {
 	// waitReplicas returns how many replicas acknowledged every write made so far on
 	// the transport's server, waiting at most timeout for n.
 	waitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error)
+	// replicaPerms checks that the client's user may run what waitReplicas runs.
+	replicaPerms(ctx context.Context) error
 }
 
 // replicaTransport applies a transport's settlements, then waits for replicas.
 type replicaTransport struct {
 	source.Transport
 	w replicaWait
+}
+
+// Open opens the transport, then checks the permissions of the wait (its marker's SET
+// and WAIT), as the transport checked its own.
+func (t replicaTransport) Open(ctx context.Context) error {
+	if err := t.Transport.Open(ctx); err != nil {
+		return err
+	}
+	return t.Transport.(replicaWaiter).replicaPerms(ctx)
 }
 
 // Ack acks ds, then waits for the replicas.
@@ -119,7 +130,7 @@ func waitReplicas(ctx context.Context, rdb redis.UniversalClient, key string, n 
 	}
 	var wait *redis.Cmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, keys.Derived(key, "replicas"), "1", time.Minute)
+		p.Set(ctx, replicaMarker(key), "1", time.Minute)
 		wait = p.Do(ctx, "wait", n, timeout.Milliseconds()) // not in Pipeliner's method set
 		return nil
 	})
@@ -128,6 +139,22 @@ func waitReplicas(ctx context.Context, rdb redis.UniversalClient, key string, n 
 	}
 	got, err := wait.Int()
 	return got, err
+}
+
+// replicaMarker is the key waitReplicas writes before its WAIT, in key's slot.
+func replicaMarker(key string) string { return keys.Derived(key, "replicas") }
+
+// checkReplicaPerms checks that rdb's user may run waitReplicas's commands for key.
+func checkReplicaPerms(ctx context.Context, rdb redis.UniversalClient, key string) error {
+	return checkPerms(ctx, rdb, []perm{{"SET", replicaMarker(key), "1", "PX", "60000"}, {"WAIT", "1", "100"}})
+}
+
+func (t *streamTransport) replicaPerms(ctx context.Context) error {
+	return checkReplicaPerms(ctx, t.src.rdb, t.src.key)
+}
+
+func (t *reliableTransport) replicaPerms(ctx context.Context) error {
+	return checkReplicaPerms(ctx, t.src.rdb, t.src.key)
 }
 
 func (t *streamTransport) waitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
