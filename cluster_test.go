@@ -186,6 +186,11 @@ func newClusterStreamSubject(t *testing.T, c *conformanceClock, mk func(rdb redi
 			t.Helper()
 			return readDeadLetters(t, r.Client, dlq)
 		},
+		ReplyTo: r.Key("replies"),
+		Replies: func(t testing.TB) []sourcetest.Dead {
+			t.Helper()
+			return readDeadLetters(t, r.Client, r.Key("replies"))
+		},
 		Pending: func(t testing.TB) int64 {
 			t.Helper()
 			p, err := r.Client.XPending(context.Background(), in, group).Result()
@@ -233,6 +238,11 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 	pauseByKey(s, r.Client, in, "")
 	if reliable {
 		s.Source = settle.ReliableList(r.Client, in, settle.Consumer("c"))
+		s.ReplyTo = r.Key("replies")
+		s.Replies = func(t testing.TB) []sourcetest.Dead {
+			t.Helper()
+			return readDeadList(t, r.Client, r.Key("replies"))
+		}
 		s.Pending = func(t testing.TB) int64 {
 			t.Helper()
 			n, err := r.Client.LLen(context.Background(), settle.ProcessingList(in, "c")).Result()

@@ -3,6 +3,7 @@ package sourcetest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/settlekit/settle"
@@ -14,19 +15,33 @@ type replyOf struct {
 	Part   string `msgpack:"part"`
 }
 
-// requireReplies skips a reply scenario on a transport that cannot write replies.
-func requireReplies(t *testing.T, s *Subject) {
+// writesReplies reports whether the subject's transport writes replies itself
+// (Subject.ReplyTo). One that does not must refuse, at startup, a ReplyTo without
+// ReplyVia (it cannot make the reply and the completion one step): that is checked
+// instead, and the scenario ends there.
+func writesReplies(t *testing.T, s *Subject) bool {
 	t.Helper()
-	if s.ReplyTo == "" || s.Replies == nil {
-		t.Skip("the transport writes no replies itself (Subject.ReplyTo)")
+	if s.ReplyTo != "" && s.Replies != nil {
+		return true
 	}
+	app, err := settle.New(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Mount(s.Source, settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }), settle.ReplyTo("replies"))
+	if err := app.Validate(); err == nil || !strings.Contains(err.Error(), "ReplyVia") {
+		t.Fatalf("Validate with ReplyTo on a transport that writes no replies itself = %v, want a refusal naming ReplyVia", err)
+	}
+	return false
 }
 
 // testReplyIsWrittenWithTheCompletion: a handler's replies (two, from an out collector)
 // are written to ReplyTo, in order, encoded with the mount's codec and naming the
 // delivery they answer, and the original is completed by the same settlement.
 func testReplyIsWrittenWithTheCompletion(t *testing.T, f Features, s *Subject) {
-	requireReplies(t, s)
+	if !writesReplies(t, s) {
+		return
+	}
 	c := newCalls(s)
 	run := Start(t, s, c.handler(func(_ context.Context, m *settle.Message, _ int) error {
 		var in map[string]any
@@ -73,7 +88,9 @@ func testReplyIsWrittenWithTheCompletion(t *testing.T, f Features, s *Subject) {
 // written; the delivery settles by its outcome, and its retry's reply is the one
 // written.
 func testFailedHandlerWritesNoReply(t *testing.T, f Features, s *Subject) {
-	requireReplies(t, s)
+	if !writesReplies(t, s) {
+		return
+	}
 	c := newCalls(s)
 	run := Start(t, s, c.handler(func(_ context.Context, m *settle.Message, i int) error {
 		if err := m.Reply(replyOf{Part: "attempt"}); err != nil {
