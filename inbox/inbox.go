@@ -87,6 +87,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/settlekit/settle"
 )
 
 // ErrLeaseLost is reported by a settlement whose row's lease was taken over by another
@@ -98,6 +100,7 @@ var ErrLeaseLost = errors.New("inbox: lease lost: the row's lease was taken over
 type Inbox struct {
 	db      *sql.DB
 	dialect Dialect
+	hook    settle.PublishHook // see WithPublishHook
 	table   Table
 
 	once  sync.Once // builds stmts, the statements of Publish and Resend
@@ -110,10 +113,17 @@ type Inbox struct {
 	wake     map[string]chan struct{} // per group: closed when a row of it may have come due
 }
 
-// New returns the inbox of table t in db, spoken in dialect d. Nothing is checked
-// here: App.Validate checks the spec, and App.Run checks the table's columns.
-func New(db *sql.DB, d Dialect, t Table) *Inbox {
-	return &Inbox{db: db, dialect: d, table: t}
+// New returns the inbox of table t in db, spoken in dialect d, with opts
+// (WithPublishHook). Nothing is checked here: App.Validate checks the spec, and
+// App.Run checks the table's columns.
+func New(db *sql.DB, d Dialect, t Table, opts ...InboxOption) *Inbox {
+	ib := &Inbox{db: db, dialect: d, table: t}
+	for _, o := range opts {
+		if o != nil {
+			o.applyInbox(ib)
+		}
+	}
+	return ib
 }
 
 // Table returns the inbox's table spec.
