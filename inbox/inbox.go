@@ -73,7 +73,8 @@
 // their ids: [Inbox.PublishTx] in the caller's transaction (the row exists if and when
 // the business write beside it commits), [Inbox.PublishMany] many rows in one INSERT.
 // They take settle.Header (a [Table.Headers] column), settle.After and settle.At
-// (retry_after by the database's clock).
+// (retry_after by the database's clock). [WithPublishHook] gives them a
+// settle.PublishHook, as a Redis Publisher takes one (settleotel's, for traces).
 //
 // # Dialects
 //
