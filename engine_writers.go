@@ -355,7 +355,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
 	case ActionPutBack:
 		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
-		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d, Err: errorText(o.Err)}, ev)
+		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d, Err: errorText(o.Err), Headers: m.putBackHeaders(ev, d)}, ev)
 	case ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.

@@ -3,6 +3,7 @@ package settle
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -27,8 +28,10 @@ type Hooks struct {
 	Event func(ctx context.Context, e Event)
 
 	// Move is called as the message a settlement writes is built (a retry copy, a
-	// parked copy, a dead letter), with that message's headers: the hook may add its
-	// own (a trace link to this attempt, say), which travel with the copy. A hook names
+	// parked copy, a dead letter, or the row a Retry puts back where the transport
+	// retries in place, an inbox's), with that message's headers: the hook may add its
+	// own (a trace link to this attempt, say), which travel with the copy (an inbox
+	// keeps them in its Headers column, when its table has one). A hook names
 	// its headers under HeaderHookPrefix, which no user header can take and which
 	// copies, dead letters and replays (settle/admin) keep. s.Due is set for a park the
 	// engine keeps in-process (it writes the copy when due). Defaults to nil.
@@ -175,6 +178,19 @@ func (m *mount) moveHeaders(s Settled, d *source.Delivery, h map[string]string) 
 		hook(ctx, s, h)
 	}
 	return h
+}
+
+// putBackHeaders gives the Move hook, when set and where the transport retries in place
+// (Caps.RetriesInPlace: an inbox row's attempt column), the headers of the message a
+// put-back returns, so that the next attempt links to this one as a copy's would;
+// nil otherwise, at no cost.
+func (m *mount) putBackHeaders(s Settled, d *source.Delivery) map[string]string {
+	if m.eng.hooks.Move == nil || !m.info.Caps.RetriesInPlace {
+		return nil
+	}
+	h := make(map[string]string, len(d.Headers)+2) // room for the origin id and a hook's link
+	maps.Copy(h, d.Headers)
+	return m.moveHeaders(s, d, h)
 }
 
 // report calls the settlement hooks with ev, measuring how long the settlement took.

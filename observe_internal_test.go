@@ -17,14 +17,21 @@ import (
 // decision, settlement written to nopTransport) on a mount of cfg.
 func handleAllocs(t *testing.T, cfg Config, h Handler) float64 {
 	t.Helper()
+	return handleAllocsOn(t, cfg, h, benchSource{}, 1000)
+}
+
+// handleAllocsOn is handleAllocs on the transport of src, under a cap of maxAttempts
+// (0: none).
+func handleAllocsOn(t *testing.T, cfg Config, h Handler, src Source, maxAttempts int) float64 {
+	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &mount{cfg: defaultMountConfig(), handler: h, src: benchSource{}}
+	m := &mount{cfg: defaultMountConfig(), handler: h, src: src}
 	m.cfg.delay = delayed.InProcess{}
-	m.cfg.maxAttempts = 1000
+	m.cfg.maxAttempts = maxAttempts
 	m.prepare(a.eng)
 	m.writes.base = context.Background()
 	acks := newAcker(context.Background(), m)

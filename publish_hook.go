@@ -6,9 +6,10 @@ import (
 	"github.com/settlekit/settle/internal/publish"
 )
 
-// PublishHook observes a Publisher's writes: called before each one, it may add headers
-// to the message (a trace context, say, so that no call site changes) and returns a
-// function the Publisher calls with the write's result, or nil.
+// PublishHook observes a Publisher's writes (and an inbox's: settle/inbox's
+// WithPublishHook): called before each one, it may add headers to the message (a trace
+// context, say, so that no call site changes) and returns a function the Publisher
+// calls with the write's result, or nil.
 type PublishHook func(ctx context.Context, p *Publishing) (done func(id string, err error))
 
 // Publishing describes one publish, for a PublishHook.
@@ -16,9 +17,10 @@ type Publishing struct {
 	// Headers are the message's headers (never nil): the hook may add its own. Names
 	// that start with HeaderPrefix are refused, as from a caller.
 	Headers map[string]string
-	// Key is the stream or list key, or the channel, written to.
+	// Key is the stream or list key, or the channel, written to (an inbox's table: see
+	// settle/inbox's WithPublishHook).
 	Key string
-	// Kind is what is written: "stream", "list" or "channel".
+	// Kind is what is written: "stream", "list", "channel" or "table".
 	Kind string
 	// Size is the payload's length in bytes.
 	Size int

@@ -142,7 +142,8 @@ type statements struct {
 	// batched write changes, on a dialect whose UPDATE cannot return them (MySQL).
 	lockN func(n int) stmt
 	// parkN hides n leased rows, each until now + its :delay<i>, clears their leases and
-	// adds one attempt.
+	// adds one attempt. It, putBackN and deadGroupN also write each row's :error<i> (a
+	// last-error column) and :headers<i> (a headers column; NULL keeps them).
 	parkN func(n int) stmt
 	// notify announces to the processes listening that rows of :group came due on the
 	// table's :channel (PostgreSQL's pg_notify); empty elsewhere.
@@ -316,8 +317,9 @@ func (c quotedTable) claimCount() string {
 
 // rowColumns returns the columns a dead-letter move copies and the values it writes
 // for them: the lease cleared, the attempt the engine counted (attempt, an expression
-// of the dialect taking :attempt), the last error (lastError, taking :error) and the
-// dead-at time now, when the table has those columns.
+// of the dialect taking :attempt), the last error (lastError, taking :error), the
+// dead-at time now and the headers (:headers, or when NULL the row's: see headersArg),
+// when the table has those columns.
 func (c quotedTable) rowColumns(attempt, lastError, now string) (cols, vals []string) {
 	for _, col := range []string{c.id, c.group, c.attempt, c.retryAfter, c.lease, c.payload, c.lastError, c.deadAt, c.headers} {
 		if col == "" {
@@ -333,6 +335,8 @@ func (c quotedTable) rowColumns(attempt, lastError, now string) (cols, vals []st
 			vals = append(vals, lastError)
 		case c.deadAt:
 			vals = append(vals, now)
+		case c.headers:
+			vals = append(vals, "COALESCE(:headers, "+col+")")
 		default:
 			vals = append(vals, col)
 		}
@@ -400,16 +404,24 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 	if c.lastError != "" {
 		failed = func(n int) string { return fmt.Sprintf(", %s = %s", c.lastError, c.byID(n, "error", b.typedText)) }
 	}
+	// kept is what a settlement leaving the row in the table also sets: each row's
+	// headers, :headers<i> or, when NULL, as they are (see headersArg).
+	kept := func(int) string { return "" }
+	if c.headers != "" {
+		kept = func(n int) string {
+			return fmt.Sprintf(", %s = %s", c.headers, c.byID(n, "headers", func(arg string) string { return "COALESCE(" + arg + ", " + c.headers + ")" }))
+		}
+	}
 	s.publishN = c.publishRows(b)
 	s.ackN = func(n int) string {
 		return compile(fmt.Sprintf(`DELETE FROM %s WHERE %s`, c.table, c.fences(n)), b.style).text
 	}
 	s.extendN = update(", "+b.lease, func(int) string { return c.lease + " = " + b.leaseUntil })
-	s.putBackN = update("", func(n int) string { return c.lease + " = NULL" + plusOne + failed(n) })
+	s.putBackN = update("", func(n int) string { return c.lease + " = NULL" + plusOne + failed(n) + kept(n) })
 	s.releaseN = update("", func(int) string { return c.lease + " = NULL" })
 	if c.retryAfter != "" {
 		s.parkN = update("", func(n int) string {
-			return fmt.Sprintf("%s = NULL, %s = %s%s%s", c.lease, c.retryAfter, b.retryAt(c.byID(n, "delay", b.typed)), plusOne, failed(n))
+			return fmt.Sprintf("%s = NULL, %s = %s%s%s%s", c.lease, c.retryAfter, b.retryAt(c.byID(n, "delay", b.typed)), plusOne, failed(n), kept(n))
 		})
 	}
 	if c.group != "" {
@@ -421,7 +433,7 @@ func (c quotedTable) batched(s *statements, b batchSpec) {
 			if c.deadAt != "" {
 				set += fmt.Sprintf(", %s = %s", c.deadAt, b.now)
 			}
-			return set + failed(n)
+			return set + failed(n) + kept(n)
 		})
 	}
 	if !b.returning {

@@ -73,7 +73,8 @@
 // their ids: [Inbox.PublishTx] in the caller's transaction (the row exists if and when
 // the business write beside it commits), [Inbox.PublishMany] many rows in one INSERT.
 // They take settle.Header (a [Table.Headers] column), settle.After and settle.At
-// (retry_after by the database's clock).
+// (retry_after by the database's clock). [WithPublishHook] gives them a
+// settle.PublishHook, as a Redis Publisher takes one (settleotel's, for traces).
 //
 // # Dialects
 //
@@ -87,6 +88,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/settlekit/settle"
 )
 
 // ErrLeaseLost is reported by a settlement whose row's lease was taken over by another
@@ -98,6 +101,7 @@ var ErrLeaseLost = errors.New("inbox: lease lost: the row's lease was taken over
 type Inbox struct {
 	db      *sql.DB
 	dialect Dialect
+	hook    settle.PublishHook // see WithPublishHook
 	table   Table
 
 	once  sync.Once // builds stmts, the statements of Publish and Resend
@@ -110,10 +114,17 @@ type Inbox struct {
 	wake     map[string]chan struct{} // per group: closed when a row of it may have come due
 }
 
-// New returns the inbox of table t in db, spoken in dialect d. Nothing is checked
-// here: App.Validate checks the spec, and App.Run checks the table's columns.
-func New(db *sql.DB, d Dialect, t Table) *Inbox {
-	return &Inbox{db: db, dialect: d, table: t}
+// New returns the inbox of table t in db, spoken in dialect d, with opts
+// (WithPublishHook). Nothing is checked here: App.Validate checks the spec, and
+// App.Run checks the table's columns.
+func New(db *sql.DB, d Dialect, t Table, opts ...InboxOption) *Inbox {
+	ib := &Inbox{db: db, dialect: d, table: t}
+	for _, o := range opts {
+		if o != nil {
+			o.applyInbox(ib)
+		}
+	}
+	return ib
 }
 
 // Table returns the inbox's table spec.

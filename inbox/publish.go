@@ -94,6 +94,10 @@ func (ib *Inbox) publish(ctx context.Context, tx Tx, group string, payloads [][]
 	if err != nil {
 		return nil, err
 	}
+	done := ib.publishing(ctx, &c, payloads)
+	if err := ib.checkHeaderNames(c.Headers); err != nil {
+		return published(done, nil, err)
+	}
 	vals := map[string]any{"group": group, "headers": encodeHeaders(c.Headers), "skew": d.skewArg(0)}
 	due := dueNow
 	switch {
@@ -126,12 +130,12 @@ func (ib *Inbox) publish(ctx context.Context, tx Tx, group string, payloads [][]
 		})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
+		return published(done, nil, fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err))
 	}
 	if tx == nil {
 		ib.announce(ctx, s, group)
 	}
-	return ids, nil
+	return published(done, ids, nil)
 }
 
 // insertRows writes payloads with publishN, at most publishChunk rows a statement, and
@@ -188,9 +192,8 @@ func intID(v any) (int64, error) {
 }
 
 // publishConfig applies the options of a publish call and returns their refusal: an
-// option an inbox does not take, headers for a table without a headers column or with
-// a name the Redis publishers refuse too, a delay for a table without a retry_after
-// column.
+// option an inbox does not take, headers for a table without a headers column, a delay
+// for a table without a retry_after column (checkHeaderNames refuses the names).
 func (ib *Inbox) publishConfig(opts []settle.PublishOption) (publish.Config, error) {
 	var c publish.Config
 	for _, o := range opts {
@@ -209,13 +212,19 @@ func (ib *Inbox) publishConfig(opts []settle.PublishOption) (publish.Config, err
 	case c.Delayed() && ib.table.RetryAfter == "":
 		err = errors.New("a delay given, but the table spec names no RetryAfter column to hold it")
 	}
-	for k := range c.Headers {
-		if err == nil && (k == "" || strings.HasPrefix(k, settle.HeaderPrefix)) {
-			err = fmt.Errorf("header %q: the empty name and the reserved prefix %q are refused", k, settle.HeaderPrefix)
-		}
-	}
 	if err != nil {
 		return c, fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)
 	}
 	return c, nil
+}
+
+// checkHeaderNames refuses a publish's headers (the caller's and its hook's) with a
+// name the Redis publishers refuse too: the empty name and settle's reserved prefix.
+func (ib *Inbox) checkHeaderNames(headers map[string]string) error {
+	for k := range headers {
+		if k == "" || strings.HasPrefix(k, settle.HeaderPrefix) {
+			return fmt.Errorf("inbox: publish to %s: header %q: the empty name and the reserved prefix %q are refused", ib.table.Name, k, settle.HeaderPrefix)
+		}
+	}
+	return nil
 }

@@ -105,7 +105,8 @@ type DeadRow struct {
 	Err string
 	// Group is the queue's group ("" for a table without a group column).
 	Group string
-	// Headers are the row's headers (Table.Headers; empty without the column).
+	// Headers are the row's headers (Table.Headers; empty without the column), with
+	// the dead letter's hook headers (settle.HeaderHookPrefix: a tracer's link).
 	Headers map[string]string
 	// ID is the row's id as the driver returned it.
 	ID any

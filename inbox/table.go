@@ -31,8 +31,10 @@ type Table struct {
 	// strings ({"trace": "…"}; NULL or '' for none): text on SQLite (TEXT), text or
 	// jsonb on PostgreSQL, and TEXT or JSON on MySQL/MariaDB. Publish writes it from
 	// settle.Header; a delivery carries it in Message.Headers; the dead-letter move
-	// and a replay keep it. A value that is not such an object is delivered with no
-	// headers and a warning. Optional: without it a row carries no headers, and a
+	// and a replay keep it. The headers a settle.Hooks Move hook adds (under
+	// settle.HeaderHookPrefix: a tracer's link to the attempt) are written into it by
+	// the put-back, the park and the dead letter, so the next delivery sees them. A
+	// value that is not such an object is delivered with no headers and a warning. Optional: without it a row carries no headers, and a
 	// Publish with headers is refused.
 	Headers string
 	// ID names the row's generated primary key. Required.

@@ -381,10 +381,10 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 			})
 		}
 	}
-	batch(puts, "put back", t.s.putBackN, withError, t.q.group)
+	batch(puts, "put back", t.s.putBackN, withFailure, t.q.group)
 	batch(parks, "retry after", t.s.parkN, func(m source.Move, i int, args map[string]any) {
 		args[fmt.Sprintf("delay%d", i)] = t.d.durArg(m.Delay)
-		withError(m, i, args)
+		withFailure(m, i, args)
 	}, t.q.group)
 	if len(releases) > 0 {
 		// Rows handed back at a graceful stop are for the other processes: tell them.
@@ -398,7 +398,7 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 		batch(idx, "dead letter", t.s.deadGroupN, func(m source.Move, i int, args map[string]any) {
 			args["dest"] = dest
 			args[fmt.Sprintf("attempt%d", i)] = int64(m.Delivery.Attempt)
-			withError(m, i, args)
+			withFailure(m, i, args)
 		}, dest)
 	}
 	if len(singles) > 0 {
@@ -423,10 +423,13 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 	return errs
 }
 
-// withError adds the last error of move m, the statement's i-th row, to args (see
-// batched: a table without a last-error column ignores it).
-func withError(m source.Move, i int, args map[string]any) {
+// withFailure adds what move m of a failed attempt, the statement's i-th row, writes
+// besides its action to args: the last error and the headers the row keeps (see
+// headersArg). A table without a last-error or a headers column ignores them (see
+// batched).
+func withFailure(m source.Move, i int, args map[string]any) {
 	args[fmt.Sprintf("error%d", i)] = lastError(m.Err)
+	args[fmt.Sprintf("headers%d", i)] = headersArg(m)
 }
 
 // lastError is an error's text as a last-error column holds it: valid UTF-8 (a text
@@ -512,24 +515,25 @@ func (t *transport) deadLetter(ctx context.Context, d *source.Delivery, dest str
 	switch {
 	case t.q.cfg.deadLetter != nil:
 		return t.fenced(ctx, d, "dead letter (hook)", nil, func(h *held) (bool, error) {
-			return t.deadLetterHook(ctx, h, d.Attempt, dest, headers[settle.HeaderDeadError])
+			return t.deadLetterHook(ctx, h, d.Attempt, dest, headers)
 		})
 	default:
 		redo := func() {
 			t.redo.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: dest, Err: errText, Headers: headers})
 		}
+		mv := source.Move{Action: source.ActionDeadLetter, Delivery: d, Headers: headers}
 		return t.fenced(ctx, d, "dead letter", redo, func(h *held) (bool, error) {
-			vals := map[string]any{"id": h.id, "token": h.token, "attempt": int64(d.Attempt), "error": lastError(errText), "skew": t.d.skewArg(t.skew())}
+			vals := map[string]any{"id": h.id, "token": h.token, "attempt": int64(d.Attempt), "error": lastError(errText), "headers": headersArg(mv), "skew": t.d.skewArg(t.skew())}
 			return t.d.moveToTable(ctx, db, t.s, vals)
 		})
 	}
 }
 
 // deadLetterHook runs the user's move in a transaction holding the leased row; attempt
-// is the attempts the engine counted.
-func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, dest, lastErr string) (bool, error) {
+// is the attempts the engine counted, headers the dead letter's (see deadRowHeaders).
+func (t *transport) deadLetterHook(ctx context.Context, h *held, attempt int, dest string, headers map[string]string) (bool, error) {
 	return t.inLeasedTx(ctx, h, func(tx txn) (bool, error) {
-		row := DeadRow{Attempt: attempt, Dest: dest, Err: lastErr, Group: t.q.group, Headers: h.headers, ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
+		row := DeadRow{Attempt: attempt, Dest: dest, Err: headers[settle.HeaderDeadError], Group: t.q.group, Headers: deadRowHeaders(h.headers, headers), ID: h.id, Payload: h.payload, Table: t.q.ib.table.Name}
 		if err := t.q.cfg.deadLetter(ctx, tx.(Tx), row); err != nil {
 			return false, fmt.Errorf("OnDeadLetter hook: %w", err)
 		}

@@ -128,8 +128,8 @@ func transports() []transport {
 					mustOK(t, err)
 				}}
 		}},
-		{name: "Inbox", kind: "table", retry: settle.ActionPutBack, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
-			ib := newInbox(t)
+		{name: "Inbox", kind: "table", retry: settle.ActionPutBack, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
+			ib, _ := newInboxDB(t, inbox.WithPublishHook(tm.obs.PublishHook()))
 			q := ib.Queue("refunds")
 			return mounted{src: q, dest: "refunds.dead",
 				gauges: settleotel.Gauges{Inboxes: []settleotel.InboxGauge{{Mount: "m", Inbox: ib, Group: "refunds", Dead: "refunds.dead"}}},
@@ -167,23 +167,26 @@ func waitSubscribed(t *testing.T, h *settletest.Harness, channel string) {
 	}
 }
 
-// newInbox makes an inbox on a fresh SQLite table.
-func newInbox(t *testing.T) *inbox.Inbox {
+// newInboxDB makes an inbox with opts on a fresh SQLite table with a headers column,
+// and returns its database too.
+func newInboxDB(t *testing.T, opts ...inbox.InboxOption) (*inbox.Inbox, *sql.DB) {
 	t.Helper()
-	ib, _ := newInboxDB(t)
-	return ib
+	db, tb := newInboxTable(t)
+	tb.Headers = "headers"
+	return inbox.New(db, inbox.SQLite, tb, opts...), db
 }
 
-// newInboxDB makes an inbox on a fresh SQLite table, and returns its database too.
-func newInboxDB(t *testing.T) (*inbox.Inbox, *sql.DB) {
+// newInboxTable makes a fresh SQLite table and returns its spec, which names no
+// headers column (the table has one, named headers).
+func newInboxTable(t *testing.T) (*sql.DB, inbox.Table) {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "inbox.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 	mustOK(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = db.Exec(`CREATE TABLE refunds_inbox (id INTEGER PRIMARY KEY, name TEXT NOT NULL DEFAULT '', attempt INTEGER NOT NULL DEFAULT 1,
-		retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')), locked_until TEXT, payload BLOB NOT NULL)`)
+		retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')), locked_until TEXT, payload BLOB NOT NULL, headers TEXT)`)
 	mustOK(t, err)
-	return inbox.New(db, inbox.SQLite, inbox.Table{Name: "refunds_inbox", ID: "id", Group: "name", Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Payload: "payload"}), db
+	return db, inbox.Table{Name: "refunds_inbox", ID: "id", Group: "name", Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Payload: "payload"}
 }
 
 // Every transport: a message failing three times under MaxAttempts(3) is counted,

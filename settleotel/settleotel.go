@@ -25,6 +25,13 @@
 // (a child of the last attempt) travels with it into a replay from settle/admin. One
 // message's life, dead letter and replay included, is one chain of links. A span ends
 // when its settlement is applied.
+//
+// A SQL inbox (settle/inbox) carries trace context when its table has a Headers
+// column: give the Inbox the hook (inbox.New(db, d, t, inbox.WithPublishHook(
+// obs.PublishHook()))), and each row keeps its producer's context and, through a Retry
+// (a put-back in place), a RetryAfter, its dead letter and a Replay or Resend, the
+// span of the attempt (or dead letter) before it. Without a Headers column the inbox
+// is measured alike, but nothing is linked.
 package settleotel
 
 import (

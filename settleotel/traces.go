@@ -26,6 +26,11 @@ const (
 	// HeaderDue is when a copy parked in a durable delay set is due, in Unix
 	// milliseconds: its next delivery records how late it came (settle.delay.lateness).
 	HeaderDue = settle.HeaderHookPrefix + "otel-due"
+	// HeaderDead marks a dead letter: the span HeaderLink names is the dead letter's
+	// own, which the next delivery (a replay, a read of the dead-letter destination)
+	// links to as LinkDeadLetter. An inbox's dead row, replayed in place, keeps none of
+	// settle's dead-letter headers: this is how its replay knows it is one.
+	HeaderDead = settle.HeaderHookPrefix + "otel-dead"
 )
 
 // Span attribute keys settleotel sets besides the semantic conventions'.
@@ -110,7 +115,7 @@ func (o *Observer) delivery(ctx context.Context, d settle.DeliveryStart) context
 	}
 	if sc, ok := parseTraceparent(link); ok {
 		what := LinkPrevious
-		if d.Headers[settle.HeaderDeadID] != "" || d.Headers[admin.HeaderReplayedFrom] != "" {
+		if d.Headers[HeaderDead] != "" || d.Headers[settle.HeaderDeadID] != "" || d.Headers[admin.HeaderReplayedFrom] != "" {
 			what = LinkDeadLetter // read from a dead-letter destination, or replayed from one
 		}
 		links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLink.String(what)}})
@@ -134,8 +139,11 @@ func (o *Observer) delivery(ctx context.Context, d settle.DeliveryStart) context
 
 // move puts in the message a settlement writes the span it links back to: the
 // attempt's own, or, for a dead letter, a span of its own (a child of the attempt) that
-// a replay links to.
+// a replay links to. What an earlier settlement of the message wrote (a park's due
+// time, a dead letter's mark), which a copy inherits, goes.
 func (o *Observer) move(ctx context.Context, s settle.Settled, h map[string]string) {
+	delete(h, HeaderDue)
+	delete(h, HeaderDead)
 	sc := trace.SpanContextFromContext(ctx)
 	if s.Action == settle.ActionDeadLetter && sc.IsValid() {
 		attrs := []attribute.KeyValue{AttrMount.String(s.Mount), AttrAttempt.Int(s.Attempt), AttrMessageKey.String(s.MessageKey)}
@@ -145,6 +153,9 @@ func (o *Observer) move(ctx context.Context, s settle.Settled, h map[string]stri
 	}
 	if sc.IsValid() {
 		h[HeaderLink] = traceparent(sc)
+		if s.Action == settle.ActionDeadLetter {
+			h[HeaderDead] = "1"
+		}
 	}
 	if s.Action == settle.ActionPark && !s.Due {
 		h[HeaderDue] = strconv.FormatInt(time.Now().Add(s.Delay).UnixMilli(), 10)

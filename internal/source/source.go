@@ -42,8 +42,9 @@
 //     transport's Kind, and complete the original.
 //   - ActionPark: keep a copy with Headers in the transport's durable delay store until
 //     Delay has passed, and complete the original. Sent only when Caps.Parks.
-//   - ActionPutBack: return the delivery, as it is, to where it was read from. Sent
-//     only when Caps.RetryWithoutCap is ActionPutBack.
+//   - ActionPutBack: return the delivery, as it is (but for hooks' headers, see
+//     Move.Headers), to where it was read from. Sent only when Caps.RetryWithoutCap
+//     is ActionPutBack.
 //   - ActionLeave: leave the delivery pending where it is, to come back once
 //     Caps.MinIdle has passed. Sent only when Caps.DeliveryCounter.
 //   - ActionReply: write Outputs to Policy.ReplyTo, a destination of the transport's
@@ -244,7 +245,9 @@ type Move struct {
 	// ActionPutBack); "" for none. A table inbox writes it to its last-error column.
 	Err string
 	// Headers are the written message's headers (ActionCopy, ActionDeadLetter,
-	// ActionPark).
+	// ActionPark; ActionPutBack too when Caps.RetriesInPlace and a Move hook is set,
+	// nil otherwise): a transport that keeps headers with a message in place (an
+	// inbox's headers column) writes the hooks' (settle.HeaderHookPrefix) among them.
 	Headers map[string]string
 	// Outputs are the replies written to Policy.ReplyTo (ActionReply), in order.
 	Outputs []Output

@@ -23,8 +23,10 @@ func headersOf(t *testing.T, ib *inbox.Inbox, dead string) map[string]string {
 	return rows[0].Headers
 }
 
-func TestHeadersTravelThroughTheTableToTheHandlerAndStayWithTheDeadLetter(t *testing.T) {
-	t.Parallel()
+// forEachDeadLetterKind runs fn on every backend for a table with a headers column and
+// each kind of dead letter: a dead-letter group, and (a table without a group column) a
+// dead-letter table. group is what to publish to, dead the mount's DeadLetter.
+func forEachDeadLetterKind(t *testing.T, fn func(t *testing.T, x *testBundle, group, dead string)) {
 	for _, tc := range []struct {
 		name string
 		c    cols
@@ -41,43 +43,50 @@ func TestHeadersTravelThroughTheTableToTheHandlerAndStayWithTheDeadLetter(t *tes
 					group, dead = "", x.tb.Name+"_dead"
 					createNamed(t, b, x.db, tc.c, dead)
 				}
-				id, err := x.ib.PublishBytes(context.Background(), group, []byte("p"), settle.Header("trace", "00-abc-01"), settle.Header("tenant", "acme"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, release := make(chan map[string]string, 1), make(chan struct{})
-				var calls atomic.Int32
-				x.run(t, x.ib.Queue(group), raw(func(_ context.Context, m *settle.Message) error {
-					if calls.Add(1) > 1 {
-						<-release // the replayed row stays leased in the table while the test reads it
-						return nil
-					}
-					got <- m.Headers
-					return errors.New("fails")
-				}), settle.MaxAttempts(1), settle.DeadLetter(dead))
-				t.Cleanup(func() { close(release) }) // before the App stops
-				x.rec.WaitFor(t, waitLong, "the dead letter", finals(1))
-				if h := <-got; h["trace"] != "00-abc-01" || h["tenant"] != "acme" {
-					t.Fatalf("the handler saw headers %v, want trace and tenant", h)
-				}
-				if h := headersOf(t, x.ib, dead); h["trace"] != "00-abc-01" || h["tenant"] != "acme" || len(h) != 2 {
-					t.Fatalf("the dead letter holds headers %v, want the published ones", h)
-				}
-				// A replay brings the row back with them.
-				var opts []inbox.ActionOption
-				if !tc.c.noGroup {
-					opts = append(opts, inbox.To(group))
-				}
-				if _, err := x.ib.Replay(context.Background(), dead, inbox.Filter{}, opts...); err != nil {
-					t.Fatal(err)
-				}
-				row, err := x.ib.Peek(context.Background(), strconv.FormatInt(id, 10), nil)
-				if err != nil || row.Headers["trace"] != "00-abc-01" || len(row.Headers) != 2 {
-					t.Fatalf("the replayed row %d = %+v, %v; want the published headers", id, row, err)
-				}
+				fn(t, x, group, dead)
 			})
 		})
 	}
+}
+
+func TestHeadersTravelThroughTheTableToTheHandlerAndStayWithTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	forEachDeadLetterKind(t, func(t *testing.T, x *testBundle, group, dead string) {
+		id, err := x.ib.PublishBytes(context.Background(), group, []byte("p"), settle.Header("trace", "00-abc-01"), settle.Header("tenant", "acme"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, release := make(chan map[string]string, 1), make(chan struct{})
+		var calls atomic.Int32
+		x.run(t, x.ib.Queue(group), raw(func(_ context.Context, m *settle.Message) error {
+			if calls.Add(1) > 1 {
+				<-release // the replayed row stays leased in the table while the test reads it
+				return nil
+			}
+			got <- m.Headers
+			return errors.New("fails")
+		}), settle.MaxAttempts(1), settle.DeadLetter(dead))
+		t.Cleanup(func() { close(release) }) // before the App stops
+		x.rec.WaitFor(t, waitLong, "the dead letter", finals(1))
+		if h := <-got; h["trace"] != "00-abc-01" || h["tenant"] != "acme" {
+			t.Fatalf("the handler saw headers %v, want trace and tenant", h)
+		}
+		if h := headersOf(t, x.ib, dead); h["trace"] != "00-abc-01" || h["tenant"] != "acme" || len(h) != 2 {
+			t.Fatalf("the dead letter holds headers %v, want the published ones", h)
+		}
+		// A replay brings the row back with them.
+		var opts []inbox.ActionOption
+		if group != "" {
+			opts = append(opts, inbox.To(group))
+		}
+		if _, err := x.ib.Replay(context.Background(), dead, inbox.Filter{}, opts...); err != nil {
+			t.Fatal(err)
+		}
+		row, err := x.ib.Peek(context.Background(), strconv.FormatInt(id, 10), nil)
+		if err != nil || row.Headers["trace"] != "00-abc-01" || len(row.Headers) != 2 {
+			t.Fatalf("the replayed row %d = %+v, %v; want the published headers", id, row, err)
+		}
+	})
 }
 
 func TestPublishWithHeadersIsRefusedWithoutAHeadersColumn(t *testing.T) {
