@@ -1,5 +1,6 @@
--- acl.lua: the check every settlement script makes before its first write; it is
--- prepended to each when the script is loaded (see script.go).
+-- acl.lua: the checks every settlement script makes before its first write (the user's
+-- permissions, the keys' types, the sizes of what it writes); it is prepended to each
+-- when the script is loaded (see script.go).
 
 -- refused(command, key, ...) returns nil when the user running the script may run the
 -- command with these arguments, else a NOPERM error reply naming the command and the key.
@@ -42,6 +43,16 @@ end
 local function tooMany(n)
   if n > 4000 then
     return redis.error_reply('TOOMANY an entry of ' .. (n / 2) .. ' fields is more than the 2000 a script can write')
+  end
+  return nil
+end
+
+-- wrongType(key, want) returns a WRONGTYPE error reply naming key when it holds another
+-- type than want (a missing key is of every type), else nil.
+local function wrongType(key, want)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= want and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. kind .. ', not a ' .. want)
   end
   return nil
 end

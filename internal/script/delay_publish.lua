@@ -17,20 +17,13 @@
 -- key of the wrong type, or "TTL …" when the due time is further than the set's TTL
 -- (the set could expire with the message in it).
 --
--- Preludes: acl.lua (refusedPark), now.lua (nowMs), prepended by script.go.
-local function checkType(key, want)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind ~= want and kind ~= 'none' then
-    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. kind .. ', not a ' .. want)
-  end
-  return nil
-end
-local bad = checkType(KEYS[1], 'zset')
+-- Preludes: acl.lua (refusedPark, wrongType), now.lua (nowMs), prepended by script.go.
+local bad = wrongType(KEYS[1], 'zset')
 if bad then
   return bad
 end
 if #KEYS > 1 then
-  bad = checkType(KEYS[2], ARGV[5])
+  bad = wrongType(KEYS[2], ARGV[5])
   if bad then
     return bad
   end

@@ -21,20 +21,13 @@
 -- All or nothing: the key types are checked before anything is written, so the item is
 -- gone from the processing list exactly when the member is in the set.
 --
--- Preludes: acl.lua, now.lua; prepended by script.go.
-local function check(key, want)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind ~= want and kind ~= 'none' then
-    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. kind .. ', not a ' .. want)
-  end
-  return nil
-end
-local bad = check(KEYS[1], 'zset')
+-- Preludes: acl.lua (wrongType), now.lua; prepended by script.go.
+local bad = wrongType(KEYS[1], 'zset')
 if bad then
   return bad
 end
 if #KEYS > 1 then
-  bad = check(KEYS[2], 'list')
+  bad = wrongType(KEYS[2], 'list')
   if bad then
     return bad
   end
