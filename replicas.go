@@ -66,13 +66,14 @@ type replicaTransport struct {
 	w replicaWait
 }
 
-// Open opens the transport, then checks the permissions of the wait (its marker's SET
-// and WAIT), as the transport checked its own.
+// Open checks the permissions of the wait (its marker's SET and WAIT), as the transport
+// checks its own, then opens the transport: first, since a transport that opened has
+// started what only Close stops.
 func (t replicaTransport) Open(ctx context.Context) error {
-	if err := t.Transport.Open(ctx); err != nil {
+	if err := t.Transport.(replicaWaiter).replicaPerms(ctx); err != nil {
 		return err
 	}
-	return t.Transport.(replicaWaiter).replicaPerms(ctx)
+	return t.Transport.Open(ctx)
 }
 
 // Ack acks ds, then waits for the replicas.
