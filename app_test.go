@@ -66,7 +66,7 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 		"trimmed-list-dlq": "DeadLetterMaxLen(10): only a stream's dead letters can be trimmed",
 		"dlq-is-source":    b.in,
 		"twice":            "name",
-		"wait-on-a-list":   "WaitReplicas: a list source's settlements write nothing",
+		"wait-on-a-list":   "WaitReplicas: only a stream or reliable list mount's settlements are Redis writes to wait for, not a list source's",
 		"wait-forever":     "WaitReplicas(…, 0s): the timeout must be at least 1ms",
 	}
 	refusals := configErrors(t, err)

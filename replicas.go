@@ -16,7 +16,7 @@ import (
 // settlement the primary wrote but fewer replicas acknowledged in time is reported failed
 // (Settled.Err), so that what OnSettled reports applied survives a failover to one of
 // those replicas. It narrows what a failover undoes; it does not make replication
-// synchronous (see RELIABILITY.md, "Failover"). Each Ack or Moves call of the mount then
+// synchronous (RELIABILITY.md §6 has the measured figures). Each Ack or Moves call of the mount then
 // costs one more round trip, and one more while a replica lags. Refused on a List or
 // PubSub mount (their settlements write nothing) and on a SQL inbox.
 func WaitReplicas(n int, timeout time.Duration) MountOption {
@@ -45,7 +45,7 @@ func (w replicaWait) problems(t source.Transport) []string {
 		ps = append(ps, fmt.Sprintf("WaitReplicas(…, %s): the timeout must be at least 1ms (WAIT 0 blocks until the replicas answer)", w.timeout))
 	}
 	if _, ok := t.(replicaTransport); !ok { // the engine wraps a transport that can wait
-		ps = append(ps, fmt.Sprintf("WaitReplicas: a %s source's settlements write nothing to wait for", t.Info().Kind))
+		ps = append(ps, fmt.Sprintf("WaitReplicas: only a stream or reliable list mount's settlements are Redis writes to wait for, not a %s source's", t.Info().Kind))
 	}
 	return ps
 }
