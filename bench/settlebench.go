@@ -39,10 +39,12 @@ type settleOpts struct {
 }
 
 // settleOptionRows are the option sets every settle source runs with: what users run
-// (the defaults, Concurrency(1), Concurrency(8), one mount each) and the tuned row.
+// (the defaults, Concurrency(1), Concurrency(8), one mount each) and the tuned row, the
+// defaults and the tuned row also with settleotel installed.
 func settleOptionRows(tuned int) []settleOpts {
 	return []settleOpts{
 		{name: "default"},
+		{name: "default-otel", otel: true},
 		{name: "c1", concurrency: 1},
 		{name: "c8", concurrency: 8},
 		{name: fmt.Sprintf("tuned-c%d", tuned), concurrency: tuned, perWorker: true},
@@ -60,9 +62,10 @@ func (o settleOpts) fits(kind settleKind, sc scenario) bool {
 	case kind == settleStreamZset && sc.kind != kindDelay:
 		return false // the same as settle-stream outside delays
 	case o.otel:
-		// Beside the tuned row it is measured against: a plain stream, draining and
-		// retrying (the cost of the hooks, the metrics and a span per delivery).
-		return kind == settleStream && (sc.kind == kindDrain || sc.kind == kindRetry)
+		// Beside the row it is measured against (the defaults or the tuned row): a
+		// plain stream, draining and retrying (the cost of the hooks, the metrics and a
+		// span per delivery).
+		return kind == settleStream && (sc.kind == kindDrain || sc.kind == kindRetry) && (o.perWorker || sc.workers > 1)
 	case o.perWorker:
 		return true
 	case o.concurrency == 1:

@@ -153,10 +153,7 @@ func (a *app) printReplay(key string, r *admin.ReplayResult) error {
 		}
 	}
 	fmt.Fprintf(a.stdout, "%s %d dead letters of %s", verb, len(r.Replayed), key)
-	if len(r.Gone) > 0 {
-		fmt.Fprintf(a.stdout, "; %d were gone before their turn (%s)", len(r.Gone), strings.Join(r.Gone, ", "))
-	}
-	fmt.Fprintln(a.stdout)
+	fmt.Fprintln(a.stdout, goneNote(r.Gone))
 	return nil
 }
 

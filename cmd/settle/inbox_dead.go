@@ -350,10 +350,7 @@ func (ic *inboxCLI) printRowReplay(table, dead string, r *inbox.ReplayResult) er
 	if len(r.Replayed) > 0 {
 		fmt.Fprintf(a.stdout, ": %s", strings.Join(r.Replayed, ", "))
 	}
-	if len(r.Gone) > 0 {
-		fmt.Fprintf(a.stdout, "; %d were gone before their turn (%s)", len(r.Gone), strings.Join(r.Gone, ", "))
-	}
-	fmt.Fprintln(a.stdout)
+	fmt.Fprintln(a.stdout, goneNote(r.Gone))
 	return nil
 }
 
