@@ -262,7 +262,12 @@ func redisRestart(t *testing.T, transport string, idle time.Duration) {
 			t.Fatalf("worker %d: %d failed reads over %d outages, want at most %d", i, len(fails), restartRounds, limit)
 		}
 	}
-	if logged == 0 {
+	// A ClaimingStream's workers also get entries by scanning the group's pending list,
+	// and a mount runs an entry a scan took over alone, reading nothing meanwhile
+	// (engine_alone.go): all of them can meet every outage through their settlements
+	// (failed above) and none through a read (seen once in three CI runs). Every other
+	// transport must log a failed read.
+	if logged == 0 && transport != transportClaiming {
 		t.Fatalf("no worker logged %q through %d outages", "read failed; retrying", restartRounds)
 	}
 }
