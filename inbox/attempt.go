@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -20,13 +21,50 @@ import (
 // declares a cap (the cap may not exceed the maximum: Open refuses it), else delivered
 // and held at the maximum, with one error logged per mount (transport.atMax).
 
-// bump is the value expression of x + 1 held at the attempt column's maximum (none
-// known: x + 1).
+// Values below 1. An attempt column may hold NULL, 0 or a negative number (a row another
+// program inserted; a column without NOT NULL; MySQL in non-strict mode stores 0 for the
+// NULL some statements write into a NOT NULL column), which would otherwise escape the
+// cap: NULL + 1 stays NULL (a row was run 344 times in 12 s under a cap of 3), and a row
+// at -7 was delivered 9 times at attempt 1 before it counted up (11 runs under a cap of
+// 3). So every reader reads such a value as 1 (attemptOf: the delivery, the operator's
+// views) and every statement adding an attempt writes 2 after it (bump): the row is
+// counted from 1 like any other and reaches the dead letter after exactly the cap's
+// deliveries. Open accepts a nullable column: refusing it would leave 0 and -7 to the
+// same rule all the same, and stop every table whose column lacks NOT NULL for a value
+// the rule serves.
+
+// bump is the value expression of the attempt after x: x + 1, held at the attempt
+// column's maximum (when known), and 2 for an x below 1 or NULL, which reads as 1.
 func (c quotedTable) bump(x string) string {
 	if c.attemptMax <= 0 {
-		return x + " + 1"
+		return fmt.Sprintf("CASE WHEN %[1]s >= 1 THEN %[1]s + 1 ELSE 2 END", x)
 	}
-	return fmt.Sprintf("CASE WHEN %[1]s >= %[2]d THEN %[2]d ELSE %[1]s + 1 END", x, c.attemptMax)
+	return fmt.Sprintf("CASE WHEN %[1]s >= %[2]d THEN %[2]d WHEN %[1]s >= 1 THEN %[1]s + 1 ELSE 2 END", x, c.attemptMax)
+}
+
+// attemptOf reads an attempt column leniently: a positive integer (as the driver returns
+// it: an integer, or text on a dynamically typed SQLite column) is the attempt; NULL, a
+// number below 1 or anything else reads as 1 (and bump writes 2 after it), so one
+// garbled row is delivered (and settled) instead of failing the whole claim and
+// stalling its batch behind an expired lease forever.
+func attemptOf(v any) int64 {
+	var n int64
+	switch v := v.(type) {
+	case int64:
+		n = v
+	case int32:
+		n = int64(v)
+	case float64:
+		n = int64(v)
+	case []byte:
+		n, _ = strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+	case string:
+		n, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	}
+	if n < 1 {
+		return 1
+	}
+	return n
 }
 
 // readAttemptMax reads the largest value the table's attempt column holds (0: no attempt

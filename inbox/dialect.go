@@ -305,14 +305,14 @@ func (t Table) dueIndex(indexes [][]string) bool {
 // claimCount is the assignment a claim puts before its new lease: one more attempt for a
 // row whose lease is set (a claimed row is due, so its lease has passed: the worker it
 // was leased to never settled it, as every settlement clears the lease or deletes the
-// row). A NULL attempt, read as 1, becomes 2; the column's maximum stays (see bump).
-// Empty for a table without an attempt column. It comes first because MySQL
+// row). A NULL attempt or one below 1, read as 1, becomes 2; the column's maximum stays
+// (see bump). Empty for a table without an attempt column. It comes first because MySQL
 // assigns left to right, each assignment seeing the ones before it.
 func (c quotedTable) claimCount() string {
 	if c.attempt == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s = CASE WHEN %s IS NULL THEN %s ELSE %s END, ", c.attempt, c.lease, c.attempt, c.bump("COALESCE("+c.attempt+", 1)"))
+	return fmt.Sprintf("%s = CASE WHEN %s IS NULL THEN %s ELSE %s END, ", c.attempt, c.lease, c.attempt, c.bump(c.attempt))
 }
 
 // rowColumns returns the columns a dead-letter move copies and the values it writes

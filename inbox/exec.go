@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -123,30 +122,6 @@ func retry[T any](ctx context.Context, d dialect, db *sql.DB, fn func() (T, erro
 			wait *= 2
 		}
 	}
-}
-
-// attemptOf reads an attempt column leniently: a positive integer (as the driver returns
-// it: an integer, or text on a dynamically typed SQLite column) is the attempt; NULL or
-// anything else reads as 1, so one garbled row is delivered (and settled) instead of
-// failing the whole claim and stalling its batch behind an expired lease forever.
-func attemptOf(v any) int64 {
-	var n int64
-	switch v := v.(type) {
-	case int64:
-		n = v
-	case int32:
-		n = int64(v)
-	case float64:
-		n = int64(v)
-	case []byte:
-		n, _ = strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
-	case string:
-		n, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	}
-	if n < 1 {
-		return 1
-	}
-	return n
 }
 
 // checkColumns returns one error naming every column of want that table lacks (s: any

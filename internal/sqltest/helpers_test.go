@@ -113,6 +113,7 @@ type cols struct {
 	noAttempt, noGroup, noRetryAfter, noDueIndex bool
 	why                                          bool // last_error and dead_at columns
 	headers                                      bool // a headers column (JSON: text, jsonb, JSON)
+	nullAttempt                                  bool // an attempt column without NOT NULL
 }
 
 // spec is the Table of a test table named name.
@@ -155,6 +156,10 @@ func createTable(t testing.TB, b backend, db *sql.DB, c cols) inbox.Table {
 func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 	t.Helper()
 	var parts []string
+	notNull := " NOT NULL"
+	if c.nullAttempt {
+		notNull = ""
+	}
 	switch b.d {
 	case inbox.SQLite:
 		parts = append(parts, "id INTEGER PRIMARY KEY")
@@ -162,7 +167,7 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 			parts = append(parts, "name TEXT NOT NULL DEFAULT ''")
 		}
 		if !c.noAttempt {
-			parts = append(parts, "attempt INTEGER NOT NULL DEFAULT 1")
+			parts = append(parts, "attempt INTEGER"+notNull+" DEFAULT 1")
 		}
 		if !c.noRetryAfter {
 			parts = append(parts, "retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'))")
@@ -180,7 +185,7 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 			parts = append(parts, "name TEXT NOT NULL DEFAULT ''")
 		}
 		if !c.noAttempt {
-			parts = append(parts, "attempt SMALLINT NOT NULL DEFAULT 1")
+			parts = append(parts, "attempt SMALLINT"+notNull+" DEFAULT 1")
 		}
 		if !c.noRetryAfter {
 			parts = append(parts, "retry_after TIMESTAMPTZ NOT NULL DEFAULT now()")
@@ -198,7 +203,7 @@ func createNamed(t testing.TB, b backend, db *sql.DB, c cols, name string) {
 			parts = append(parts, "name VARCHAR(191) NOT NULL DEFAULT ''")
 		}
 		if !c.noAttempt {
-			parts = append(parts, "attempt SMALLINT NOT NULL DEFAULT 1")
+			parts = append(parts, "attempt SMALLINT"+notNull+" DEFAULT 1")
 		}
 		if !c.noRetryAfter {
 			parts = append(parts, "retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
@@ -58,9 +59,9 @@ func attemptColumnMax(b backend) int64 {
 	return math.MaxInt16
 }
 
-// setRow sets the attempt of the row holding payload, and passes its lease (as a crashed
-// worker's) when crashed.
-func (x *testBundle) setRow(t *testing.T, payload string, attempt int64, crashed bool) {
+// setRow sets the attempt of the row holding payload (nil: NULL), and passes its lease
+// (as a crashed worker's) when crashed.
+func (x *testBundle) setRow(t *testing.T, payload string, attempt any, crashed bool) {
 	t.Helper()
 	q := quoteFor(x.b.d)
 	lease := "NULL"
@@ -189,6 +190,52 @@ func TestCapBeyondTheAttemptColumnsRangeIsRefusedAtOpen(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), "MaxAttempts(40000)") || !strings.Contains(err.Error(), "32767") {
 			t.Fatalf("open: %v, want an error naming MaxAttempts(40000) and the column's 32767", err)
+		}
+	})
+}
+
+// TestAttemptBelowOneOrNullIsReadAsOneAndReachesTheCapExactly: rows another program
+// wrote with attempt NULL, 0 and -7 are delivered at attempts 1, 2 and 3 under
+// MaxAttempts(3) with a handler that always fails (Retry, and RetryAfter for the 0 row),
+// then dead-lettered with attempt 3; a NULL row whose worker crashed is taken over at
+// attempt 2 (the crash counted as its first) and dead-lettered at 3. The NULL row used to
+// be retried without end at attempt 1 (the put-back kept NULL NULL), and the -7 row ran
+// 11 times.
+func TestAttemptBelowOneOrNullIsReadAsOneAndReachesTheCapExactly(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		x := setup(t, b, cols{nullAttempt: true})
+		x.publish(t, "jobs", "null", "zero", "minus7", "crashed")
+		x.setRow(t, "null", nil, false)
+		x.setRow(t, "zero", 0, false)
+		x.setRow(t, "minus7", -7, false)
+		x.setRow(t, "crashed", nil, true)
+		var mu sync.Mutex
+		seen := map[string][]int{}
+		x.run(t, x.ib.Queue("jobs", inbox.Poll(5*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
+			mu.Lock()
+			seen[string(m.Payload)] = append(seen[string(m.Payload)], m.Attempt)
+			mu.Unlock()
+			if string(m.Payload) == "zero" {
+				return settle.RetryAfter(time.Millisecond, errors.New("provider unavailable"))
+			}
+			return settle.Retry(errors.New("provider unavailable"))
+		}), settle.MaxAttempts(3), settle.DeadLetter("jobs.dead"))
+		evs := x.rec.WaitFor(t, waitLong, "four dead letters", finals(4))
+		if n := count(evs, settle.ActionDeadLetter); n != 4 {
+			t.Errorf("got %d dead letters (%+v), want 4", n, evs)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for p, want := range map[string][]int{"null": {1, 2, 3}, "zero": {1, 2, 3}, "minus7": {1, 2, 3}, "crashed": {2, 3}} {
+			if got := seen[p]; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("row %s delivered at attempts %v, want %v", p, got, want)
+			}
+		}
+		for _, r := range readRows(t, b, x.db, x.tb) {
+			if r.group != "jobs.dead" || r.attempt != 3 || r.leased {
+				t.Errorf("row %+v, want it in jobs.dead at attempt 3, not leased", r)
+			}
 		}
 	})
 }
