@@ -63,6 +63,10 @@ type dialect interface {
 	// retryable reports whether err is a transient lock conflict (SQLITE_BUSY, a
 	// deadlock) that the same statement may retry.
 	retryable(err error) bool
+	// unready reports whether err says the connection failed or was killed, or the server
+	// is starting, shutting down or out of connections: what a later try, on another
+	// connection, may not meet (see openError).
+	unready(err error) bool
 	// serialize returns a lock that orders this process's writes on db (SQLite has one
 	// writer); other dialects return a no-op.
 	serialize(db *sql.DB) func()

@@ -254,6 +254,19 @@ func (mysql) retryable(err error) bool {
 	return strings.Contains(msg, "Error 1213") || strings.Contains(msg, "Error 1205")
 }
 
+// unready: the driver's "invalid connection" (the connection failed during a statement:
+// killed, or cut by the network), and the server's 1927 (the connection was killed),
+// 1053 (shutting down) and 1040 (too many connections).
+func (mysql) unready(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"invalid connection", "Error 1927", "Error 1053", "Error 1040"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
 func (mysql) serialize(*sql.DB) func() { return func() {} }
 
 func (mysql) admin() adminSpec {

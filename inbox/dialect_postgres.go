@@ -163,6 +163,22 @@ func (postgres) retryable(err error) bool {
 	return false
 }
 
+// unready: a connection exception (class 08), a backend terminated by an operator, a
+// failover or a crash (57P01, 57P02), a server starting up (57P03), or one out of
+// connections (53300).
+func (postgres) unready(err error) bool {
+	var coded interface{ SQLState() string }
+	if !errors.As(err, &coded) {
+		return false
+	}
+	switch code := coded.SQLState(); code {
+	case "57P01", "57P02", "57P03", "53300":
+		return true
+	default:
+		return strings.HasPrefix(code, "08")
+	}
+}
+
 func (postgres) serialize(*sql.DB) func() { return func() {} }
 
 func (postgres) admin() adminSpec {

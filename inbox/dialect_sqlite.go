@@ -299,6 +299,10 @@ func (sqlite) retryable(err error) bool {
 	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
 }
 
+// unready: SQLite has no connection to lose (a database locked by another process is
+// retryable).
+func (sqlite) unready(error) bool { return false }
+
 // sqliteLocks orders the inbox's writes per *sql.DB within the process.
 var sqliteLocks sync.Map // *sql.DB -> *sync.Mutex
 

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -129,7 +130,28 @@ func (t *transport) deadTable() string {
 	return t.env.Policy.DeadLetter
 }
 
+// Open checks the table (and the dead-letter and reply tables) and starts the queue's
+// heartbeat. An error that waiting may fix is returned as an openError, which App.Run
+// logs before it opens the mount again after a backoff; any other stops Run at once.
 func (t *transport) Open(ctx context.Context) error {
+	err := t.open(ctx)
+	if err != nil && (t.d.unready(err) || t.d.retryable(err)) {
+		return openError{err}
+	}
+	return err
+}
+
+// openError is an error of Open that waiting may fix: a connection that failed or was
+// killed while Open read the table, a server starting, shutting down or out of
+// connections, a database locked. It matches driver.ErrBadConn ("retry on a new
+// connection"), which App.Run takes for a server it could not reach.
+type openError struct{ err error }
+
+func (e openError) Error() string        { return e.err.Error() }
+func (e openError) Is(target error) bool { return target == driver.ErrBadConn }
+func (e openError) Unwrap() error        { return e.err }
+
+func (t *transport) open(ctx context.Context) error {
 	tb := t.q.ib.table
 	spec := queueSpec{deadTable: t.deadTable(), fifo: t.q.cfg.fifo}
 	t.build(spec)

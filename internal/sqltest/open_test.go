@@ -1,15 +1,23 @@
 package sqltest
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/faults"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -130,4 +138,263 @@ func TestOpenAcceptsSQLiteTimeColumnsInTheTextForm(t *testing.T) {
 	if evs[0].Action != settle.ActionAck || evs[0].Err != nil {
 		t.Fatalf("got %+v, want the due row acked", evs)
 	}
+}
+
+// openLog is a slog.Handler keeping the error of each "open failed" line the engine logs
+// before it tries Open again.
+type openLog struct {
+	mu    sync.Mutex
+	errs  []string
+	added chan struct{} // closed and replaced at each line
+}
+
+func newOpenLog() *openLog { return &openLog{added: make(chan struct{})} }
+
+func (l *openLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *openLog) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "open failed") {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var text string
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "error" {
+			text = a.Value.String()
+		}
+		return true
+	})
+	l.errs = append(l.errs, r.Message+": "+text)
+	close(l.added)
+	l.added = make(chan struct{})
+	return nil
+}
+
+func (l *openLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *openLog) WithGroup(string) slog.Handler      { return l }
+
+// wait waits until n lines were logged and returns them.
+func (l *openLog) wait(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		errs, added := append([]string(nil), l.errs...), l.added
+		l.mu.Unlock()
+		if len(errs) >= n {
+			return errs
+		}
+		select {
+		case <-added:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %d open-failed lines; got %q", n, errs)
+		}
+	}
+}
+
+// openedApp runs an App on db whose one mount reads group jobs of table tb, logging to
+// logs; delivered is closed at the first delivery, and Run's error is sent on ran.
+func openedApp(t *testing.T, b backend, db *sql.DB, tb inbox.Table, logs slog.Handler) (delivered <-chan struct{}, ran <-chan error) {
+	t.Helper()
+	app, err := settle.New(settle.Config{Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan struct{})
+	var once sync.Once
+	app.Mount(inbox.New(db, b.d, tb).Queue("jobs", inbox.Poll(5*time.Millisecond)), raw(func(context.Context, *settle.Message) error {
+		once.Do(func() { close(got) })
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc, returned := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(returned)
+		errc <- app.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-returned:
+		case <-time.After(waitLong):
+			t.Error("Run did not return after the test")
+		}
+	})
+	return got, errc
+}
+
+// awaitDelivery waits for the App's first delivery, failing the test if Run returned.
+func awaitDelivery(t *testing.T, delivered <-chan struct{}, ran <-chan error) {
+	t.Helper()
+	select {
+	case <-delivered:
+	case err := <-ran:
+		t.Fatalf("Run returned %v, want it to open once the fault passed and deliver the row", err)
+	case <-time.After(waitLong):
+		t.Fatal("timed out waiting for the row to be delivered")
+	}
+}
+
+// TestOpenRetriesATransientErrorAndStopsAtAConfigurationError: an error of Open that a
+// later try may not meet is logged and Open tried again after a backoff, as when the
+// server is unreachable, and the App then delivers the table's row: a connection killed
+// while Open reads the attempt column's type (MySQL/MariaDB: the connection cut right
+// after the server answered, the driver's "invalid connection", which used to stop Run
+// with 300 rows untouched; PostgreSQL: its backend terminated, SQLSTATE 57P01),
+// connections reset as soon as they are made, and on SQLite a database another
+// connection holds locked (SQLITE_BUSY). A table that does not exist still stops Run at
+// once, with no retry.
+func TestOpenRetriesATransientErrorAndStopsAtAConfigurationError(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.d != inbox.SQLite {
+			t.Run("KilledWhileReadingTheAttemptColumn", func(t *testing.T) {
+				t.Parallel()
+				x := setup(t, b, cols{})
+				x.publish(t, "jobs", "p")
+				p := faults.Start(t, serverAddr(t, b))
+				logs := newOpenLog()
+				var pdb *sql.DB
+				var killed <-chan struct{}
+				if b.d == inbox.MySQL {
+					pdb = throughProxy(t, b, p)
+					rule := &faults.Rule{Request: func(req []byte) bool { return bytes.Contains(req, []byte("information_schema.COLUMNS")) }, Teardown: faults.Close}
+					p.CutReply(rule)
+					killed = rule.Done()
+				} else {
+					pdb, killed = terminateOnRequest(t, x.db, p, []byte("pg_attribute"))
+				}
+				delivered, ran := openedApp(t, b, pdb, x.tb, logs)
+				select {
+				case <-killed:
+				case err := <-ran:
+					t.Fatalf("Run returned %v before the connection was killed", err)
+				}
+				awaitDelivery(t, delivered, ran)
+				lines := logs.wait(t, 1)
+				t.Logf("logged: %q", lines)
+				if !strings.Contains(lines[0], x.tb.Name) || !strings.Contains(lines[0], "attempt column") {
+					t.Errorf("logged %q, want the table and the check that failed named", lines[0])
+				}
+			})
+			t.Run("Refused", func(t *testing.T) {
+				t.Parallel()
+				x := setup(t, b, cols{})
+				x.publish(t, "jobs", "p")
+				p := faults.Start(t, serverAddr(t, b))
+				pdb := throughProxy(t, b, p)
+				p.Refuse(1 << 62)
+				logs := newOpenLog()
+				delivered, ran := openedApp(t, b, pdb, x.tb, logs)
+				select {
+				case <-waitLines(logs, 2):
+				case err := <-ran:
+					t.Fatalf("Run returned %v while connections were refused, want it to try again", err)
+				}
+				p.Refuse(0)
+				awaitDelivery(t, delivered, ran)
+				t.Logf("logged: %q", logs.wait(t, 2)[:2])
+			})
+		} else {
+			t.Run("Locked", func(t *testing.T) {
+				t.Parallel()
+				// A rollback journal (not WAL): a writer's EXCLUSIVE lock keeps readers out.
+				dsn := "file:" + filepath.Join(t.TempDir(), "inbox.db") + "?_pragma=busy_timeout(20)"
+				db := openPool(t, "sqlite", dsn)
+				tb := createTable(t, b, db, cols{})
+				if _, err := inbox.New(db, b.d, tb).PublishBytes(context.Background(), "jobs", []byte("p")); err != nil {
+					t.Fatal(err)
+				}
+				holder, err := openPool(t, "sqlite", dsn).Conn(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer holder.Close()
+				if _, err := holder.ExecContext(context.Background(), "BEGIN EXCLUSIVE"); err != nil {
+					t.Fatalf("lock the database: %v", err)
+				}
+				logs := newOpenLog()
+				delivered, ran := openedApp(t, b, openPool(t, "sqlite", dsn), tb, logs)
+				select {
+				case <-waitLines(logs, 2):
+				case err := <-ran:
+					t.Fatalf("Run returned %v while the database was locked, want it to try again", err)
+				}
+				if _, err := holder.ExecContext(context.Background(), "COMMIT"); err != nil {
+					t.Fatalf("unlock the database: %v", err)
+				}
+				awaitDelivery(t, delivered, ran)
+				t.Logf("logged: %q", logs.wait(t, 2)[:2])
+			})
+		}
+		t.Run("MissingTableStopsRunAtOnce", func(t *testing.T) {
+			t.Parallel()
+			logs := newOpenLog()
+			_, ran := openedApp(t, b, b.open(t), cols{}.spec(uniqueName("settle_inbox_missing")), logs)
+			select {
+			case err := <-ran:
+				if err == nil || !strings.Contains(err.Error(), "settle_inbox_missing") {
+					t.Fatalf("Run returned %v, want an error naming the missing table", err)
+				}
+			case <-time.After(waitLong):
+				t.Fatal("Run kept trying to open a table that does not exist")
+			}
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			if len(logs.errs) != 0 {
+				t.Errorf("logged %q, want no retry", logs.errs)
+			}
+		})
+	})
+}
+
+// waitLines returns a channel closed once logs holds n lines.
+func waitLines(logs *openLog, n int) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		for {
+			logs.mu.Lock()
+			got, added := len(logs.errs), logs.added
+			logs.mu.Unlock()
+			if got >= n {
+				return
+			}
+			<-added
+		}
+	}()
+	return ch
+}
+
+// terminateOnRequest returns a pool on PostgreSQL through p whose connections carry an
+// application_name of their own, and a channel closed once the first request of the
+// pool containing what was seen (the proxy holds it back meanwhile) and every backend of
+// the pool terminated with pg_terminate_backend on db: the request is answered by the
+// backend's FATAL 57P01, as a connection an operator or a failover killed.
+func terminateOnRequest(t *testing.T, db *sql.DB, p *faults.Proxy, what []byte) (*sql.DB, <-chan struct{}) {
+	t.Helper()
+	u, err := url.Parse(os.Getenv("SETTLE_POSTGRES_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName("settle_open")
+	u.Host = p.Addr()
+	qs := u.Query()
+	qs.Set("application_name", name)
+	u.RawQuery = qs.Encode()
+	pdb := openPool(t, "pgx", u.String())
+	done := make(chan struct{})
+	seen := p.Observe(func(req []byte) bool { return bytes.Contains(req, what) })
+	p.SetLatency(faults.ToServer, 300*time.Millisecond)
+	go func() {
+		defer close(done)
+		<-seen
+		if _, err := db.ExecContext(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, name); err != nil {
+			t.Errorf("terminate: %v", err)
+		}
+		p.SetLatency(faults.ToServer, 0)
+	}()
+	return pdb, done
 }
