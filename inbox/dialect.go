@@ -34,6 +34,10 @@ type dialect interface {
 	// compare in time order with the statements' "now" (SQLite, whose columns take any
 	// type); nil elsewhere, where the columns have a time type.
 	checkTimes(ctx context.Context, db *sql.DB, t Table) []error
+	// checkServer returns a problem of the server's configuration that the queue's
+	// statements cannot run under (MySQL: a binary log in STATEMENT format, see
+	// readCommitted); nil elsewhere.
+	checkServer(ctx context.Context, db *sql.DB) error
 	// claim leases up to n due rows of the queue and returns them: with takeover, rows
 	// whose lease passed (the takeover claim, see takeover.go), else the main claim's.
 	// skew is skewArg's value (see testSkew).

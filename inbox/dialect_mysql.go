@@ -13,9 +13,12 @@ import (
 // parseTime=true to the DSN). A claim is one transaction: SELECT … FOR UPDATE SKIP
 // LOCKED, UPDATE the lease (adding one attempt to a row whose lease passed), read the
 // rows back; FIFO claims also hold GET_LOCK on the group. A dead-letter move to a table
-// is two statements in one transaction. Time columns are DATETIME(6); "now" is NOW(6),
-// the database's clock in the session's time zone (keep it the same for every session,
-// e.g. time_zone='+00:00' in the DSN).
+// is two statements in one transaction. Claims and batched settlements run at READ
+// COMMITTED, so that none holds a lock another program's INSERT waits for (see
+// readCommitted); a server whose binary log is in STATEMENT format refuses such writes,
+// and Open refuses it. Time columns are DATETIME(6); "now" is NOW(6), the database's
+// clock in the session's time zone (keep it the same for every session, e.g.
+// time_zone='+00:00' in the DSN).
 var MySQL Dialect = mysql{}
 
 type mysql struct{}
@@ -94,6 +97,34 @@ func (mysql) build(t Table, q queueSpec) *statements {
 	return s
 }
 
+// readCommitted is the isolation level of a queue's claims and batched settlements on
+// MySQL. At the default, REPEATABLE READ, InnoDB's locking reads and writes take
+// next-key locks: the record and the gap before it, up to the index's supremum at the
+// end of a scan. A claim's SELECT … FOR UPDATE SKIP LOCKED walks the group's index
+// (the README's (group, retry_after, id), or one on the group): a producer's INSERT then
+// waits for its insert intention lock in a gap the claim holds, having already written
+// its new row into the primary key; and the claim's UPDATE … WHERE id IN (…), which the
+// optimizer runs as a scan of the primary key on a small table, waits for that new row.
+// Each waited for the other and InnoDB rolled the producer's INSERT back (error 1213;
+// see TestClaimsNeverMakeAProducersInsertFail for how often). At READ COMMITTED
+// InnoDB takes no gap locks for searches and scans (only for foreign-key and duplicate-
+// key checks), so a producer's INSERT, whose waits are for gaps, never waits for these
+// transactions; and an UPDATE reads a row another transaction locked in its last
+// committed version instead of waiting for it (a semi-consistent read), so a claim never
+// waits for a producer's uncommitted row either. SKIP LOCKED keeps its meaning.
+//
+// The batched settlements (lockedWrite: SELECT … FOR UPDATE of n fenced rows, then
+// UPDATE) scan the primary key the same way, and run at READ COMMITTED too. The other
+// writes keep the session's level: an ack's DELETE by ids is one autocommitted
+// statement, a Publish locks no row but its own, and a move into the dead-letter table,
+// a reply and an OnDeadLetter hook (whose SQL is the user's) lock one row by its primary
+// key. None holds a gap of a secondary index while it waits for a row, which is what a
+// producer's INSERT, past writing its row into the primary key, would be waiting for.
+//
+// A server that writes its binary log in STATEMENT format refuses the writes of a READ
+// COMMITTED transaction (error 1665): Open refuses it (checkServer).
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
 func (mysql) begin(ctx context.Context, db *sql.DB) (txn, error) {
 	return db.BeginTx(ctx, nil)
 }
@@ -120,7 +151,7 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 			}
 		}()
 	}
-	tx, err := conn.BeginTx(ctx, nil)
+	tx, err := conn.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +182,23 @@ func (mysql) claim(ctx context.Context, db *sql.DB, s *statements, skew any, lea
 		return nil, &claimUncertain{err: err, rows: rows}
 	}
 	return rows, nil
+}
+
+// checkServer refuses a server that logs statements: with binary logging on and
+// binlog_format=STATEMENT, InnoDB refuses every write of a READ COMMITTED transaction
+// (error 1665, the locking SELECT of a claim included), and a queue's claims and batched
+// settlements are such transactions (see readCommitted). ROW and MIXED, the defaults of
+// MySQL 8 and MariaDB, log them.
+func (mysql) checkServer(ctx context.Context, db *sql.DB) error {
+	var logBin, sessionLog sql.NullInt64
+	var format sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT @@log_bin, @@sql_log_bin, @@binlog_format`).Scan(&logBin, &sessionLog, &format); err != nil {
+		return fmt.Errorf("inbox: read the server's binary log format: %w", err)
+	}
+	if logBin.Int64 != 0 && sessionLog.Int64 != 0 && strings.EqualFold(format.String, "STATEMENT") {
+		return errors.New("inbox: the server writes its binary log in STATEMENT format (binlog_format=STATEMENT), in which InnoDB refuses the writes of the READ COMMITTED transactions a queue claims and settles in (so that no claim holds a lock another program's INSERT waits for): set binlog_format to ROW or MIXED on the server, or on the inbox's connections (binlog_format=ROW in the DSN; the user needs the privilege to set it)")
+	}
+	return nil
 }
 
 func (mysql) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
@@ -221,7 +269,7 @@ func (d mysql) fencedMany(ctx context.Context, db *sql.DB, s *statements, write 
 // them, runs then (when set) on the ids it locked, and commits: MySQL's UPDATE cannot
 // return the rows it changed. It returns the ids locked.
 func (mysql) lockedWrite(ctx context.Context, db *sql.DB, s *statements, write stmt, n int, vals map[string]any, then func(tx *sql.Tx, ids []any) error) ([]any, error) {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
 	}

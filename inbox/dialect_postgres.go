@@ -123,6 +123,8 @@ func (d postgres) claim(ctx context.Context, db *sql.DB, s *statements, skew any
 	return rows, nil
 }
 
+func (postgres) checkServer(context.Context, *sql.DB) error { return nil }
+
 func (postgres) checkTimes(context.Context, *sql.DB, Table) []error { return nil }
 
 func (postgres) indexes(ctx context.Context, db *sql.DB, table string) ([][]string, error) {

@@ -145,6 +145,8 @@ func (sqlite) claim(ctx context.Context, db *sql.DB, s *statements, skew any, le
 	return queryClaimed(ctx, db, st.text, st.bind(vals))
 }
 
+func (sqlite) checkServer(context.Context, *sql.DB) error { return nil }
+
 // sqliteTimeGlob matches the text of a time as sqliteFormat writes it.
 const sqliteTimeGlob = `'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9]+00:00'`
 

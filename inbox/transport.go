@@ -175,6 +175,9 @@ func (t *transport) open(ctx context.Context) error {
 	if len(errs) == 0 {
 		errs = t.d.checkTimes(ctx, t.q.ib.db, tb)
 	}
+	if err := t.d.checkServer(ctx, t.q.ib.db); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
