@@ -123,6 +123,28 @@ func (t *transport) claimRows(ctx context.Context, skew time.Duration, n int, ta
 		hs[i] = ds[i].Raw.(*held)
 		hs[i].skew, hs[i].wrote = skew, now
 		ds[i].TakenOver = takeover
+		ds[i].RetryCount = t.settledBefore(ds[i], takeover)
 	}
 	return ds, hs, nil
+}
+
+// settledBefore is what a claimed row's RetryCount tells the engine: Attempt −
+// RetryCount − 1 of the deliveries its attempt counts never settled (see
+// source.Delivery), and the engine blames a row past the cap on crashes, settling it
+// without running its handler, only when its last delivery never settled. A plain
+// queue knows which rows those are: its main claim takes rows whose lease is NULL (their
+// last delivery settled, or there was none: a row past the cap got there by a cap
+// lowered since or an attempt another program wrote), the takeover claim rows whose
+// lease passed (one delivery more, unsettled). A FIFO queue's one claim takes both, and
+// it counts every earlier delivery as possibly unsettled (0), as a table without this
+// knowledge would.
+func (t *transport) settledBefore(d *source.Delivery, takeover bool) int {
+	switch {
+	case t.q.cfg.fifo:
+		return 0
+	case takeover:
+		return max(d.Attempt-2, 0)
+	default:
+		return max(d.Attempt-1, 0)
+	}
 }

@@ -28,8 +28,11 @@
 // toward the cap like a Retry. A row that arrives past the cap (its delivery at the
 // cap never settled) is dead-lettered at the cap without running the handler again,
 // with attempt = the cap: a row that kills every worker reaches the dead letter after
-// exactly the cap's deliveries instead of coming back forever. (A row already past a
-// cap lowered since is dead-lettered the same way on its next claim.)
+// exactly the cap's deliveries instead of coming back forever. A row past the cap whose
+// last delivery settled (a cap lowered since, or an attempt another program wrote) is
+// not blamed on a crash: it runs, and its first failure dead-letters it (a FIFO queue,
+// whose one claim takes rows whether their lease is NULL or passed, cannot tell the two
+// apart, and dead-letters it without running, as a crash).
 //
 // # Time
 //
@@ -92,9 +95,10 @@ import (
 	"github.com/settlekit/settle"
 )
 
-// ErrLeaseLost is reported by a settlement whose row's lease was taken over by another
-// worker (the lease passed before the settlement was written): the row is not changed.
-var ErrLeaseLost = errors.New("inbox: lease lost: the row's lease was taken over by another worker; nothing was changed")
+// ErrLeaseLost is reported by a settlement whose row no longer holds the lease its claim
+// wrote (another worker took the row over once the lease passed, or an operator or
+// another program released, changed or deleted it): the row is not changed.
+var ErrLeaseLost = errors.New("inbox: lease lost: the row no longer holds this worker's lease (another worker took it over once it passed, or someone else released, changed or deleted the row); nothing was changed")
 
 // Inbox is one table of deliveries in one database. Make one with New; it is safe for
 // concurrent use.

@@ -81,7 +81,7 @@ func (k *leaseKeeper) extend(ctx context.Context, hs []*held) {
 	for _, h := range hs {
 		next, ok := leases[idString(h.id)]
 		if !ok {
-			k.logger.WarnContext(ctx, "settle: inbox: a lease was taken over while the handler ran; its settlement will change nothing",
+			k.logger.WarnContext(ctx, "settle: inbox: a row no longer holds its lease while its handler runs (another worker took it over once it passed, or someone else released, changed or deleted the row); its settlement will change nothing",
 				slog.String("mount", k.mount), slog.String("msg_id", idString(h.id)))
 			k.forget(h)
 			continue

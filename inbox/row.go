@@ -24,8 +24,9 @@ type claimedRow struct {
 }
 
 // delivery turns a claimed row of table into a delivery whose Raw is the row's *held. A
-// table has no retry-count header: RetryCount is 0, and the attempt column counts every
-// delivery of the row (one whose worker never settled it included). Headers that do not
+// table has no retry-count header: the attempt column counts every delivery of the row
+// (one whose worker never settled it included), and the claim sets RetryCount (see
+// transport.settledBefore). Headers that do not
 // decode (see decodeHeaders) leave the delivery with none, and the error says why.
 func (r claimedRow) delivery(table string) (*source.Delivery, error) {
 	headers, err := decodeHeaders(r.headers)

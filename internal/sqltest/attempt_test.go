@@ -239,3 +239,44 @@ func TestAttemptBelowOneOrNullIsReadAsOneAndReachesTheCapExactly(t *testing.T) {
 		}
 	})
 }
+
+// TestRowPastTheCapIsBlamedOnACrashOnlyWhenItsLastDeliveryNeverSettled: under
+// MaxAttempts(5), a row at attempt 7 whose lease is NULL (its last delivery settled; the
+// cap was lowered since, or another program wrote the attempt) runs and is dead-lettered
+// with its handler's error, where it used to be dead-lettered without running as
+// "attempts spent by deliveries that never settled (the consumer crashed…)"; a row at
+// attempt 7 whose lease passed (its worker crashed) is still dead-lettered without
+// running, as spent by crashes.
+func TestRowPastTheCapIsBlamedOnACrashOnlyWhenItsLastDeliveryNeverSettled(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		x := setup(t, b, cols{})
+		x.publish(t, "jobs", "settled", "crashed")
+		x.setRow(t, "settled", 7, false)
+		x.setRow(t, "crashed", 7, true)
+		var ran sync.Map
+		x.run(t, x.ib.Queue("jobs"), raw(func(ctx context.Context, m *settle.Message) error {
+			ran.Store(string(m.Payload), m.Attempt)
+			return errors.New("provider unavailable")
+		}), settle.MaxAttempts(5), settle.DeadLetter("jobs.dead"))
+		evs := x.rec.WaitFor(t, waitLong, "two dead letters", finals(2))
+		byID := map[string]settle.Settled{}
+		for _, e := range evs {
+			byID[e.ID] = e
+		}
+		ids := column(t, x.db, fmt.Sprintf("SELECT %[1]s FROM %[2]s ORDER BY %[1]s", quoteFor(b.d)(x.tb.ID), quoteFor(b.d)(x.tb.Name)))
+		settled, crashed := byID[fmt.Sprint(ids[0])], byID[fmt.Sprint(ids[1])]
+		if a, ok := ran.Load("settled"); !ok || a != 7 {
+			t.Errorf("the row whose last delivery settled ran at %v (ran: %v), want once at attempt 7", a, ok)
+		}
+		if settled.Action != settle.ActionDeadLetter || settled.HandlerErr == nil || settled.HandlerErr.Error() != "provider unavailable" {
+			t.Errorf("the row whose last delivery settled: %+v, want dead-lettered with its handler's error", settled)
+		}
+		if _, ok := ran.Load("crashed"); ok {
+			t.Error("the row whose worker crashed past the cap ran its handler")
+		}
+		if crashed.Action != settle.ActionDeadLetter || crashed.HandlerErr == nil || !strings.Contains(crashed.HandlerErr.Error(), "never settled") {
+			t.Errorf("the crashed row: %+v, want dead-lettered as spent by deliveries that never settled", crashed)
+		}
+	})
+}

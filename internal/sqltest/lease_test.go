@@ -209,8 +209,8 @@ func TestHeartbeatExtendsLeasesInBatchesAndReportsATakeoverOnce(t *testing.T) {
 	})
 }
 
-// warnings is a slog handler keeping the warnings about leases taken over, each as
-// "taken over: <msg_id>".
+// warnings is a slog handler keeping the warnings about rows that no longer hold their
+// leases (a takeover, in the tests), each as "taken over: <msg_id>".
 type warnings struct {
 	mu   sync.Mutex
 	msgs []string
@@ -219,7 +219,7 @@ type warnings struct {
 func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
 func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	if !strings.Contains(r.Message, "taken over") {
+	if !strings.Contains(r.Message, "no longer holds its lease") {
 		return nil
 	}
 	r.Attrs(func(a slog.Attr) bool {
