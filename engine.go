@@ -554,9 +554,10 @@ func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 	return h.Handle(ctx, msg)
 }
 
-// open opens the mount's source. An error that says the server could not be reached (a refused
-// or dropped connection, a server still loading its data) is logged and the open tried
-// again after a backoff, until it succeeds or ctx is done: a consumer started while its
+// open opens the mount's source. An error that says the server could not be reached or
+// is not ready (a refused or dropped connection, a server still loading its data; from an
+// inbox, also a killed connection, a server starting, stopping or out of connections, a
+// locked database) is logged and the open tried again after a backoff, until it succeeds or ctx is done: a consumer started while its
 // Redis or database restarts comes up on its own, as a running one reconnects. Any other
 // error (a key of the wrong type, a refused permission, a missing table) is returned at
 // once: waiting would not fix it.
@@ -568,7 +569,7 @@ func (m *mount) open(ctx context.Context) error {
 			return err
 		}
 		backoff = nextBackoff(backoff)
-		m.logger.ErrorContext(ctx, "settle: open failed: the server is unreachable; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
+		m.logger.ErrorContext(ctx, "settle: open failed on an error that waiting may fix (the server unreachable or not ready, the connection lost, the database locked); retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
