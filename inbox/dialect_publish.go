@@ -60,14 +60,17 @@ func sqliteAt(arg string) string {
 	return fmt.Sprintf("strftime(%s, %s / 1000000.0, 'unixepoch')", sqliteFormat, arg)
 }
 
-// pgAt is the timestamptz of :arg microseconds since the epoch.
+// pgAt is the timestamptz of :arg microseconds since the epoch: whole seconds, then the
+// microseconds left (an interval multiplied by a number is computed in float8, which
+// missed 9999-12-31 23:59:59.999 by 8 µs when multiplied by all the microseconds).
 func pgAt(arg string) string {
-	return fmt.Sprintf("(timestamptz 'epoch' + %s::bigint * interval '1 microsecond')", arg)
+	return fmt.Sprintf("(timestamptz 'epoch' + (%[1]s::bigint / 1000000) * interval '1 second' + (%[1]s::bigint %% 1000000) * interval '1 microsecond')", arg)
 }
 
 // myAt is the DATETIME(6) of :arg microseconds since the epoch in the session's time
-// zone, as NOW(6) is (FROM_UNIXTIME of whole seconds: a division would round to its
-// scale).
+// zone, as NOW(6) is: now plus the microseconds from now to :arg, the arithmetic of
+// After's now + d. (FROM_UNIXTIME stops at 2038-01-19 on MariaDB 10.11, and returns NULL
+// before 1970: At(2040) was refused with error 1292.)
 func myAt(arg string) string {
-	return fmt.Sprintf("(FROM_UNIXTIME(%[1]s DIV 1000000) + INTERVAL (%[1]s MOD 1000000) MICROSECOND)", arg)
+	return fmt.Sprintf("(%s + INTERVAL (%s - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) MICROSECOND)", myNow, arg)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/publish"
@@ -103,6 +104,9 @@ func (ib *Inbox) publish(ctx context.Context, tx Tx, group string, payloads [][]
 	switch {
 	case c.AfterSet:
 		due, vals["delay"] = dueAfter, d.durArg(c.After)
+	case !c.At.IsZero() && c.At.Before(time.Unix(0, 0)):
+		// Long passed: due now (MySQL's DATETIME starts at year 1000, and time.Time's
+		// microseconds underflow before year -290,000).
 	case !c.At.IsZero():
 		due, vals["at"] = dueAt, c.At.UnixMicro()
 	}
@@ -191,9 +195,15 @@ func intID(v any) (int64, error) {
 	return 0, fmt.Errorf("the row was written, but its id %v (%T) is not an integer: Publish returns a generated integer id", v, v)
 }
 
+// latestAt is the latest time settle.At may name: DATETIME's and SQLite's date
+// functions' last instant (a later one was written as NULL, or as 1970 once its
+// microseconds overflowed: delivered at once).
+var latestAt = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+
 // publishConfig applies the options of a publish call and returns their refusal: an
 // option an inbox does not take, headers for a table without a headers column, a delay
-// for a table without a retry_after column (checkHeaderNames refuses the names).
+// for a table without a retry_after column, an At past latestAt (checkHeaderNames
+// refuses the names).
 func (ib *Inbox) publishConfig(opts []settle.PublishOption) (publish.Config, error) {
 	var c publish.Config
 	for _, o := range opts {
@@ -211,6 +221,9 @@ func (ib *Inbox) publishConfig(opts []settle.PublishOption) (publish.Config, err
 		err = errors.New("headers given, but the table spec names no Headers column to hold them")
 	case c.Delayed() && ib.table.RetryAfter == "":
 		err = errors.New("a delay given, but the table spec names no RetryAfter column to hold it")
+	case c.At.After(latestAt):
+		err = fmt.Errorf("At(%s): past %s, the latest time a retry_after column holds on MySQL and SQLite (and past which time.Time's microseconds overflow)",
+			c.At.UTC().Format(time.RFC3339Nano), latestAt.Format(time.RFC3339Nano))
 	}
 	if err != nil {
 		return c, fmt.Errorf("inbox: publish to %s: %w", ib.table.Name, err)

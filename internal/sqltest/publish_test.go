@@ -209,3 +209,49 @@ func TestPublishRefusesADelayWithoutARetryAfterColumnAndOptionsOfRedis(t *testin
 		}
 	})
 }
+
+// TestPublishAtWritesEveryTimeUpTo9999AndRefusesLater: settle.At names the row's
+// retry_after exactly on every dialect, 2040 included (MariaDB refused it: FROM_UNIXTIME
+// stops at 2038), up to the last instant of 9999, which MySQL's DATETIME and SQLite's
+// date functions hold; a time long passed (1960) is due at once; a later time is refused
+// with an error naming At and the bound, where it was written as NULL (refused by the
+// NOT NULL column) or, past time.Time's microseconds (year 146,140,482), as 1970 and
+// delivered at once.
+func TestPublishAtWritesEveryTimeUpTo9999AndRefusesLater(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		x := setup(t, b, cols{})
+		ctx := context.Background()
+		for _, at := range []time.Time{
+			time.Date(2040, 1, 1, 12, 30, 0, 250_000_000, time.UTC),
+			time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC),
+		} {
+			id, err := x.ib.PublishBytes(ctx, "jobs", []byte("later"), settle.At(at))
+			if err != nil {
+				t.Fatalf("At(%s): %v", at, err)
+			}
+			row, err := x.ib.Peek(ctx, strconv.FormatInt(id, 10), nil)
+			if err != nil || !row.RetryAfter.Equal(at) {
+				t.Fatalf("At(%s): retry_after %s (err %v), want the time given", at, row.RetryAfter, err)
+			}
+		}
+		for _, at := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.UnixMilli(1 << 62)} {
+			if _, err := x.ib.PublishBytes(ctx, "jobs", []byte("refused"), settle.At(at)); err == nil || !strings.Contains(err.Error(), "At(") || !strings.Contains(err.Error(), "9999-12-31") {
+				t.Fatalf("At(%s) = %v, want a refusal naming At and 9999-12-31", at, err)
+			}
+		}
+		if _, err := x.ib.PublishBytes(ctx, "jobs", []byte("passed"), settle.At(time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC))); err != nil {
+			t.Fatalf("At(1960): %v", err)
+		}
+		x.run(t, x.ib.Queue("jobs", inbox.Poll(5*time.Millisecond)), raw(func(ctx context.Context, m *settle.Message) error {
+			if string(m.Payload) != "passed" {
+				t.Errorf("delivered %q, want only the row due at once", m.Payload)
+			}
+			return nil
+		}))
+		x.rec.WaitFor(t, waitLong, "the passed row's ack", finals(1))
+		if rows := readRows(t, b, x.db, x.tb); len(rows) != 2 {
+			t.Fatalf("rows %+v, want the two rows due later (none refused written)", rows)
+		}
+	})
+}
