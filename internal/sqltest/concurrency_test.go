@@ -72,10 +72,11 @@ func drain(t testing.TB, b backend, db *sql.DB, tb inbox.Table, consumers, rows 
 // rows rows are settled (or, when set, until done says so, asked every few
 // milliseconds), waiting at most timeout; settled, when set, is told each applied
 // settlement's running count; failures says settlements may fail (else each is an
-// error).
+// error), and failed, when set, is told each that did.
 type drainSpec struct {
 	consumers, rows int
 	done            func() bool
+	failed          func(s settle.Settled)
 	failures        bool
 	pool            func() *sql.DB
 	settled         func(n int64)
@@ -99,6 +100,9 @@ func drainWith(t testing.TB, b backend, tb inbox.Table, spec drainSpec) (map[str
 		app, err := settle.New(settle.Config{Logger: quietLogger(t), OnSettled: func(_ context.Context, s settle.Settled) {
 			if s.Err != nil {
 				failed.Add(1)
+				if spec.failed != nil {
+					spec.failed(s)
+				}
 				if !spec.failures {
 					t.Errorf("settlement failed: %+v", s)
 				}
