@@ -387,7 +387,7 @@ func terminateOnRequest(t *testing.T, db *sql.DB, p *faults.Proxy, what []byte) 
 	pdb := openPool(t, "pgx", u.String())
 	done := make(chan struct{})
 	seen := p.Observe(func(req []byte) bool { return bytes.Contains(req, what) })
-	p.SetLatency(faults.ToServer, 300*time.Millisecond)
+	p.SetLatency(faults.ToServer, 2*time.Second) // the termination's time, on a loaded machine
 	go func() {
 		defer close(done)
 		<-seen
