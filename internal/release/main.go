@@ -12,8 +12,9 @@
 // path@version refuses a module that has one). It prints the version.
 //
 // proxy writes DIR as a GOPROXY=file://DIR serves it: each module of Modules at that
-// version, its zip made by golang.org/x/mod/zip from the git revision -rev (the tag a
-// release would make), as the module proxy would serve the tag.
+// version, its zip made by golang.org/x/mod/zip from the tree of the git revision -rev
+// (git archive: what the tag a release makes holds), as the module proxy would serve
+// the tag.
 //
 // scripts/release uses check; .ci/run uses both (see RELEASING.md).
 package main
@@ -170,6 +171,17 @@ func buildProxy(repo, rev, version, out string) error {
 	if err != nil {
 		return err
 	}
+	// The tree at rev, as git archive exports it (what a tag's zip holds: no untracked
+	// file), from which each module's zip is made.
+	tree, err := os.MkdirTemp("", "settle-release-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tree)
+	archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, rev, tree)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return fmt.Errorf("git archive %s: %w: %s", rev, err, out)
+	}
 	for _, d := range Modules {
 		m := module.Version{Path: modulePath(d), Version: version}
 		esc, err := module.EscapePath(m.Path)
@@ -180,17 +192,13 @@ func buildProxy(repo, rev, version, out string) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		subdir := d
-		if d == "." {
-			subdir = ""
-		}
 		var zbuf bytes.Buffer
-		if err := zip.CreateFromVCS(&zbuf, m, root, rev, subdir); err != nil {
+		if err := zip.CreateFromDir(&zbuf, m, filepath.Join(tree, d)); err != nil {
 			return fmt.Errorf("%s: %w", m, err)
 		}
-		gomod, err := exec.Command("git", "-C", root, "show", rev+":"+filepath.ToSlash(filepath.Join(d, "go.mod"))).Output()
+		gomod, err := os.ReadFile(filepath.Join(tree, d, "go.mod"))
 		if err != nil {
-			return fmt.Errorf("git show %s:%s: %w", rev, filepath.Join(d, "go.mod"), err)
+			return err
 		}
 		info, err := json.Marshal(struct {
 			Version string
