@@ -148,6 +148,7 @@ type series struct {
 	key                    seriesKey
 	attrs                  []attribute.KeyValue // every series' and span's: see baseAttrs
 	spanName               string               // of its deliveries' spans
+	spanAttrs              []attribute.KeyValue // of its deliveries' spans: attrs and the operation's
 	start                  []trace.SpanStartOption
 	startRoot              []trace.SpanStartOption // start, as a new root
 
@@ -261,7 +262,6 @@ func (o *Observer) seriesOf(mount, transport, destination, group string) *series
 		attrs := baseAttrs(k)
 		base := metric.WithAttributeSet(attribute.NewSet(attrs...))
 		proc := with(attrs, semconv.MessagingOperationName(operationProcess))
-		spanAttrs := trace.WithAttributes(with(proc, semconv.MessagingOperationTypeProcess)...)
 		consumer := trace.WithSpanKind(trace.SpanKindConsumer)
 		s, _ = o.series.LoadOrStore(k, &series{
 			base: base, record: []metric.RecordOption{base}, add: []metric.AddOption{base}, observe: []metric.ObserveOption{base},
@@ -270,8 +270,9 @@ func (o *Observer) seriesOf(mount, transport, destination, group string) *series
 			consumed:      []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(proc...))},
 			key:           k, attrs: attrs, claims: map[string][]metric.AddOption{},
 			spanName:  operationProcess + " " + destination,
-			start:     []trace.SpanStartOption{consumer, spanAttrs},
-			startRoot: []trace.SpanStartOption{consumer, spanAttrs, trace.WithNewRoot()},
+			spanAttrs: with(proc, semconv.MessagingOperationTypeProcess),
+			start:     []trace.SpanStartOption{consumer},
+			startRoot: []trace.SpanStartOption{consumer, trace.WithNewRoot()},
 		})
 	}
 	o.byMount.Store(mount, s)

@@ -140,6 +140,11 @@ func (o *Observer) delivery(ctx context.Context, d settle.DeliveryStart) context
 	}
 	ctx, span := o.tracer.Start(parent, s.spanName, opts...)
 	if span.IsRecording() {
+		// Set on a sampled span only, not given to Start: Start copies what it is given
+		// even for a span its sampler drops, and that copy cost more than half of an
+		// unsampled delivery's hooks (samplers see the span's name, kind, parent and
+		// links).
+		span.SetAttributes(s.spanAttrs...)
 		span.SetAttributes(semconv.MessagingMessageID(d.ID), AttrAttempt.Int(d.Attempt),
 			AttrMessageKey.String(d.MessageKey), AttrRedelivery.Bool(d.Redelivery))
 	}
