@@ -2,6 +2,7 @@ package settleotel
 
 import (
 	"context"
+	"encoding/hex"
 	"strconv"
 	"time"
 
@@ -106,34 +107,44 @@ func (o *Observer) publishing(kind, key string) *publishing {
 	return v.(*publishing)
 }
 
+// The attributes of the links a delivery's span has, by what they link to.
+var (
+	linkProducer   = []attribute.KeyValue{AttrLink.String(LinkProducer)}
+	linkPrevious   = []attribute.KeyValue{AttrLink.String(LinkPrevious)}
+	linkDeadLetter = []attribute.KeyValue{AttrLink.String(LinkDeadLetter)}
+)
+
 // delivery starts a delivery's CONSUMER span and counts the delivery. Its parent is the
 // producer's span the message carries, else the span of the attempt before it (a retry
-// of a message published without one), else none; it links to both.
+// of a message published without one), else none; it links to each of them that was
+// sampled (a link to a span never recorded leads nowhere).
 func (o *Observer) delivery(ctx context.Context, d settle.DeliveryStart) context.Context {
 	s := o.seriesOf(d.Mount, d.Transport, d.Key, d.Group)
 	o.countDelivery(ctx, s, d)
 	var links []trace.Link
 	parent := o.cfg.prop.Extract(ctx, propagation.MapCarrier(d.Headers))
 	producer := trace.SpanContextFromContext(parent)
-	if producer.IsValid() && producer.IsRemote() {
-		links = append(links, trace.Link{SpanContext: producer, Attributes: []attribute.KeyValue{AttrLink.String(LinkProducer)}})
-	} else {
-		producer = trace.SpanContext{}
+	if !producer.IsRemote() {
+		producer = trace.SpanContext{} // not the message's: ctx's own, if any
+	} else if producer.IsSampled() {
+		links = append(links, trace.Link{SpanContext: producer, Attributes: linkProducer})
 	}
 	if prev, ok := parseTraceparent(d.Headers[HeaderLink]); ok {
-		what := LinkPrevious
-		if d.Headers[HeaderDead] != "" || d.Headers[settle.HeaderDeadID] != "" || d.Headers[admin.HeaderReplayedFrom] != "" {
-			what = LinkDeadLetter // read from a dead-letter destination, or replayed from one
+		if prev.IsSampled() {
+			what := linkPrevious
+			if d.Headers[HeaderDead] != "" || d.Headers[settle.HeaderDeadID] != "" || d.Headers[admin.HeaderReplayedFrom] != "" {
+				what = linkDeadLetter // read from a dead-letter destination, or replayed from one
+			}
+			links = append(links, trace.Link{SpanContext: prev, Attributes: what})
 		}
-		links = append(links, trace.Link{SpanContext: prev, Attributes: []attribute.KeyValue{AttrLink.String(what)}})
 		if !producer.IsValid() {
 			producer = prev
 			parent = trace.ContextWithRemoteSpanContext(parent, prev)
 		}
 	}
 	opts := s.start
-	if !producer.IsValid() {
-		opts = s.startRoot
+	if !producer.IsValid() && trace.SpanContextFromContext(ctx).IsValid() {
+		opts = s.startRoot // not a child of whatever span ctx carries
 	}
 	if len(links) > 0 {
 		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(links...))
@@ -234,16 +245,37 @@ func wrote(ev settle.Settled) bool {
 	return true
 }
 
-// traceparent formats sc as a W3C traceparent.
+// traceparent formats sc as a W3C traceparent, in one allocation.
 func traceparent(sc trace.SpanContext) string {
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	var b [55]byte // 00-<32 hex>-<16 hex>-<2 hex>
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b[0], b[1], b[2] = '0', '0', '-'
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags())})
+	return string(b[:])
 }
 
-// parseTraceparent reads a W3C traceparent ("" or a malformed one: false).
+// parseTraceparent reads a W3C traceparent of version 00 ("" or a malformed one:
+// false), without allocating.
 func parseTraceparent(v string) (trace.SpanContext, bool) {
-	if v == "" {
+	if len(v) != 55 || v[:3] != "00-" || v[35] != '-' || v[52] != '-' {
 		return trace.SpanContext{}, false
 	}
-	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": v}))
+	var tid trace.TraceID
+	var sid trace.SpanID
+	var flags [1]byte
+	if _, err := hex.Decode(tid[:], []byte(v[3:35])); err != nil {
+		return trace.SpanContext{}, false
+	}
+	if _, err := hex.Decode(sid[:], []byte(v[36:52])); err != nil {
+		return trace.SpanContext{}, false
+	}
+	if _, err := hex.Decode(flags[:], []byte(v[53:55])); err != nil {
+		return trace.SpanContext{}, false
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]), Remote: true})
 	return sc, sc.IsValid()
 }
