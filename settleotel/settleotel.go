@@ -33,9 +33,9 @@
 // (messaging.operation.type and messaging.operation.name "process", messaging.system,
 // messaging.destination.name, messaging.consumer.group.name, messaging.message.id, and
 // settle.* for the rest), whose parent is the message's producer span when it carries
-// one, else the span of the attempt before it, else none: so a sampler that follows its
-// parent (the SDK's default, ParentBased) traces a message whole or not at all, and
-// settleotel samples nothing of its own. It also links to the producer's span and to
+// one, else the span of the attempt before it when that was sampled, else none: so a
+// sampler that follows its parent (the SDK's default, ParentBased) traces a published
+// message whole or not at all, and settleotel samples nothing of its own. It also links to the producer's span and to
 // the attempt before it: each retry copy, parked copy and dead letter carries the span of
 // the attempt that wrote it (HeaderLink), and a dead letter's own span ("create KEY",
 // a child of the last attempt) travels with it into a replay from settle/admin.

@@ -162,15 +162,24 @@ func (o *Observer) delivery(ctx context.Context, d settle.DeliveryStart) context
 	return ctx
 }
 
-// move puts in the message a settlement writes the span it links back to: the
-// attempt's own, or, for a dead letter, a span of its own, "create KEY" (a child of
-// the attempt, messaging.operation.type "create", settle.action dead_letter: the dead
-// letter's creation context) that a replay links to. What an earlier settlement of the message wrote (a park's due
-// time, a dead letter's mark), which a copy inherits, goes.
+// move puts in the message a settlement writes the span it links back to, when that
+// span was sampled: the attempt's own, or, for a dead letter, a span of its own,
+// "create KEY" (a child of the attempt, messaging.operation.type "create",
+// settle.action dead_letter: the dead letter's creation context) that a replay links
+// to. An attempt not sampled writes no link (a traceparent costs about ten allocations
+// between its write and the next delivery's read): a message that carries its
+// producer's context keeps one sampling decision through it anyway, and one published
+// without has each later attempt sampled anew as a root. What an earlier settlement of
+// the message wrote (a link, a park's due time, a dead letter's mark), which a copy
+// inherits, goes.
 func (o *Observer) move(ctx context.Context, s settle.Settled, h map[string]string) {
+	delete(h, HeaderLink)
 	delete(h, HeaderDue)
 	delete(h, HeaderDead)
 	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsSampled() {
+		sc = trace.SpanContext{}
+	}
 	if s.Action == settle.ActionDeadLetter && sc.IsValid() {
 		attrs := with(o.seriesOf(s.Mount, s.Transport, s.Key, s.Group).attrs, semconv.MessagingOperationTypeCreate,
 			semconv.MessagingOperationName(operationCreate), AttrAction.String(s.Action.String()), AttrAttempt.Int(s.Attempt), AttrMessageKey.String(s.MessageKey))
