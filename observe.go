@@ -37,8 +37,12 @@ type Hooks struct {
 	// engine keeps in-process (it writes the copy when due). Defaults to nil.
 	Move func(ctx context.Context, s Settled, headers map[string]string)
 
-	// Settled is called after every settlement is applied (or failed to apply), as
-	// Config.OnSettled is, with the context Delivery returned. Defaults to nil.
+	// Settled is called after every settlement is applied (or failed to apply), from the
+	// goroutine that applied it, with the context Delivery returned: use it, rather than
+	// Config.OnSettled (the same call, which will go), to observe settlements. It must be
+	// safe for concurrent use and return quickly; events of one message can arrive out of
+	// order across its deliveries, so key any tally by (Mount, ID, Attempt). Defaults to
+	// nil.
 	Settled func(ctx context.Context, s Settled)
 }
 

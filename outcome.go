@@ -77,12 +77,15 @@ func (e *OutcomeError) Is(target error) bool {
 // nowhere: Drop never dead-letters. err (may be nil) is logged.
 func Drop(err error) error { return &OutcomeError{Kind: OutcomeDrop, Err: err} }
 
-// Retry returns an error that asks for another delivery now; a plain error does the
-// same. How the retry happens depends on the transport (see the README's table): a
-// stream appends a copy with the retry count + 1, a claiming stream leaves the entry
-// pending until its min-idle passes, a reliable list moves the item back; with an
-// attempts cap every transport but the claiming stream writes a copy. At the cap the
-// delivery is dead-lettered.
+// Retry returns an error that asks for another delivery now, without the mount's
+// backoff; a plain error asks for one after the backoff (Backoff; DefaultBackoff by
+// default), and RetryAfter after a delay of its own. How the retry happens depends on
+// the transport (see the README's table): a stream appends a copy with the retry count
+// + 1, a claiming stream leaves the entry pending until its min-idle passes, a reliable
+// list moves the item back, an inbox clears the row's lease; with an attempts cap every
+// Redis transport but the claiming stream writes a copy. A List or PubSub without a cap
+// cannot retry: the message is lost, with a warning. At the cap the delivery is
+// dead-lettered.
 func Retry(err error) error { return &OutcomeError{Kind: OutcomeRetry, Err: err} }
 
 // RetryAfter returns an error that asks for another delivery once d has passed, without

@@ -24,8 +24,8 @@ var ErrNoReplyTo = errors.New("settle: reply: the mount declares no ReplyTo, so 
 
 // Reply returns a Handler that decodes each payload into an In with the mount's codec,
 // calls fn with it and, when fn returns a nil error, sends the Out it returned, encoded
-// with the same codec, to the mount's ReplyTo destination (seed 004's reply
-// subscriber). The reply is written and the original completed together: in one atomic
+// with the same codec, to the mount's ReplyTo destination (a reply subscriber). The
+// reply is written and the original completed together: in one atomic
 // step where the destination shares the source's store, else published and then
 // completed (see ReplyVia). An error publishes nothing and settles by its outcome as
 // any handler's does; a payload that does not decode settles as a failure.

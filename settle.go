@@ -33,7 +33,9 @@ type Config struct {
 	Middleware []Middleware
 
 	// OnSettled, when set, is called after every settlement is applied (or failed to
-	// apply), from the goroutine that applied it. It must be safe for concurrent use and
+	// apply), from the goroutine that applied it. It is Hooks.Settled under another name,
+	// called after it: use Hooks.Settled (with the other Hooks, as settleotel fills
+	// them); OnSettled will go. It must be safe for concurrent use and
 	// should return quickly. Events of one message can arrive out of order across its
 	// deliveries: once a retry is written, the next delivery may be handled and settled
 	// before the retry's own event is reported, so key any tally by (Mount, ID, Attempt),

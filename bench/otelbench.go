@@ -14,16 +14,19 @@ import (
 // otelHooks returns settleotel's hooks on an SDK that keeps everything in memory: the
 // metrics aggregate in a ManualReader (never collected during the run), and every span
 // goes through a batch span processor to an exporter that counts it and keeps nothing
-// (keeping 100,000 spans would measure the heap, not settleotel). sample is the share of
-// messages traced (settleotel.WithSampling; 0: every one).
+// (keeping 100,000 spans would measure the heap, not settleotel). sample is the root
+// share of the user's sampler, ParentBased(TraceIDRatioBased(sample)) (0: the SDK's
+// default sampler, ParentBased(AlwaysSample)): settleotel samples nothing of its own,
+// and the bench's messages carry no producer's context, so each first delivery is a
+// root its sampler decides and every later attempt follows it.
 func otelHooks(sample float64) (settle.Hooks, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(&countingExporter{}))
-	opts := []settleotel.Option{settleotel.WithMeterProvider(mp), settleotel.WithTracerProvider(tp)}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(&countingExporter{})}
 	if sample > 0 {
-		opts = append(opts, settleotel.WithSampling(sample))
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sample))))
 	}
-	obs, err := settleotel.New(opts...)
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+	obs, err := settleotel.New(settleotel.WithMeterProvider(mp), settleotel.WithTracerProvider(tp))
 	if err != nil {
 		return settle.Hooks{}, err
 	}

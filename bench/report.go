@@ -293,6 +293,35 @@ func (rs results) printTargets(w io.Writer) {
 	rate := in.figures().rate
 	check("settle-inbox sql-drain-1 (Concurrency(1)) rows/s >= 2000", rate, ok, rate >= 2000, "%.0f")
 
+	// Issue 24: settleotel at the default options (one mount, its defaults; metrics on;
+	// traces sampled by the user's ParentBased(TraceIDRatioBased(1%)), -otel-1pct) beside
+	// it off: at most 1.3x the client CPU per message. Every delivery traced (-otel, the
+	// SDK's default sampler on messages with no producer's context) is informational.
+	for _, t := range []struct {
+		suffix, sc string
+		target     bool
+	}{
+		{"-otel-1pct", "drain-8", true}, {"-otel-1pct", "retry-once", true},
+		{"-otel", "drain-8", false}, {"-otel", "retry-once", false},
+	} {
+		on, ok1 := rs.find("settle-stream-default"+t.suffix, t.sc)
+		off, ok2 := rs.find("settle-stream-default", t.sc)
+		fon, foff := on.figures(), off.figures()
+		ok := ok1 && ok2 && foff.cliCPU > 0
+		cpu := 0.0
+		if ok {
+			cpu = fon.cliCPU / foff.cliCPU
+		}
+		name := fmt.Sprintf("settle-stream-default%s %s client CPU/msg ÷ without settleotel", t.suffix, t.sc)
+		if t.target {
+			check(name+" <= 1.3", cpu, ok, cpu <= 1.3, "%.2fx")
+		} else if ok {
+			fmt.Fprintf(w, "  %-72s %.2fx (informational)\n", name, cpu)
+		}
+		if ok {
+			fmt.Fprintf(w, "  %-72s %.1f → %.1f allocs/msg, %.1f → %.1f client ms/1k msgs\n", "  settleotel"+t.suffix+" "+t.sc, foff.allocs, fon.allocs, foff.cliCPU, fon.cliCPU)
+		}
+	}
 	// Issue 6, at the tuned rows (one mount per worker).
 	tuned := ""
 	for _, r := range rs {

@@ -35,7 +35,7 @@ type settleOpts struct {
 	concurrency int     // Concurrency(n) of each mount; 0: none given (settle's default)
 	perWorker   bool    // one mount per scenario worker, each its own consumer (tuned)
 	otel        bool    // settleotel installed: metrics and traces on, in memory (see otelbench.go)
-	otelSample  float64 // the share of messages traced (settleotel.WithSampling); 0: every one
+	otelSample  float64 // the root share of the user's sampler, ParentBased(TraceIDRatioBased); 0: the SDK's default, every delivery
 }
 
 // settleOptionRows are the option sets every settle source runs with: what users run
@@ -45,6 +45,7 @@ func settleOptionRows(tuned int) []settleOpts {
 	return []settleOpts{
 		{name: "default"},
 		{name: "default-otel", otel: true},
+		{name: "default-otel-1pct", otel: true, otelSample: 0.01},
 		{name: "c1", concurrency: 1},
 		{name: "c8", concurrency: 8},
 		{name: fmt.Sprintf("tuned-c%d", tuned), concurrency: tuned, perWorker: true},
@@ -98,7 +99,7 @@ func (o settleOpts) describe(kind settleKind, sc scenario) string {
 	}
 	switch {
 	case o.otel && o.otelSample > 0:
-		d += fmt.Sprintf(", settleotel (metrics, and traces of %g%% of messages: WithSampling, in memory)", 100*o.otelSample)
+		d += fmt.Sprintf(", settleotel (metrics, and traces of %g%% of messages: the SDK's ParentBased(TraceIDRatioBased), in memory)", 100*o.otelSample)
 	case o.otel:
 		d += ", settleotel (metrics and traces of every delivery, in memory)"
 	}

@@ -1,21 +1,22 @@
 module github.com/settlekit/settle/cbor
 
-go 1.25.0
+go 1.26.0
 
 replace github.com/settlekit/settle => ..
 
 require (
 	github.com/fxamacker/cbor/v2 v2.10.0
-	github.com/settlekit/settle v0.0.0-00010101000000-000000000000
+	github.com/settlekit/settle v0.1.0
 )
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/redis/go-redis/v9 v9.19.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 )

@@ -10,7 +10,7 @@ import (
 //
 // Time columns (RetryAfter, LockedUntil) hold timestamptz on Postgres, DATETIME(6) on
 // MySQL/MariaDB, and on SQLite text in the form strftime('%Y-%m-%dT%H:%M:%f+00:00')
-// writes (the seed schema's default), which compares in time order. SQLite lets a column
+// writes (the default a SQLite schema should give the column), which compares in time order. SQLite lets a column
 // hold anything, so App.Run refuses a SQLite time column declared with a numeric type,
 // with a DEFAULT that writes another form (CURRENT_TIMESTAMP and datetime('now') write
 // '2026-12-01 09:44:00', which compares before any time of the inbox's on that day: a row

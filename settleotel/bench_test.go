@@ -23,7 +23,7 @@ func benchHooks(b *testing.B, opts ...settleotel.Option) {
 	}
 	h := obs.Hooks()
 	d := settle.DeliveryStart{Attempt: 1, Group: "g", Headers: map[string]string{}, ID: "1-0", Key: "in", MessageKey: "1-0", Mount: "m", Transport: "stream"}
-	ev := settle.Settled{Action: settle.ActionAck, Attempt: 1, ID: "1-0", Key: "in", MessageKey: "1-0", Mount: "m", Outcome: settle.OutcomeAck, Transport: "stream", HandlerDuration: time.Millisecond}
+	ev := settle.Settled{Action: settle.ActionAck, Attempt: 1, Group: "g", ID: "1-0", Key: "in", MessageKey: "1-0", Mount: "m", Outcome: settle.OutcomeAck, Transport: "stream", HandlerDuration: time.Millisecond}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -47,4 +47,9 @@ func BenchmarkHooksMetricsOnly(b *testing.B) {
 
 func BenchmarkHooksTracesOnly(b *testing.B) {
 	benchHooks(b, settleotel.WithMeterProvider(noop.NewMeterProvider()), sdkTracer())
+}
+
+func BenchmarkHooksMetricsAndTracesSampledAt1Percent(b *testing.B) {
+	benchHooks(b, sdkMeter(), settleotel.WithTracerProvider(sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))))
 }

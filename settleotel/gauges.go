@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/settlekit/settle/admin"
@@ -83,7 +84,7 @@ func (o *Observer) RegisterGauges(g Gauges) (metric.Registration, error) {
 		{&gs.pending, "settle.pending", "Messages delivered and not settled: a stream group's pending entries, a reliable list's processing lists."},
 		{&gs.delayed, "settle.delayed", "Messages waiting for a delay: a durable delay set's members, an inbox's rows waiting for retry_after."},
 		{&gs.overdue, "settle.delayed.overdue", "Delay set members due and not swept back yet: a count that stays up means no consumer reads."},
-		{&gs.dead, "settle.dead_letters", "Messages in the dead-letter destination."},
+		{&gs.dead, "settle.dead_letters", "Messages in the mount's dead-letter destination (settle.dead_letter.destination)."},
 		{&gs.leased, "settle.leased", "Inbox rows leased to a worker, the lease not passed."},
 		{&gs.expired, "settle.expired_leases", "Inbox rows whose lease passed unsettled: their worker crashed or hung."},
 	} {
@@ -106,7 +107,8 @@ func (o *Observer) RegisterGauges(g Gauges) (metric.Registration, error) {
 func (g Gauges) observe(ctx context.Context, obs metric.Observer, o *Observer, gs gauges) error {
 	var errs []error
 	for _, s := range g.Streams {
-		at := o.seriesOf(s.Mount, "stream", s.Key).base
+		sr := o.seriesOf(s.Mount, "stream", s.Key, s.Group)
+		at := sr.base
 		info, err := g.Inspector.Stream(ctx, s.Key, s.Group)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("settleotel: mount %s: %w", s.Mount, err))
@@ -118,10 +120,11 @@ func (g Gauges) observe(ctx context.Context, obs metric.Observer, o *Observer, g
 			obs.ObserveInt64(gs.pending, info.Pending, at)
 			obs.ObserveFloat64(gs.oldestIdle, info.OldestPendingIdle.Seconds(), at)
 		}
-		errs = append(errs, g.delayAndDead(ctx, obs, gs, at, s.Mount, s.DelaySet, s.DeadLetter)...)
+		errs = append(errs, g.delayAndDead(ctx, obs, gs, sr, s.DelaySet, s.DeadLetter)...)
 	}
 	for _, l := range g.Lists {
-		at := o.seriesOf(l.Mount, "list", l.Key).base
+		sr := o.seriesOf(l.Mount, "list", l.Key, "")
+		at := sr.base
 		if l.Reliable {
 			info, err := g.Inspector.ReliableList(ctx, l.Key)
 			if errors.Is(err, admin.ErrKeyNotFound) {
@@ -138,10 +141,11 @@ func (g Gauges) observe(ctx context.Context, obs metric.Observer, o *Observer, g
 		} else {
 			obs.ObserveInt64(gs.backlog, n, at)
 		}
-		errs = append(errs, g.delayAndDead(ctx, obs, gs, at, l.Mount, l.DelaySet, l.DeadLetter)...)
+		errs = append(errs, g.delayAndDead(ctx, obs, gs, sr, l.DelaySet, l.DeadLetter)...)
 	}
 	for _, q := range g.Inboxes {
-		at := o.seriesOf(q.Mount, "table", q.Inbox.Table().Name).base
+		sr := o.seriesOf(q.Mount, transportTable, q.Inbox.Table().Name, q.Group)
+		at := sr.base
 		v, err := q.Inbox.View(ctx, q.Group, q.Dead)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("settleotel: mount %s: %w", q.Mount, err))
@@ -152,15 +156,16 @@ func (g Gauges) observe(ctx context.Context, obs metric.Observer, o *Observer, g
 		obs.ObserveInt64(gs.leased, v.Leased, at)
 		obs.ObserveInt64(gs.expired, v.LeasePassed, at)
 		if q.Dead != "" {
-			obs.ObserveInt64(gs.dead, v.Dead, at)
+			obs.ObserveInt64(gs.dead, v.Dead, sr.deadLetters(q.Dead))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // delayAndDead reports a Redis mount's delay set and dead-letter destination, when named.
-func (g Gauges) delayAndDead(ctx context.Context, obs metric.Observer, gs gauges, at metric.MeasurementOption, mount, delaySet, deadLetter string) []error {
+func (g Gauges) delayAndDead(ctx context.Context, obs metric.Observer, gs gauges, sr *series, delaySet, deadLetter string) []error {
 	var errs []error
+	at, mount := sr.base, sr.key.mount
 	if delaySet != "" {
 		if info, err := g.Inspector.DelaySet(ctx, delaySet); err != nil {
 			errs = append(errs, fmt.Errorf("settleotel: mount %s: %w", mount, err))
@@ -173,8 +178,14 @@ func (g Gauges) delayAndDead(ctx context.Context, obs metric.Observer, gs gauges
 		if n, err := g.Inspector.Length(ctx, deadLetter); err != nil {
 			errs = append(errs, fmt.Errorf("settleotel: mount %s: %w", mount, err))
 		} else {
-			obs.ObserveInt64(gs.dead, n, at)
+			obs.ObserveInt64(gs.dead, n, sr.deadLetters(deadLetter))
 		}
 	}
 	return errs
+}
+
+// deadLetters returns the attributes of settle.dead_letters for the mount's dead-letter
+// destination dest: the series' and settle.dead_letter.destination.
+func (s *series) deadLetters(dest string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(with(s.attrs, AttrDeadLetter.String(dest))...))
 }

@@ -6,7 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 
 	"github.com/settlekit/settle"
 )
@@ -16,12 +19,13 @@ import (
 type instruments struct {
 	attempts     metric.Int64Histogram
 	claims       metric.Int64Counter
-	deliveries   metric.Int64ObservableCounter
-	handlerDur   metric.Float64Histogram
+	consumed     metric.Int64ObservableCounter // messaging.client.consumed.messages
 	inFlight     metric.Int64ObservableUpDownCounter
 	lateness     metric.Float64Histogram
+	operationDur metric.Float64Histogram // messaging.client.operation.duration: settlements, publishes
+	processDur   metric.Float64Histogram // messaging.process.duration
 	readFailures metric.Int64Counter
-	settleDur    metric.Float64Histogram
+	sent         metric.Int64Counter // messaging.client.sent.messages
 	settlements  metric.Int64ObservableCounter
 	swept        metric.Int64Counter
 }
@@ -42,6 +46,7 @@ func (in *instruments) init(m metric.Meter) error {
 		{&in.claims, "settle.claims", "{message}", "Messages taken over from a consumer that stopped or stalled, by kind: claim (stream entries), recovery (reliable list items), lease (inbox rows whose lease passed)."},
 		{&in.swept, "settle.swept", "{message}", "Delayed messages a durable delay set's sweep moved back."},
 		{&in.readFailures, "settle.read_failures", "{read}", "Reads that failed; the mount backs off and reads again."},
+		{&in.sent, messagingconv.ClientSentMessages{}.Name(), "{message}", messagingconv.ClientSentMessages{}.Description()},
 	} {
 		var e error
 		*c.dst, e = m.Int64Counter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.desc))
@@ -51,8 +56,8 @@ func (in *instruments) init(m metric.Meter) error {
 		dst        *metric.Float64Histogram
 		name, desc string
 	}{
-		{&in.handlerDur, "settle.handler.duration", "How long handlers ran."},
-		{&in.settleDur, "settle.settlement.duration", "How long a settlement took to apply, from the handler's return."},
+		{&in.processDur, messagingconv.ProcessDuration{}.Name(), "How long handlers ran."},
+		{&in.operationDur, messagingconv.ClientOperationDuration{}.Name(), "How long a settlement took to apply, from the handler's return (messaging.operation.type settle), or a publish (send)."},
 		{&in.lateness, "settle.delay.lateness", "How long after its due time a delayed retry was written back (in-process delays) or delivered again (a durable delay set)."},
 	} {
 		var e error
@@ -64,9 +69,8 @@ func (in *instruments) init(m metric.Meter) error {
 		metric.WithDescription("The attempt of each message's final settlement (ack, drop, reject, loss, dead letter)."),
 		metric.WithExplicitBucketBoundaries(attemptBuckets...))
 	err = errors.Join(err, e)
-	err = errors.Join(err, e)
 	// The counts are kept with atomics and observed at collection time (observeCounts).
-	in.deliveries, e = m.Int64ObservableCounter("settle.deliveries", metric.WithUnit("{delivery}"),
+	in.consumed, e = m.Int64ObservableCounter(messagingconv.ClientConsumedMessages{}.Name(), metric.WithUnit("{message}"),
 		metric.WithDescription("Deliveries handed to a handler (or settled without one, their attempts spent by crashes)."))
 	err = errors.Join(err, e)
 	in.settlements, e = m.Int64ObservableCounter("settle.settlements", metric.WithUnit("{settlement}"),
@@ -82,7 +86,7 @@ func (o *Observer) observeCounts(_ context.Context, obs metric.Observer) error {
 	o.series.Range(func(_, v any) bool {
 		s := v.(*series)
 		if n := s.deliveries.Load(); n > 0 {
-			obs.ObserveInt64(o.inst.deliveries, n, s.observe...)
+			obs.ObserveInt64(o.inst.consumed, n, s.consumed...)
 			obs.ObserveInt64(o.inst.inFlight, s.inFlight.Load(), s.observe...)
 		}
 		for i := range s.settles {
@@ -112,15 +116,41 @@ func (o *Observer) countDelivery(ctx context.Context, s *series, d settle.Delive
 // reported when the delay was scheduled).
 func (o *Observer) countSettled(ctx context.Context, s *series, ev settle.Settled) bool {
 	s.countSettled(ev)
-	o.inst.settleDur.Record(ctx, ev.SettleDuration.Seconds(), s.record...)
+	if op := s.settleOp(ev); op != nil {
+		o.inst.operationDur.Record(ctx, ev.SettleDuration.Seconds(), op...)
+	}
 	if ev.Due {
 		o.inst.lateness.Record(ctx, ev.Late.Seconds(), s.record...)
 		return false
 	}
 	s.inFlight.Add(-1)
-	o.inst.handlerDur.Record(ctx, ev.HandlerDuration.Seconds(), s.record...)
+	if ev.HandlerErr != nil && ev.Outcome != settle.OutcomeDrop {
+		o.inst.processDur.Record(ctx, ev.HandlerDuration.Seconds(), s.processFailed...)
+	} else {
+		o.inst.processDur.Record(ctx, ev.HandlerDuration.Seconds(), s.process...)
+	}
 	if ev.Final() {
 		o.inst.attempts.Record(ctx, int64(ev.Attempt), s.record...)
 	}
 	return true
+}
+
+// settleOp returns the attributes of ev's messaging.client.operation.duration: the
+// series', messaging.operation.type settle, messaging.operation.name its action, and
+// error.type when it failed (nil for an action settle does not have).
+func (s *series) settleOp(ev settle.Settled) []metric.RecordOption {
+	slot := settleSlot(settle.Settled{Action: ev.Action, Outcome: settle.OutcomeAck, Err: ev.Err})
+	if slot < 0 {
+		return nil
+	}
+	if op := s.settleOps[slot].Load(); op != nil {
+		return *op
+	}
+	attrs := with(s.attrs, semconv.MessagingOperationTypeSettle, semconv.MessagingOperationName(ev.Action.String()))
+	if ev.Err != nil {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(errorTypeOther))
+	}
+	op := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	s.settleOps[slot].CompareAndSwap(nil, &op)
+	return *s.settleOps[slot].Load()
 }

@@ -1,4 +1,6 @@
-// Package settleotel turns settle's hooks into OpenTelemetry metrics and traces.
+// Package settleotel turns settle's hooks into OpenTelemetry metrics and traces that
+// follow OpenTelemetry's messaging semantic conventions (semconv v1.43.0, the version
+// OpenTelemetry Go v1.47 ships).
 //
 // An Observer fills a settle.Config's Hooks and a Publisher's hook:
 //
@@ -6,25 +8,41 @@
 //	app, err := settle.New(settle.Config{Hooks: obs.Hooks()})
 //	pub := settle.NewPublisher(rdb, settle.WithPublishHook(obs.PublishHook()))
 //
-// Metrics (as the Prometheus exporter renders them): settle_deliveries_total,
-// settle_settlements_total{action,outcome,result}, settle_handler_duration_seconds,
-// settle_settlement_duration_seconds, settle_attempts (the attempt at each final
-// settlement), settle_in_flight, settle_claims_total{kind}, settle_delay_lateness_seconds,
-// settle_read_failures_total, and, read through settle/admin and the inbox's View at
-// collection time (RegisterGauges), settle_backlog, settle_consumer_group_lag,
-// settle_pending, settle_pending_oldest_idle_seconds, settle_delayed,
-// settle_delayed_overdue, settle_dead_letters, settle_leased, settle_expired_leases.
-// Every series carries mount, transport and destination; no message id or error text
-// is ever a label.
+// Metrics, as the Prometheus exporter renders them. The conventions' own:
+// messaging_client_consumed_messages_total (deliveries handed to a handler),
+// messaging_process_duration_seconds (how long handlers ran),
+// messaging_client_operation_duration_seconds (settlements, messaging_operation_type
+// "settle" and messaging_operation_name the action; publishes, "send"), and
+// messaging_client_sent_messages_total (publishes). settle's own, for what the
+// conventions do not name: settle_settlements_total{settle_action,settle_outcome,
+// settle_result}, settle_attempts (the attempt at each final settlement),
+// settle_in_flight, settle_claims_total{settle_claim_kind},
+// settle_delay_lateness_seconds, settle_swept_total, settle_read_failures_total, and,
+// read through settle/admin and the inbox's View at collection time (RegisterGauges),
+// settle_backlog, settle_consumer_group_lag, settle_pending,
+// settle_pending_oldest_idle_seconds, settle_delayed, settle_delayed_overdue,
+// settle_dead_letters{settle_dead_letter_destination}, settle_leased,
+// settle_expired_leases. Every series names its mount the way its spans do:
+// messaging.system, messaging.destination.name (the key or table the mount reads),
+// messaging.consumer.group.name (the consumer group, or the inbox group its rows wait
+// in), settle.mount and settle.transport (a publish's: no mount). No message id or
+// error text is ever a label.
 //
-// Traces: Publish starts a PRODUCER span and puts W3C traceparent and tracestate in the
-// message's headers; every delivery is a CONSUMER span of its own trace, linked to the
-// producer's span (a delivery can come long after the publish, so it is not its child),
-// and to the attempt before it: each retry copy, parked copy and dead letter carries
-// the span of the attempt that wrote it (HeaderLink), and a dead letter's own span
-// (a child of the last attempt) travels with it into a replay from settle/admin. One
-// message's life, dead letter and replay included, is one chain of links. A span ends
-// when its settlement is applied.
+// Traces. Publish starts a PRODUCER span "send KEY" and puts its W3C traceparent and
+// tracestate in the message's headers. Every delivery is a CONSUMER span "process KEY"
+// (messaging.operation.type and messaging.operation.name "process", messaging.system,
+// messaging.destination.name, messaging.consumer.group.name, messaging.message.id, and
+// settle.* for the rest), whose parent is the message's producer span when it carries
+// one, else the span of the attempt before it when that was sampled, else none: so a
+// sampler that follows its parent (the SDK's default, ParentBased) traces a published
+// message whole or not at all, and settleotel samples nothing of its own. It also links to the producer's span and to
+// the attempt before it: each retry copy, parked copy and dead letter carries the span of
+// the attempt that wrote it (HeaderLink), and a dead letter's own span ("create KEY",
+// a child of the last attempt) travels with it into a replay from settle/admin.
+// Each settlement that writes (all but a claiming stream's leave, a loss and a
+// channel's ack) is a CLIENT span "ACTION KEY" under the delivery's
+// (messaging.operation.type "settle"). A delivery's span ends when its settlement is
+// applied.
 //
 // A SQL inbox (settle/inbox) carries trace context when its table has a Headers
 // column: give the Inbox the hook (inbox.New(db, d, t, inbox.WithPublishHook(
@@ -32,6 +50,10 @@
 // (a put-back in place), a RetryAfter, its dead letter and a Replay or Resend, the
 // span of the attempt (or dead letter) before it. Without a Headers column the inbox
 // is measured alike, but nothing is linked.
+//
+// messaging.system is "redis" for the Redis transports and "settle" for an inbox
+// (a SQL table is not a messaging system; settle's inbox protocol is, as river names
+// its own).
 package settleotel
 
 import (
@@ -43,6 +65,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/settlekit/settle"
@@ -59,14 +82,15 @@ type Observer struct {
 	meter  metric.Meter
 	tracer trace.Tracer
 
-	byMount sync.Map // mount name -> *series: the last one looked up
-	series  sync.Map // seriesKey -> *series
+	byMount   sync.Map // mount name -> *series: the last one looked up
+	publishes sync.Map // publishKey -> *publishing
+	series    sync.Map // seriesKey -> *series
 }
 
 // New returns an Observer on the providers the options name (the global ones by
 // default).
 func New(opts ...Option) (*Observer, error) {
-	cfg := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider(), prop: propagation.TraceContext{}, sample: 1}
+	cfg := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider(), prop: propagation.TraceContext{}}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -76,7 +100,7 @@ func New(opts ...Option) (*Observer, error) {
 	if err := o.inst.init(o.meter); err != nil {
 		return nil, err
 	}
-	if _, err := o.meter.RegisterCallback(o.observeCounts, o.inst.deliveries, o.inst.settlements, o.inst.inFlight); err != nil {
+	if _, err := o.meter.RegisterCallback(o.observeCounts, o.inst.consumed, o.inst.settlements, o.inst.inFlight); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -92,11 +116,9 @@ func (o *Observer) Hooks() settle.Hooks {
 type Option func(*config)
 
 type config struct {
-	mp      metric.MeterProvider
-	prop    propagation.TextMapPropagator
-	sample  float64 // WithSampling's fraction; 1: every message
-	semconv bool
-	tp      trace.TracerProvider
+	mp   metric.MeterProvider
+	prop propagation.TextMapPropagator
+	tp   trace.TracerProvider
 }
 
 // WithMeterProvider records metrics on mp. Defaults to otel.GetMeterProvider().
@@ -109,47 +131,37 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config)
 // Trace Context (traceparent, tracestate).
 func WithPropagator(p propagation.TextMapPropagator) Option { return func(c *config) { c.prop = p } }
 
-// WithSampling traces fraction (0 to 1) of the messages, whole: a message is traced,
-// each of its attempts, its dead letter and a replay of it, or none of them, so that
-// its chain of links never breaks. A first delivery is traced by a hash of its message
-// key (its origin id); one that links to a traced attempt or dead letter always is; a
-// publish is traced with probability fraction. A delivery not traced starts no span
-// and costs only its metrics. The tracer provider's own sampler still applies to the
-// spans started. Defaults to 1: every message.
-func WithSampling(fraction float64) Option {
-	return func(c *config) { c.sample = min(max(fraction, 0), 1) }
-}
-
-// WithSemanticConventions adds OpenTelemetry's messaging semantic conventions to spans
-// (messaging.system, messaging.operation.type, messaging.destination.name,
-// messaging.consumer.group.name, messaging.message.id) and names them "send KEY" and
-// "process KEY", as otelriver does behind its option. Without it, spans carry settle's
-// own attributes only and are named "settle.publish KEY", "settle.process KEY".
-// Defaults to off.
-func WithSemanticConventions() Option { return func(c *config) { c.semconv = true } }
-
-// series is one (mount, transport, destination): its counts, kept with atomics and
-// reported at collection time (an SDK counter's Add costs a lookup of its attributes
-// on every call), and the attribute sets its other measurements use, built once.
+// series is one (mount, transport, destination, group): its counts, kept with atomics
+// and reported at collection time (an SDK counter's Add costs a lookup of its
+// attributes on every call), and the attribute sets its other measurements and its
+// deliveries' spans use, built once.
 type series struct {
-	base     metric.MeasurementOption
-	record   []metric.RecordOption // {base}, for the histograms' variadic argument
-	add      []metric.AddOption    // {base}
-	observe  []metric.ObserveOption
-	key      seriesKey
-	spanAttr []attribute.KeyValue
-	spanName string                  // of its deliveries' spans
-	start    []trace.SpanStartOption // of its deliveries' spans: a new root, CONSUMER
+	base    metric.MeasurementOption
+	record  []metric.RecordOption // {base}, for the histograms' variadic argument
+	add     []metric.AddOption    // {base}
+	observe []metric.ObserveOption
+	// process and processFailed are the attributes of messaging.process.duration (a
+	// handler that returned nil or Drop, and one that failed); consumed, of
+	// messaging.client.consumed.messages.
+	process, processFailed []metric.RecordOption
+	consumed               []metric.ObserveOption
+	key                    seriesKey
+	attrs                  []attribute.KeyValue // every series' and span's: see baseAttrs
+	spanName               string               // of its deliveries' spans
+	spanAttrs              []attribute.KeyValue // of its deliveries' spans: attrs and the operation's
+	start                  []trace.SpanStartOption
+	startRoot              []trace.SpanStartOption // start, as a new root
 
 	deliveries atomic.Int64
 	inFlight   atomic.Int64
 	settles    [settleSlots]atomic.Pointer[settleCount]
+	settleOps  [settleSlots]atomic.Pointer[[]metric.RecordOption] // by settleSlot, outcome ignored
 
 	mu     sync.Mutex
 	claims map[string][]metric.AddOption
 }
 
-type seriesKey struct{ mount, transport, destination string }
+type seriesKey struct{ mount, transport, destination, group string }
 
 // settleCount counts the settlements of one (action, outcome, result) of a series.
 type settleCount struct {
@@ -183,36 +195,84 @@ func settleSlot(ev settle.Settled) int {
 	return slot
 }
 
-// Label names every series carries.
+// Attribute keys of settle's own, on spans and metrics alike (the messaging.* ones are
+// semconv's).
 const (
-	LabelDestination = "destination"
-	LabelMount       = "mount"
-	LabelTransport   = "transport"
+	AttrAction     = attribute.Key("settle.action")
+	AttrAttempt    = attribute.Key("settle.attempt")
+	AttrClaimKind  = attribute.Key("settle.claim.kind")
+	AttrDeadLetter = attribute.Key("settle.dead_letter.destination")
+	AttrLink       = attribute.Key("settle.link")
+	AttrMessageKey = attribute.Key("settle.message_key")
+	AttrMount      = attribute.Key("settle.mount")
+	AttrOutcome    = attribute.Key("settle.outcome")
+	AttrRedelivery = attribute.Key("settle.redelivery")
+	AttrResult     = attribute.Key("settle.result")
+	AttrTransport  = attribute.Key("settle.transport")
 )
 
-func baseAttrs(k seriesKey) []attribute.KeyValue {
-	return []attribute.KeyValue{
-		attribute.String(LabelMount, k.mount),
-		attribute.String(LabelTransport, k.transport),
-		attribute.String(LabelDestination, k.destination),
+const (
+	operationProcess = "process"
+	operationSend    = "send"
+	operationCreate  = "create"
+	errorTypeOther   = "_OTHER" // error.type's fallback value
+	transportTable   = "table"
+	transportChannel = "channel"
+	systemRedis      = "redis"
+	systemInbox      = "settle"
+)
+
+// system is messaging.system for a transport: "redis", or "settle" for an inbox.
+func system(transport string) string {
+	if transport == transportTable {
+		return systemInbox
 	}
+	return systemRedis
+}
+
+// baseAttrs are the attributes every series of k and every span of its mount carry.
+func baseAttrs(k seriesKey) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKey.String(system(k.transport)),
+		semconv.MessagingDestinationName(k.destination),
+		AttrMount.String(k.mount),
+		AttrTransport.String(k.transport),
+	}
+	if k.group != "" {
+		attrs = append(attrs, semconv.MessagingConsumerGroupName(k.group))
+	}
+	return attrs
+}
+
+// with returns a new slice of attrs and more.
+func with(attrs []attribute.KeyValue, more ...attribute.KeyValue) []attribute.KeyValue {
+	return append(attrs[:len(attrs):len(attrs)], more...)
 }
 
 // seriesOf returns the series of a mount's destination. The last one looked up for a
 // mount is found by the mount's name alone (a mount reads one destination but for a
 // pattern subscription's channels).
-func (o *Observer) seriesOf(mount, transport, destination string) *series {
-	k := seriesKey{mount, transport, destination}
+func (o *Observer) seriesOf(mount, transport, destination, group string) *series {
+	k := seriesKey{mount, transport, destination, group}
 	if s, ok := o.byMount.Load(mount); ok && s.(*series).key == k {
 		return s.(*series)
 	}
 	s, ok := o.series.Load(k)
 	if !ok {
-		base := metric.WithAttributeSet(attribute.NewSet(baseAttrs(k)...))
+		attrs := baseAttrs(k)
+		base := metric.WithAttributeSet(attribute.NewSet(attrs...))
+		proc := with(attrs, semconv.MessagingOperationName(operationProcess))
+		consumer := trace.WithSpanKind(trace.SpanKindConsumer)
 		s, _ = o.series.LoadOrStore(k, &series{
 			base: base, record: []metric.RecordOption{base}, add: []metric.AddOption{base}, observe: []metric.ObserveOption{base},
-			key: k, spanAttr: o.spanAttrs(mount, transport, destination), claims: map[string][]metric.AddOption{},
-			spanName: o.spanName("process", destination), start: []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)},
+			process:       []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(proc...))},
+			processFailed: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(with(proc, semconv.ErrorTypeKey.String(errorTypeOther))...))},
+			consumed:      []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(proc...))},
+			key:           k, attrs: attrs, claims: map[string][]metric.AddOption{},
+			spanName:  operationProcess + " " + destination,
+			spanAttrs: with(proc, semconv.MessagingOperationTypeProcess),
+			start:     []trace.SpanStartOption{consumer},
+			startRoot: []trace.SpanStartOption{consumer, trace.WithNewRoot()},
 		})
 	}
 	o.byMount.Store(mount, s)
@@ -231,8 +291,7 @@ func (s *series) countSettled(ev settle.Settled) {
 		if ev.Err != nil {
 			result = "failed"
 		}
-		attrs := append(baseAttrs(s.key),
-			attribute.String("action", ev.Action.String()), attribute.String("outcome", string(ev.Outcome)), attribute.String("result", result))
+		attrs := with(s.attrs, AttrAction.String(ev.Action.String()), AttrOutcome.String(string(ev.Outcome)), AttrResult.String(result))
 		s.settles[slot].CompareAndSwap(nil, &settleCount{opt: []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}})
 		c = s.settles[slot].Load()
 	}
@@ -246,14 +305,14 @@ func (s *series) claimOpt(kind string) []metric.AddOption {
 	if opt, ok := s.claims[kind]; ok {
 		return opt
 	}
-	opt := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(baseAttrs(s.key), attribute.String("kind", kind))...))}
+	opt := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(with(s.attrs, AttrClaimKind.String(kind))...))}
 	s.claims[kind] = opt
 	return opt
 }
 
 // event records a claim, a recovery, a sweep or a failed read.
 func (o *Observer) event(ctx context.Context, e settle.Event) {
-	s := o.seriesOf(e.Mount, e.Transport, e.Key)
+	s := o.seriesOf(e.Mount, e.Transport, e.Key, e.Group)
 	switch e.Kind {
 	case settle.EventClaim, settle.EventLease, settle.EventRecovery:
 		o.inst.claims.Add(ctx, int64(e.Count), s.claimOpt(string(e.Kind))...)

@@ -12,7 +12,7 @@ import (
 // KindTopic is the transport kind of a Broker's topic, as mount names show it.
 const KindTopic = "topic"
 
-// Broker is an in-memory message broker (seed 004's MemoryBroker): named topics in one
+// Broker is an in-memory message broker: named topics in one
 // value, with no server at all. A Topic is a settle.Source, so handlers run through the
 // same settlement engine as on Redis: Retry redelivers a copy with the retry count + 1;
 // RetryAfter redelivers it exactly once the delay has passed on the App's clock (a
@@ -44,9 +44,8 @@ func (f brokerOptionFunc) applyBroker(c *brokerConfig) { f(c) }
 
 // WithoutDelays makes a broker that cannot delay a delivery, as many brokers cannot:
 // RetryAfter then waits in the App's process, which publishes a copy back to the
-// subscription's topic once the delay has passed (seed 004: "if the broker cannot delay
-// a delivery, it publishes a copy back to the subscription"). Defaults to a broker that
-// keeps each delay itself.
+// subscription's topic once the delay has passed. Defaults to a broker that keeps each
+// delay itself.
 func WithoutDelays() BrokerOption {
 	return brokerOptionFunc(func(c *brokerConfig) { c.noDelays = true })
 }

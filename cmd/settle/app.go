@@ -88,8 +88,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:   "settle",
-		Short: "Inspect and act on what settle holds in Redis and in SQL inboxes",
+		Use:     "settle",
+		Version: version(),
+		Short:   "Inspect and act on what settle holds in Redis and in SQL inboxes",
 		Long: `settle shows what settle holds in Redis (dead letters, consumer groups and their
 pending entries, delay sets) and in SQL inboxes (settle inbox: groups and dead rows), and acts
 on it (replay, purge, export, import, release, dead-letter, promote, cancel, prune, seek),

@@ -1,22 +1,17 @@
 module github.com/settlekit/settle/cmd/settle
 
-go 1.25.0
-
-replace (
-	github.com/settlekit/settle => ../..
-	github.com/settlekit/settle/console => ../../console
-)
+go 1.26.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/jackc/pgx/v5 v5.12.0
-	github.com/redis/go-redis/v9 v9.19.0
-	github.com/settlekit/settle v0.0.0-00010101000000-000000000000
-	github.com/settlekit/settle/console v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/settlekit/settle v0.1.0
+	github.com/settlekit/settle/console v0.1.0
 	github.com/spf13/cobra v1.10.2
-	golang.org/x/term v0.45.0
-	modernc.org/sqlite v1.59.0
+	golang.org/x/term v0.48.0
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -35,11 +30,11 @@ require (
 	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
-	modernc.org/libc v1.76.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )

@@ -13,7 +13,8 @@
 //	go run ./cmd/settle --redis redis://127.0.0.1:6379/0 dlq ls '{refunds}.dlq'
 //	go run ./cmd/settle dlq replay '{refunds}.dlq' --reason unavailable --rate 50
 //
-// or install it with go install github.com/settlekit/settle/cmd/settle.
+// or install a release with go install github.com/settlekit/settle/cmd/settle@v0.1.0
+// (settle --version prints the release it was installed at).
 //
 // # Connection
 //

@@ -65,14 +65,14 @@ func TestExamplePrintsTheChainAndServesEveryMetric(t *testing.T) {
 		t.Fatalf("%d previous-attempt links, want 4 (attempts 2 to 5):\n%s", n, text)
 	}
 	for _, name := range []string{
-		"settle_deliveries_total", "settle_settlements_total", "settle_handler_duration_seconds_bucket",
-		"settle_settlement_duration_seconds_bucket", "settle_attempts_bucket", "settle_in_flight",
+		"messaging_client_consumed_messages_total", "settle_settlements_total", "messaging_process_duration_seconds_bucket",
+		"messaging_client_operation_duration_seconds_bucket", "settle_attempts_bucket", "settle_in_flight",
 		"settle_delay_lateness_seconds_bucket", "settle_backlog", "settle_consumer_group_lag", "settle_pending",
 		"settle_pending_oldest_idle_seconds", "settle_delayed", "settle_delayed_overdue", "settle_dead_letters",
 	} {
-		re := regexp.MustCompile(`(?m)^` + name + `\{[^}]*destination="[^"]+"[^}]*mount="refunds"[^}]*transport="stream"`)
+		re := regexp.MustCompile(`(?m)^` + name + `\{.*messaging_destination_name="[^"]+".*messaging_system="redis".*settle_mount="refunds".*settle_transport="stream"`)
 		if !re.MatchString(body) {
-			t.Fatalf("/metrics has no %s series with destination, mount and transport:\n%s", name, body)
+			t.Fatalf("/metrics has no %s series with messaging_destination_name, messaging_system, settle_mount and settle_transport:\n%s", name, body)
 		}
 	}
 	if strings.Contains(body, "msg_id") || strings.Contains(body, "error=") {

@@ -33,7 +33,7 @@ func printScrape(ctx context.Context, w io.Writer, url string, deadLettered int,
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		dead := strings.HasPrefix(line, "settle_settlements_total{") && strings.Contains(line, `action="dead_letter"`)
+		dead := strings.HasPrefix(line, "settle_settlements_total{") && strings.Contains(line, `settle_action="dead_letter"`)
 		if !dead && !strings.HasPrefix(line, "settle_dead_letters{") {
 			continue
 		}
@@ -53,11 +53,11 @@ func printScrape(ctx context.Context, w io.Writer, url string, deadLettered int,
 	}
 	fmt.Fprintf(w, "dead-letter stream length %d\n", dlqLen)
 	if settled != float64(deadLettered) {
-		return fmt.Errorf("settle_settlements_total{action=\"dead_letter\"} is %v, the run dead-lettered %d", settled, deadLettered)
+		return fmt.Errorf("settle_settlements_total{settle_action=\"dead_letter\"} is %v, the run dead-lettered %d", settled, deadLettered)
 	}
 	if !sawGauge || gauge != float64(dlqLen) {
 		return fmt.Errorf("settle_dead_letters is %v, the dead-letter stream holds %d", gauge, dlqLen)
 	}
-	fmt.Fprintf(w, "settle_settlements_total{action=\"dead_letter\"} = %v = dead-lettered %d; settle_dead_letters = %v = the stream's length %d\n", settled, deadLettered, gauge, dlqLen)
+	fmt.Fprintf(w, "settle_settlements_total{settle_action=\"dead_letter\"} = %v = dead-lettered %d; settle_dead_letters = %v = the stream's length %d\n", settled, deadLettered, gauge, dlqLen)
 	return nil
 }

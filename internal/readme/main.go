@@ -42,7 +42,7 @@ func main() {
 		settle.Typed(func(ctx context.Context, m *settle.Message, r Refund) error {
 			switch err := sendRefund(ctx, r); {
 			case errors.Is(err, errBusy):
-				return settle.RetryAfter(30*time.Second, err) // not now: after the backoff
+				return settle.RetryAfter(30*time.Second, err) // not now: again in 30 s, whatever the backoff
 			case errors.Is(err, errDeclined):
 				return settle.Drop(err) // asking again gets the same answer: log and drop
 			default:

@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// TestReadmeQuickStartIsThisCompiledProgram proves the README's Go code compiles: every
-// ```go block of README.md must appear verbatim in main.go, which the build compiles, or in
-// kit_test.go, which runs.
-func TestReadmeQuickStartIsThisCompiledProgram(t *testing.T) {
+// TestEveryGoBlockOfTheReadmeIsCompiledHere proves the README's Go code compiles: every
+// ```go block of README.md (the Quick start and every other snippet) must appear verbatim
+// in main.go, which the build compiles, or in kit_test.go, which runs.
+func TestEveryGoBlockOfTheReadmeIsCompiledHere(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {

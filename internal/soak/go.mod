@@ -1,12 +1,12 @@
 module github.com/settlekit/settle/internal/soak
 
-go 1.25.0
+go 1.26.0
 
 replace github.com/settlekit/settle => ../..
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
-	github.com/redis/go-redis/v9 v9.19.0
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/settlekit/settle v0.0.0-00010101000000-000000000000
 )
 
@@ -20,7 +20,7 @@ require (
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 )

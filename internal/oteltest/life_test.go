@@ -1,4 +1,4 @@
-package settleotel_test
+package oteltest_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/settlekit/settle"
@@ -52,9 +53,9 @@ func TestReplayFromAdminLinksBackToTheDeadLetter(t *testing.T) {
 	var publish sdktrace.ReadOnlySpan
 	for _, s := range tm.spans.Ended() {
 		switch {
-		case strings.HasPrefix(s.Name(), "settle.dead_letter"):
+		case strings.HasPrefix(s.Name(), "create "):
 			dead = s
-		case strings.HasPrefix(s.Name(), "settle.publish"):
+		case strings.HasPrefix(s.Name(), "send "):
 			publish = s
 		case s.SpanKind() == trace.SpanKindConsumer && strAttr(s, settleotel.AttrAction) == "ack":
 			replayed = s
@@ -100,7 +101,7 @@ func TestClaimsOfADeadConsumersEntriesAreCountedByKind(t *testing.T) {
 	h.Stop()
 
 	ms := tm.collect(t)
-	if got := sumOf(t, ms, "settle.claims", map[string]string{"mount": "m", "kind": "claim"}); got != 2 {
+	if got := sumOf(t, ms, "settle.claims", map[string]string{"settle.mount": "m", "settle.claim.kind": "claim"}); got != 2 {
 		t.Fatalf("settle.claims{kind=claim} %d, want 2", got)
 	}
 	for _, s := range tm.spans.Ended() {
@@ -144,56 +145,22 @@ func TestDelayedRetriesRecordTheirLateness(t *testing.T) {
 			h.Advance(time.Minute)
 			h.WaitAction(settle.ActionAck, 1)
 			h.Stop()
-			if n, _ := histOf(t, tm.collect(t), "settle.delay.lateness", map[string]string{"mount": "m"}); n != 1 {
+			if n, _ := histOf(t, tm.collect(t), "settle.delay.lateness", map[string]string{"settle.mount": "m"}); n != 1 {
 				t.Fatalf("settle.delay.lateness counted %d, want 1", n)
 			}
 		})
 	}
 }
 
-// WithSemanticConventions names spans after the operation and destination and adds the
-// messaging attributes.
-func TestSemanticConventionsNameSpansAndAddMessagingAttributes(t *testing.T) {
+// The spans settleotel starts are sampled by the tracer provider's sampler alone: with
+// a sampler that follows the parent (the SDK's default, ParentBased, here over a 50%
+// ratio for roots), a message whose publish was sampled has a span for every attempt,
+// and one whose publish was not has none; the metrics count every delivery either way.
+func TestAParentBasedSamplerTracesWholeMessagesOrNone(t *testing.T) {
 	t.Parallel()
-	tm := newTelemetry(t, settleotel.WithSemanticConventions())
-	h := settletest.New(t, settletest.WithConfig(settle.Config{Hooks: tm.obs.Hooks(), Logger: quiet()}))
-	in := h.Redis.Key("in")
-	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
-	h.Start()
-	pub := settle.NewPublisher(h.Redis.Client, settle.WithPublishHook(tm.obs.PublishHook()))
-	id, err := pub.Publish(context.Background(), in, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.WaitAction(settle.ActionAck, 1)
-	h.Stop()
-	got := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range tm.spans.Ended() {
-		got[s.Name()] = s
-	}
-	process, send := got["process "+in], got["send "+in]
-	if process == nil || send == nil {
-		t.Fatalf("spans %s: want %q and %q", names(tm.spans.Ended()), "process "+in, "send "+in)
-	}
-	for k, want := range map[attribute.Key]string{
-		"messaging.system": "settle.stream", "messaging.destination.name": in, "messaging.operation.type": "process",
-		"messaging.consumer.group.name": "g", "messaging.message.id": id,
-	} {
-		if v := strAttr(process, k); v != want {
-			t.Fatalf("process span %s=%q, want %q", k, v, want)
-		}
-	}
-	if v := strAttr(send, "messaging.operation.type"); v != "send" {
-		t.Fatalf("publish span messaging.operation.type=%q, want send", v)
-	}
-}
-
-// WithSampling traces whole messages or none of them: every attempt of a traced
-// message has its span, linked to the one before, and an untraced one has no span at
-// all; the metrics count every delivery either way.
-func TestSamplingTracesWholeMessagesOrNone(t *testing.T) {
-	t.Parallel()
-	tm := newTelemetry(t, settleotel.WithSampling(0.5))
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5))))
+	tm := newTelemetry(t, settleotel.WithTracerProvider(tp))
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Hooks: tm.obs.Hooks(), Logger: quiet()}))
 	in := h.Redis.Key("in")
 	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -203,30 +170,36 @@ func TestSamplingTracesWholeMessagesOrNone(t *testing.T) {
 		return nil
 	}), settle.Name("m"), settle.MaxAttempts(5), settle.DeadLetter(h.Redis.Key("dlq")))
 	h.Start()
+	pub := settle.NewPublisher(h.Redis.Client, settle.WithPublishHook(tm.obs.PublishHook()))
 	const n = 40
 	for range n {
-		h.Publish(in, "x")
+		if _, err := pub.Publish(context.Background(), in, "x"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	h.WaitAction(settle.ActionAck, n)
 	h.Stop()
 
-	spans := map[string][]sdktrace.ReadOnlySpan{}
-	for _, s := range tm.spans.Ended() {
-		if s.SpanKind() == trace.SpanKindConsumer {
+	sends, process := 0, map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range spans.Ended() {
+		switch s.SpanKind() {
+		case trace.SpanKindProducer:
+			sends++
+		case trace.SpanKindConsumer:
 			k := strAttr(s, settleotel.AttrMessageKey)
-			spans[k] = append(spans[k], s)
+			process[k] = append(process[k], s)
 		}
 	}
-	if len(spans) == 0 || len(spans) == n {
-		t.Fatalf("%d of %d messages traced, want some but not all at 0.5", len(spans), n)
+	if sends == 0 || sends == n || len(process) != sends {
+		t.Fatalf("%d of %d publishes sampled, %d messages with process spans: want some but not all, and as many", sends, n, len(process))
 	}
-	for k, ss := range spans {
+	for k, ss := range process {
 		if len(ss) != 3 {
-			t.Fatalf("message %s has %d spans, want all 3 attempts or none", k, len(ss))
+			t.Fatalf("message %s has %d process spans, want all 3 attempts or none", k, len(ss))
 		}
 	}
-	if got := sumOf(t, tm.collect(t), "settle.deliveries", map[string]string{"mount": "m"}); got != 3*n {
-		t.Fatalf("settle.deliveries %d, want %d: every delivery counted, traced or not", got, 3*n)
+	if got := sumOf(t, tm.collect(t), "messaging.client.consumed.messages", map[string]string{"settle.mount": "m"}); got != 3*n {
+		t.Fatalf("messaging.client.consumed.messages %d, want %d: every delivery counted, traced or not", got, 3*n)
 	}
 }
 
@@ -247,7 +220,7 @@ func TestInboxRowsWhoseLeasePassedAreCountedAsLeaseClaims(t *testing.T) {
 	h.WaitAction(settle.ActionAck, 1)
 	stop()
 	h.Stop()
-	if got := sumOf(t, tm.collect(t), "settle.claims", map[string]string{"mount": "m", "kind": "lease"}); got != 1 {
+	if got := sumOf(t, tm.collect(t), "settle.claims", map[string]string{"settle.mount": "m", "settle.claim.kind": "lease"}); got != 1 {
 		t.Fatalf("settle.claims{kind=lease} %d, want 1", got)
 	}
 	for _, s := range tm.spans.Ended() {

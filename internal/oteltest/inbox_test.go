@@ -1,4 +1,4 @@
-package settleotel_test
+package oteltest_test
 
 import (
 	"context"
@@ -55,9 +55,9 @@ func TestInboxAttemptsLinkAcrossAPutBackAndAParkAndItsReplayToTheDeadLetter(t *t
 	attempts := map[string]sdktrace.ReadOnlySpan{} // by the action that ended them
 	for _, s := range tm.spans.Ended() {
 		switch {
-		case s.SpanKind() == trace.SpanKindProducer && s.Name() == "settle.publish refunds_inbox":
+		case s.SpanKind() == trace.SpanKindProducer && s.Name() == "send refunds_inbox":
 			publish = s
-		case s.SpanKind() == trace.SpanKindProducer && s.Name() == "settle.dead_letter refunds_inbox":
+		case s.SpanKind() == trace.SpanKindProducer && s.Name() == "create refunds_inbox":
 			dead = s
 		case s.SpanKind() == trace.SpanKindConsumer && strAttr(s, settleotel.AttrAction) == "ack":
 			replay = s
@@ -91,7 +91,7 @@ func TestInboxAttemptsLinkAcrossAPutBackAndAParkAndItsReplayToTheDeadLetter(t *t
 	}
 	// The park's due time is written into the row for the delivery after it, and gone
 	// from the row by the next settlement: the replay is not counted late.
-	if n, _ := histOf(t, tm.collect(t), "settle.delay.lateness", map[string]string{"mount": "m"}); n != 1 {
+	if n, _ := histOf(t, tm.collect(t), "settle.delay.lateness", map[string]string{"settle.mount": "m"}); n != 1 {
 		t.Fatalf("settle.delay.lateness counted %d, want 1: the delivery after the park only", n)
 	}
 }
@@ -124,7 +124,7 @@ func TestAnInboxWithoutAHeadersColumnIsMeasuredButLinksNothing(t *testing.T) {
 			}
 		}
 	}
-	if got := sumOf(t, tm.collect(t), "settle.deliveries", map[string]string{"mount": "m"}); got != 2 || consumers != 2 {
-		t.Fatalf("settle.deliveries %d, consumer spans %d: want 2 and 2", got, consumers)
+	if got := sumOf(t, tm.collect(t), "messaging.client.consumed.messages", map[string]string{"settle.mount": "m"}); got != 2 || consumers != 2 {
+		t.Fatalf("messaging.client.consumed.messages %d, consumer spans %d: want 2 and 2", got, consumers)
 	}
 }

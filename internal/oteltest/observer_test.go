@@ -1,4 +1,4 @@
-package settleotel_test
+package oteltest_test
 
 import (
 	"context"
@@ -74,6 +74,11 @@ type transport struct {
 	chained bool
 	// headers: the transport carries headers, so the producer's span is linked.
 	headers bool
+	// group is the consumer group a delivery's span names (the inbox's queue for a
+	// table); settleSpans is how many of the three settlements write (a claiming
+	// stream's leave does not).
+	group       string
+	settleSpans int
 	// dead: the dead letters can be counted (a channel keeps none).
 	dead  bool
 	mount func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted
@@ -93,33 +98,33 @@ func transports() []transport {
 		return settleotel.Gauges{Inspector: admin.NewInspector(h.Redis.Client), Streams: []settleotel.StreamGauge{{Mount: "m", Key: key, Group: "g", DeadLetter: dlq}}}
 	}
 	return []transport{
-		{name: "Stream", kind: "stream", retry: settle.ActionCopy, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
+		{name: "Stream", kind: "stream", group: "g", settleSpans: 3, retry: settle.ActionCopy, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
 			in, dlq := h.Redis.Key("s.in"), h.Redis.Key("s.dlq")
 			return mounted{src: settle.Stream(h.Redis.Client, in, "g"), dest: dlq, gauges: streamGauges(h, in, dlq),
 				publish:   func(ctx context.Context, p *settle.Publisher) { _, err := p.Publish(ctx, in, "refund"); mustOK(t, err) },
 				deadCount: func() int64 { return h.Redis.Client.XLen(context.Background(), dlq).Val() }}
 		}},
-		{name: "ClaimingStream", kind: "stream", retry: settle.ActionLeave, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
+		{name: "ClaimingStream", kind: "stream", group: "g", settleSpans: 1, retry: settle.ActionLeave, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
 			in, dlq := h.Redis.Key("c.in"), h.Redis.Key("c.dlq")
 			return mounted{src: settle.ClaimingStream(h.Redis.Client, in, "g", time.Minute), dest: dlq, gauges: streamGauges(h, in, dlq), nudge: time.Minute,
 				publish:   func(ctx context.Context, p *settle.Publisher) { _, err := p.Publish(ctx, in, "refund"); mustOK(t, err) },
 				deadCount: func() int64 { return h.Redis.Client.XLen(context.Background(), dlq).Val() }}
 		}},
-		{name: "List", kind: "list", retry: settle.ActionCopy, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
+		{name: "List", kind: "list", settleSpans: 3, retry: settle.ActionCopy, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
 			in, dlq := h.Redis.Key("l.in"), h.Redis.Key("l.dlq")
 			return mounted{src: settle.List(h.Redis.Client, in), dest: dlq,
 				gauges:    settleotel.Gauges{Inspector: admin.NewInspector(h.Redis.Client), Lists: []settleotel.ListGauge{{Mount: "m", Key: in, DeadLetter: dlq}}},
 				publish:   func(ctx context.Context, p *settle.Publisher) { mustOK(t, p.PublishList(ctx, in, "refund")) },
 				deadCount: func() int64 { return h.Redis.Client.LLen(context.Background(), dlq).Val() }}
 		}},
-		{name: "ReliableList", kind: "list", retry: settle.ActionCopy, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
+		{name: "ReliableList", kind: "list", settleSpans: 3, retry: settle.ActionCopy, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
 			in, dlq := h.Redis.Key("r.in"), h.Redis.Key("r.dlq")
 			return mounted{src: settle.ReliableList(h.Redis.Client, in), dest: dlq,
 				gauges:    settleotel.Gauges{Inspector: admin.NewInspector(h.Redis.Client), Lists: []settleotel.ListGauge{{Mount: "m", Key: in, Reliable: true, DeadLetter: dlq}}},
 				publish:   func(ctx context.Context, p *settle.Publisher) { mustOK(t, p.PublishList(ctx, in, "refund")) },
 				deadCount: func() int64 { return h.Redis.Client.LLen(context.Background(), dlq).Val() }}
 		}},
-		{name: "PubSub", kind: "channel", retry: settle.ActionCopy, chained: true, headers: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
+		{name: "PubSub", kind: "channel", settleSpans: 3, retry: settle.ActionCopy, chained: true, headers: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
 			in, dlq := h.Redis.Key("p.in"), h.Redis.Key("p.dlq")
 			return mounted{src: settle.PubSub(h.Redis.Client, in), dest: dlq,
 				publish: func(ctx context.Context, p *settle.Publisher) {
@@ -128,7 +133,7 @@ func transports() []transport {
 					mustOK(t, err)
 				}}
 		}},
-		{name: "Inbox", kind: "table", retry: settle.ActionPutBack, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
+		{name: "Inbox", kind: "table", group: "refunds", settleSpans: 3, retry: settle.ActionPutBack, chained: true, headers: true, dead: true, mount: func(t *testing.T, h *settletest.Harness, tm *telemetry) mounted {
 			ib, _ := newInboxDB(t, inbox.WithPublishHook(tm.obs.PublishHook()))
 			q := ib.Queue("refunds")
 			return mounted{src: q, dest: "refunds.dead",
@@ -194,7 +199,7 @@ func newInboxTable(t *testing.T) (*sql.DB, inbox.Table) {
 // every series and never an id or an error text; its spans are a publish, three
 // attempts linked to it and each to the one before (where a copy carries the link),
 // and a dead letter that is the last attempt's child.
-func TestEveryTransportReportsOneMessagesLifeAsMetricsAndLinkedSpans(t *testing.T) {
+func TestEveryTransportReportsOneMessagesLifeAsMetricsAndSpansOfTheMessagingConventions(t *testing.T) {
 	t.Parallel()
 	for _, tr := range transports() {
 		t.Run(tr.name, func(t *testing.T) {
@@ -224,14 +229,14 @@ func TestEveryTransportReportsOneMessagesLifeAsMetricsAndLinkedSpans(t *testing.
 
 			ms := tm.collect(t)
 			checkLabels(t, ms)
-			base := map[string]string{"mount": "m", "transport": tr.kind}
-			if got := sumOf(t, ms, "settle.deliveries", base); got != 3 {
-				t.Fatalf("settle.deliveries %d, want 3", got)
+			base := map[string]string{"settle.mount": "m", "settle.transport": tr.kind}
+			if got := sumOf(t, ms, "messaging.client.consumed.messages", base); got != 3 {
+				t.Fatalf("messaging.client.consumed.messages %d, want 3", got)
 			}
-			if got := sumOf(t, ms, "settle.settlements", with(base, "action", tr.retry.String(), "outcome", "retry", "result", "applied")); got != 2 {
+			if got := sumOf(t, ms, "settle.settlements", with(base, "settle.action", tr.retry.String(), "settle.outcome", "retry", "settle.result", "applied")); got != 2 {
 				t.Fatalf("settle.settlements{action=%s} %d, want 2", tr.retry, got)
 			}
-			if got := sumOf(t, ms, "settle.settlements", with(base, "action", "dead_letter", "result", "applied")); got != 1 {
+			if got := sumOf(t, ms, "settle.settlements", with(base, "settle.action", "dead_letter", "settle.result", "applied")); got != 1 {
 				t.Fatalf("settle.settlements{action=dead_letter} %d, want 1", got)
 			}
 			if got := sumOf(t, ms, "settle.in_flight", base); got != 0 {
@@ -240,7 +245,7 @@ func TestEveryTransportReportsOneMessagesLifeAsMetricsAndLinkedSpans(t *testing.
 			if n, sum := histOf(t, ms, "settle.attempts", base); n != 1 || sum != 3 {
 				t.Fatalf("settle.attempts: %d final settlements summing %v, want one at attempt 3", n, sum)
 			}
-			for _, name := range []string{"settle.handler.duration", "settle.settlement.duration"} {
+			for _, name := range []string{"messaging.process.duration", "messaging.client.operation.duration"} {
 				if n, _ := histOf(t, ms, name, base); n != 3 {
 					t.Fatalf("%s counted %d, want 3", name, n)
 				}
@@ -251,6 +256,7 @@ func TestEveryTransportReportsOneMessagesLifeAsMetricsAndLinkedSpans(t *testing.
 				}
 			}
 			checkChain(t, tm.spans.Ended(), tr)
+			checkConventions(t, tm.spans.Ended(), tr)
 		})
 	}
 }
@@ -290,10 +296,15 @@ func with(base map[string]string, kv ...string) map[string]string {
 }
 
 // allowed are the only labels settleotel's series may carry.
-var allowed = []string{"action", "destination", "kind", "mount", "outcome", "result", "transport"}
+var allowed = []string{
+	"error.type", "messaging.consumer.group.name", "messaging.destination.name", "messaging.operation.name",
+	"messaging.operation.type", "messaging.system", "settle.action", "settle.claim.kind",
+	"settle.dead_letter.destination", "settle.mount", "settle.outcome", "settle.result", "settle.transport",
+}
 
-// checkLabels fails t if any series has a label outside allowed, or lacks mount,
-// transport or destination.
+// checkLabels fails t if any series has a label outside allowed, or lacks what names its
+// mount the way its spans do: messaging.system, messaging.destination.name,
+// settle.mount (but a publish's) and settle.transport.
 func checkLabels(t *testing.T, ms map[string]metricdata.Metrics) {
 	t.Helper()
 	for name, m := range ms {
@@ -303,7 +314,10 @@ func checkLabels(t *testing.T, ms map[string]metricdata.Metrics) {
 					t.Fatalf("%s has label %s=%q: only %v are allowed", name, kv.Key, kv.Value.Emit(), allowed)
 				}
 			}
-			for _, must := range []string{"mount", "transport", "destination"} {
+			for _, must := range []string{"messaging.system", "messaging.destination.name", "settle.mount", "settle.transport"} {
+				if op, _ := set.Value("messaging.operation.name"); must == "settle.mount" && op.AsString() == "send" {
+					continue // a publish: no mount's
+				}
 				if _, ok := set.Value(attribute.Key(must)); !ok {
 					t.Fatalf("%s has a series without %s: %v", name, must, set.ToSlice())
 				}
@@ -420,9 +434,9 @@ func keys(ms map[string]metricdata.Metrics) []string {
 }
 
 // checkChain checks the spans of one message that failed three times: a publish, three
-// process spans (CONSUMER, each a root of its own) linked to the publish, each to the
-// one before where the transport writes copies, and a dead-letter span, child of the
-// third.
+// process spans (CONSUMER) that are the publish's children and linked to it, each linked
+// to the one before where the transport writes copies, and a dead-letter span, child of
+// the third.
 func checkChain(t *testing.T, spans []sdktrace.ReadOnlySpan, tr transport) {
 	t.Helper()
 	var publish sdktrace.ReadOnlySpan
@@ -430,11 +444,11 @@ func checkChain(t *testing.T, spans []sdktrace.ReadOnlySpan, tr transport) {
 	var dead sdktrace.ReadOnlySpan
 	for _, s := range spans {
 		switch {
-		case s.SpanKind() == trace.SpanKindProducer && strings.HasPrefix(s.Name(), "settle.publish"):
+		case s.SpanKind() == trace.SpanKindProducer && strings.HasPrefix(s.Name(), "send "):
 			publish = s
 		case s.SpanKind() == trace.SpanKindConsumer:
 			attempts[intAttr(s, settleotel.AttrAttempt)] = s
-		case strings.HasPrefix(s.Name(), "settle.dead_letter"):
+		case strings.HasPrefix(s.Name(), "create "):
 			dead = s
 		}
 	}
@@ -446,8 +460,8 @@ func checkChain(t *testing.T, spans []sdktrace.ReadOnlySpan, tr transport) {
 	}
 	for i := int64(1); i <= 3; i++ {
 		a := attempts[i]
-		if a.Parent().IsValid() {
-			t.Fatalf("attempt %d is a child of %v: want a root linked to what came before", i, a.Parent().SpanID())
+		if tr.headers && a.Parent().SpanID() != publish.SpanContext().SpanID() {
+			t.Fatalf("attempt %d is a child of %v: want the publish span's child (its sampler follows the producer's)", i, a.Parent().SpanID())
 		}
 		if tr.headers && !linked(a, publish.SpanContext(), settleotel.LinkProducer) {
 			t.Fatalf("attempt %d is not linked to the publish span", i)
@@ -465,6 +479,71 @@ func checkChain(t *testing.T, spans []sdktrace.ReadOnlySpan, tr transport) {
 	}
 	if dead.Parent().SpanID() != attempts[3].SpanContext().SpanID() {
 		t.Fatal("the dead letter's span is not the last attempt's child")
+	}
+}
+
+// checkConventions fails t unless every span carries the attributes OpenTelemetry's
+// messaging conventions require of its operation (and settle's own): the publish's
+// "send KEY", each delivery's "process KEY", each settlement that wrote something a
+// CLIENT "ACTION KEY" under its delivery's span, with messaging.operation.type and
+// .name, messaging.system, messaging.destination.name, messaging.consumer.group.name
+// where the mount reads as a group, and messaging.message.id.
+func checkConventions(t *testing.T, spans []sdktrace.ReadOnlySpan, tr transport) {
+	t.Helper()
+	system := "redis"
+	if tr.kind == "table" {
+		system = "settle"
+	}
+	var key string
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	for _, s := range spans {
+		byID[s.SpanContext().SpanID()] = s
+		if s.SpanKind() == trace.SpanKindConsumer {
+			key = strAttr(s, "messaging.destination.name")
+		}
+	}
+	if key == "" {
+		t.Fatalf("no process span names its destination: %s", names(spans))
+	}
+	settles := 0
+	for _, s := range spans {
+		want := map[attribute.Key]string{"messaging.system": system, "settle.transport": tr.kind}
+		switch {
+		case s.SpanKind() == trace.SpanKindProducer && strings.HasPrefix(s.Name(), "send "):
+			want["messaging.operation.type"], want["messaging.operation.name"], want["messaging.destination.name"] = "send", "send", key
+		case s.SpanKind() == trace.SpanKindConsumer:
+			want["messaging.operation.type"], want["messaging.operation.name"], want["messaging.destination.name"] = "process", "process", key
+			want["settle.mount"] = "m"
+			if strAttr(s, "messaging.message.id") == "" {
+				t.Fatalf("process span %s has no messaging.message.id", s.Name())
+			}
+			if tr.group != "" {
+				want["messaging.consumer.group.name"] = tr.group
+			}
+		case s.SpanKind() == trace.SpanKindClient:
+			settles++
+			action := strAttr(s, settleotel.AttrAction)
+			want["messaging.operation.type"], want["messaging.operation.name"], want["messaging.destination.name"] = "settle", action, key
+			want["settle.mount"] = "m"
+			if p, ok := byID[s.Parent().SpanID()]; !ok || p.SpanKind() != trace.SpanKindConsumer || strAttr(p, settleotel.AttrAction) != action {
+				t.Fatalf("settle span %s is not the child of its delivery's process span", s.Name())
+			}
+			if s.Name() != action+" "+key || strAttr(s, "messaging.message.id") == "" {
+				t.Fatalf("settle span %q (messaging.message.id %q): want %q and an id", s.Name(), strAttr(s, "messaging.message.id"), action+" "+key)
+			}
+		case s.SpanKind() == trace.SpanKindProducer && strings.HasPrefix(s.Name(), "create "):
+			want["messaging.operation.type"], want["messaging.operation.name"], want["settle.action"] = "create", "create", "dead_letter"
+		default:
+			t.Fatalf("unexpected span %s(%s)", s.Name(), s.SpanKind())
+		}
+		for k, v := range want {
+			if got := strAttr(s, k); got != v {
+				t.Fatalf("span %s(%s): %s=%q, want %q", s.Name(), s.SpanKind(), k, got, v)
+			}
+		}
+	}
+	if want := tr.settleSpans; settles != want {
+		t.Fatalf("%d settle spans, want %d: %s", settles, want, names(spans))
 	}
 }
 
