@@ -26,10 +26,13 @@ import "time"
 type DurableZset struct {
 	// Key is the sorted set's key. Required.
 	Key string
-	// TTL, when positive, makes the set expire TTL after the last delay was parked in it,
-	// so a set abandoned by every consumer does not live forever. It must exceed the
-	// longest delay: a RetryAfter longer than TTL is refused (logged, and the delivery is
-	// retried at once instead), never parked to be lost. Defaults to 0: the set never
+	// TTL, when positive, keeps the set at least TTL after the last delay was parked in
+	// it and lets it expire then, so a set abandoned by every consumer does not live
+	// forever. It must exceed the longest delay: a RetryAfter longer than TTL is refused
+	// (logged, and the delivery is retried at once instead), never parked to be lost. A
+	// write never brings the set's expiry closer: when writers of one set (mounts, a
+	// producer's delayed publish) give it different TTLs, the later expiry wins, and a
+	// writer without TTL leaves the set without expiry. Defaults to 0: the set never
 	// expires.
 	TTL time.Duration
 }

@@ -28,12 +28,16 @@ local function refusedAny(checks)
   return nil
 end
 
--- refusedPark(set, ttl, checks) is refusedAny of checks and of a park's own writes to
--- the delay set: ZADD, and PEXPIRE when ttl (ms) is positive.
+-- refusedPark(set, ttl, checks) is refusedAny of checks and of a park's own commands on
+-- the delay set: ZADD, and what keepFor (expiry.lua) may run: PTTL and PEXPIRE when ttl
+-- (ms) is positive, else PERSIST.
 local function refusedPark(set, ttl, checks)
   checks[#checks + 1] = {'ZADD', set, '0', 'm'}
   if tonumber(ttl) > 0 then
+    checks[#checks + 1] = {'PTTL', set}
     checks[#checks + 1] = {'PEXPIRE', set, ttl}
+  else
+    checks[#checks + 1] = {'PERSIST', set}
   end
   return refusedAny(checks)
 end

@@ -10,14 +10,15 @@
 --            internal/wire.ValueDelayMember for a list or channel)
 -- ARGV[2] -> the delay in ms from now; ignored when ARGV[3] is given
 -- ARGV[3] -> the due time in ms since the epoch; empty: now + ARGV[2]
--- ARGV[4] -> the set's TTL in ms; 0: no expiry
+-- ARGV[4] -> the set's TTL in ms; 0: no expiry (keepFor: the set's expiry only grows)
 -- ARGV[5] -> (with KEYS[2]) the type KEYS[2] must hold when it exists: stream or list
 --
 -- Returns the due time in ms; or an error reply, before anything is written, naming a
 -- key of the wrong type, or "TTL …" when the due time is further than the set's TTL
 -- (the set could expire with the message in it).
 --
--- Preludes: acl.lua (refusedPark, wrongType), now.lua (nowMs), prepended by script.go.
+-- Preludes: acl.lua (refusedPark, wrongType), now.lua (nowMs), expiry.lua (keepFor),
+-- prepended by script.go.
 local bad = wrongType(KEYS[1], 'zset')
 if bad then
   return bad
@@ -43,8 +44,7 @@ local ttl = tonumber(ARGV[4])
 if ttl > 0 and due - now >= ttl then
   return redis.error_reply('TTL the message is due in ' .. (due - now) .. ' ms, not within the delay set\'s TTL of ' .. ttl .. ' ms')
 end
+local existed = redis.call('EXISTS', KEYS[1]) == 1
 redis.call('ZADD', KEYS[1], due, ARGV[1])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
+keepFor(KEYS[1], existed, ttl)
 return due

@@ -6,7 +6,7 @@
 --
 -- ARGV[1] -> the member: the retry copy, encoded by Go (internal/wire.DelayMember)
 -- ARGV[2] -> the delay in ms
--- ARGV[3] -> the set's TTL in ms; 0: no expiry
+-- ARGV[3] -> the set's TTL in ms; 0: no expiry (keepFor: the set's expiry only grows)
 -- ARGV[4] -> the consumer group
 -- ARGV[5] -> the original entry id
 -- ARGV[6] -> "now" in ms (a test's fake clock); empty: the server's TIME
@@ -16,7 +16,7 @@
 -- pending to ARGV[7] (nothing is written); or an error reply naming a key of the wrong
 -- type (checked before anything is written).
 --
--- Preludes: acl.lua, now.lua; prepended by script.go.
+-- Preludes: acl.lua, now.lua, expiry.lua; prepended by script.go.
 local kinds = {'zset', 'stream'}
 for i = 1, 2 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
@@ -33,10 +33,8 @@ if denied then
 end
 local now = nowMs(ARGV[6])
 local due = now + tonumber(ARGV[2])
+local existed = redis.call('EXISTS', KEYS[1]) == 1
 redis.call('ZADD', KEYS[1], due, ARGV[1])
 redis.call('XACK', KEYS[2], ARGV[4], ARGV[5])
-local ttl = tonumber(ARGV[3])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
+keepFor(KEYS[1], existed, tonumber(ARGV[3]))
 return due

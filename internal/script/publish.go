@@ -16,12 +16,12 @@ var (
 	//go:embed trim.lua
 	trimSrc string
 
-	delayPublish = redis.NewScript(aclSrc + nowSrc + delayPublishSrc)
+	delayPublish = redis.NewScript(aclSrc + nowSrc + expirySrc + delayPublishSrc)
 	trim         = redis.NewScript(nowSrc + trimSrc)
 )
 
 // DelayPublish adds member to the delay set, due delay after the server's TIME, or at
-// at (ms since the epoch) when at >= 0, in one script; with ttl > 0 the set expires ttl
+// at (ms since the epoch) when at >= 0, in one script; the set then lives at least ttl (ttl 0: for ever), its expiry never brought closer (expiry.lua)
 // after it, and a due time ttl or more ahead is refused. dest, when not empty, is the
 // stream or list (destType: "stream" or "list") the set's sweep delivers into, whose
 // type is checked. It returns the due time in ms.

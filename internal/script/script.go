@@ -27,6 +27,8 @@ var (
 	nextDueSrc string // nextDue: a delay set's earliest due time
 	//go:embed acl.lua
 	aclSrc string // refused, refusedAny: the user's permissions, checked before a write
+	//go:embed expiry.lua
+	expirySrc string // keepFor: a delay set's expiry, which only grows
 )
 
 var (
@@ -35,7 +37,7 @@ var (
 	//go:embed sweep.lua
 	sweepSrc string
 
-	park  = redis.NewScript(aclSrc + nowSrc + parkSrc)
+	park  = redis.NewScript(aclSrc + nowSrc + expirySrc + parkSrc)
 	sweep = redis.NewScript(aclSrc + nowSrc + nextDueSrc + sweepSrc)
 )
 
@@ -48,7 +50,8 @@ func nowArg(now int64) string {
 }
 
 // Park adds member to the delay set scored by now + delay (ms) and acknowledges entry id
-// of stream in group, in one script; with ttl > 0 the set expires ttl after this park.
+// of stream in group, in one script; the set then lives at least ttl after this park
+// (ttl 0: for ever), its expiry never brought closer (expiry.lua).
 // now is the time in ms since the epoch, or -1 for the server's TIME. It returns the
 // due time in ms.
 func Park(ctx context.Context, rdb redis.Scripter, set, stream, group, consumer, id, member string, delay, ttl time.Duration, now int64) (int64, error) {
@@ -99,13 +102,13 @@ func Sources() map[string]string {
 		"channel_sweep":   aclSrc + nowSrc + nextDueSrc + channelSweepSrc,
 		"claim":           aclSrc + pendingAtSrc + claimSrc,
 		"delay_promote":   aclSrc + nowSrc + delayPromoteSrc,
-		"delay_publish":   aclSrc + nowSrc + delayPublishSrc,
+		"delay_publish":   aclSrc + nowSrc + expirySrc + delayPublishSrc,
 		"list_move":       aclSrc + listMoveSrc,
 		"list_recover":    aclSrc + listRecoverSrc,
 		"list_reply":      aclSrc + listReplySrc,
 		"list_replay":     aclSrc + listReplaySrc,
 		"list_sweep":      aclSrc + nowSrc + nextDueSrc + listSweepSrc,
-		"park":            aclSrc + nowSrc + parkSrc,
+		"park":            aclSrc + nowSrc + expirySrc + parkSrc,
 		"pending_dead":    aclSrc + pendingDeadSrc,
 		"pending_release": aclSrc + pendingAtSrc + pendingReleaseSrc,
 		"perms":           permsSrc,
@@ -118,6 +121,6 @@ func Sources() map[string]string {
 		"sweep":           aclSrc + nowSrc + nextDueSrc + sweepSrc,
 		"touch":           aclSrc + pendingAtSrc + touchSrc,
 		"trim":            nowSrc + trimSrc,
-		"value_park":      aclSrc + nowSrc + valueParkSrc,
+		"value_park":      aclSrc + nowSrc + expirySrc + valueParkSrc,
 	}
 }

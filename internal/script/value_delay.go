@@ -17,13 +17,14 @@ var (
 	//go:embed channel_sweep.lua
 	channelSweepSrc string
 
-	valuePark    = redis.NewScript(aclSrc + nowSrc + valueParkSrc)
+	valuePark    = redis.NewScript(aclSrc + nowSrc + expirySrc + valueParkSrc)
 	listSweep    = redis.NewScript(aclSrc + nowSrc + nextDueSrc + listSweepSrc)
 	channelSweep = redis.NewScript(aclSrc + nowSrc + nextDueSrc + channelSweepSrc)
 )
 
 // ParkValue adds member (internal/wire.ValueDelayMember) to the delay set scored by now
-// + delay (ms), in one script; with ttl > 0 the set expires ttl after this park. now is
+// + delay (ms), in one script; the set then lives at least ttl after this park (ttl 0: for
+// ever), its expiry never brought closer (expiry.lua). now is
 // the time in ms since the epoch, or -1 for the server's TIME.
 //
 // With processing not empty (a reliable list), item is first removed from that

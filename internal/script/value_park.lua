@@ -10,7 +10,7 @@
 -- ARGV[1] -> the member: the retry copy's envelope behind a unique token, encoded by Go
 --            (internal/wire.ValueDelayMember)
 -- ARGV[2] -> the delay in ms
--- ARGV[3] -> the set's TTL in ms; 0: no expiry
+-- ARGV[3] -> the set's TTL in ms; 0: no expiry (keepFor: the set's expiry only grows)
 -- ARGV[4] -> "now" in ms (a test's fake clock); empty: the server's TIME
 -- ARGV[5] -> (with KEYS[2]) the original item, byte for byte
 --
@@ -21,7 +21,7 @@
 -- All or nothing: the key types are checked before anything is written, so the item is
 -- gone from the processing list exactly when the member is in the set.
 --
--- Preludes: acl.lua (wrongType), now.lua; prepended by script.go.
+-- Preludes: acl.lua (wrongType), now.lua, expiry.lua (keepFor); prepended by script.go.
 local bad = wrongType(KEYS[1], 'zset')
 if bad then
   return bad
@@ -47,9 +47,7 @@ if #KEYS > 1 and redis.call('LREM', KEYS[2], 1, ARGV[5]) == 0 then
   return -1
 end
 local due = now + tonumber(ARGV[2])
+local existed = redis.call('EXISTS', KEYS[1]) == 1
 redis.call('ZADD', KEYS[1], due, ARGV[1])
-local ttl = tonumber(ARGV[3])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
+keepFor(KEYS[1], existed, tonumber(ARGV[3]))
 return due
