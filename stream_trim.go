@@ -37,7 +37,10 @@ func (o TrimOption) applyClaimingStream(c *streamConfig) { c.trimKeep, c.trimOff
 // Only the groups that exist are protected: a group created later starts where it is
 // told, and cannot read what was trimmed before; a stream with no group at all, and
 // readers that use no group (XREAD, XRANGE), are not protected: use NoTrim for a stream
-// kept as a log. A negative keep is refused. Defaults to DefaultTrimKeep.
+// kept as a log. A dead-letter stream is never trimmed by a mount, whoever reads it (a
+// review mount's group acknowledges every dead letter): bound it with DeadLetterMaxLen
+// on the mounts that write to it. A negative keep is refused. Defaults to
+// DefaultTrimKeep.
 func Trim(keep time.Duration) TrimOption { return TrimOption{keep: keep} }
 
 // NoTrim keeps every entry of the mount's stream: it grows until something else trims

@@ -101,6 +101,34 @@ func TestTrim(t *testing.T) {
 		}
 	})
 
+	t.Run("NeverRemovesTheEntriesOfADeadLetterStream", func(t *testing.T) {
+		t.Parallel()
+		for name, fields := range map[string][][]any{
+			"every entry a dead letter": {
+				{"payload", "a", "settle-dead-reason", "x"}, {"payload", "b", "settle-dead-at", "t"}, {"payload", "c", "settle-dead-reason", "x"},
+			},
+			"the oldest not one": {
+				{"payload", "a"}, {"payload", "b", "settle-dead-reason", "x"}, {"payload", "c", "settle-dead-reason", "x"},
+			},
+		} {
+			t.Run(name, func(t *testing.T) {
+				b := setup(t)
+				rdb := b.r.Client
+				for i, f := range fields {
+					rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: b.stream, ID: []string{"1000-0", "2000-0", "3000-0"}[i], Values: f})
+				}
+				// A review mount's group has read and acknowledged every dead letter.
+				if err := rdb.XGroupCreate(b.ctx, b.stream, "review", "$").Err(); err != nil {
+					t.Fatal(err)
+				}
+				res, err := script.Trim(b.ctx, rdb, b.stream, 0, 4000)
+				if got := b.ids(t); err != nil || res.Trimmed != 0 || len(got) != 3 {
+					t.Fatalf("trim = %+v, %v, left %v; want every dead letter kept", res, err, got)
+				}
+			})
+		}
+	})
+
 	t.Run("LeavesAStreamWithoutGroupsOrNoStream", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -15,6 +15,12 @@
 -- retention; a stream with no group (or no stream) is not trimmed, since whoever reads
 -- it is unknown. A group that does not exist yet protects nothing.
 --
+-- A dead-letter stream is never trimmed here, whoever reads it: a review mount's group
+-- acknowledges every dead letter, and they must stay until an operator purges or
+-- replays them (or the writers' DeadLetterMaxLen bounds the stream). A stream is taken
+-- for one when its oldest entry, or the newest entry the bound would remove, carries a
+-- settle-dead-* field: two reads, whatever the stream's length.
+--
 -- Returns {entries trimmed, the bound used or "" when nothing was trimmed}.
 --
 -- Prelude: now.lua (nowMs), prepended by script.go.
@@ -36,6 +42,20 @@ local function less(a, b)
   return ams < bms or (ams == bms and aseq < bseq)
 end
 
+local function deadLetter(entries)
+  local e = entries[1]
+  if not e then
+    return false
+  end
+  local fields = e[2]
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 11) == 'settle-dead' then
+      return true
+    end
+  end
+  return false
+end
+
 local bound = string.format('%.0f', math.max(0, nowMs(ARGV[1]) - tonumber(ARGV[2]))) .. '-0'
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
 if #groups == 0 then
@@ -54,6 +74,14 @@ for _, g in ipairs(groups) do
   if less(keep, bound) then
     bound = keep
   end
+end
+
+if bound == '0-0' then
+  return {0, ''} -- nothing lies below it
+end
+if deadLetter(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)) or
+  deadLetter(redis.call('XREVRANGE', KEYS[1], '(' .. bound, '-', 'COUNT', 1)) then
+  return {0, ''}
 end
 
 local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', bound)
