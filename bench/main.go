@@ -8,6 +8,7 @@
 //	cd bench && go run . -n 50000               # the Redis at -redis
 //	cd bench && go run . -n 2000 -runs 1 -only 'raw,settle-stream-*' -scenarios drain-8
 //	cd bench && go run . -only 'settle-inbox,river-*' -scenarios 'sql-*'   # PostgreSQL only
+//	cd bench && go run . -spawn -idle 60s -idlemounts 1,100   # what idle mounts cost
 //
 // Every Redis run uses keys of its own (a unique token in every name) and deletes them
 // after; nothing is flushed, so a shared server is safe, but other clients' commands and
@@ -197,20 +198,32 @@ func main() {
 		memprofile  = flag.String("memprofile", "", "write an allocation profile of the whole run to this file at the end")
 		timeout     = flag.Duration("timeout", 5*time.Minute, "give up on one run after this long")
 		verbose     = flag.Bool("v", false, "print each run and its commands per message")
+		idle        = flag.Duration("idle", 0, "instead of the scenarios, watch idle mounts of each transport (-only: stream, claiming-stream, list, reliable-list, pubsub, pubsub-pattern) for this long (see -idlemounts)")
+		idleMounts  = flag.String("idlemounts", "1,100", "comma-separated numbers of idle mounts in one App (with -idle)")
 	)
 	flag.Parse()
 	conc, err := ints(*sqlConc)
+	if err == nil {
+		_, err = ints(*idleMounts)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: -sqlconc:", err)
+		fmt.Fprintln(os.Stderr, "bench: -sqlconc or -idlemounts:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, config{
+	cfg := config{
 		n: *n, runs: *runs, redisURL: *redisURL, spawn: *spawnFlag, k: *k, concurrency: *concurrency, pool: *pool,
 		pg: *pg, pgConns: *pgConns, sqlN: *sqlN, sqlRuns: *sqlRuns, sqlCap: *sqlCap, sqlConc: conc,
 		only: split(*only), scenarios: split(*scens), cpuprofile: *cpuprofile, memprofile: *memprofile, timeout: *timeout, verbose: *verbose,
-	}); err != nil {
+	}
+	if *idle > 0 {
+		counts, _ := ints(*idleMounts)
+		err = runIdle(ctx, cfg, *idle, counts)
+	} else {
+		err = run(ctx, cfg)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -342,19 +355,11 @@ func run(ctx context.Context, cfg config) error {
 
 // runRedis runs the Redis scenarios against -redis or a spawned server.
 func runRedis(ctx context.Context, cfg config, plans []plan, res *results) error {
-	var srv *server
-	var err error
-	if cfg.spawn {
-		srv, err = spawn(ctx)
-	} else {
-		srv, err = connect(ctx, cfg.redisURL)
-	}
+	srv, admin, done, err := redisServer(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
-	admin := srv.client(2)
-	defer admin.Close()
+	defer done()
 
 	printHeader(ctx, cfg, srv, admin)
 	for _, p := range plans {
