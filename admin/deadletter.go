@@ -45,23 +45,36 @@ type Filter struct {
 	// IDs selects these entries only. Each must be in the stream: an id that is not is
 	// an error wrapping ErrEntryNotFound, and nothing is changed.
 	IDs []string
-	// Reason is a regular expression (RE2 syntax, unanchored) the dead-letter reason must
-	// match. One that does not compile is an error naming it.
+	// Reason is a regular expression (RE2 syntax, unanchored) that the dead-letter reason
+	// or the last error must match: the reason settle writes says how a message died
+	// ("max attempts reached (5 of 5)"), the error says why, and an operator's "reason
+	// unavailable" means either. The CLI's --reason and the console's Reason box are this
+	// filter. One that does not compile is an error naming it.
 	Reason string
 	// Since selects the dead letters written at or after this time, read from their
 	// entry ids (milliseconds).
 	Since time.Time
 	// Source selects the dead letters read from this key.
 	Source string
+	// Through selects the dead letters up to this one, inclusive: the newest a dry run
+	// showed (see Selection). For a stream it is an entry id; for a list, the newest
+	// HeaderDeadAt shown (RFC 3339), and a member without one is not held back by it.
+	// Defaults to "": no bound.
+	Through string
 	// Until selects the dead letters written at or before this time, read from their
 	// entry ids (milliseconds).
 	Until time.Time
+
+	// lenient skips an id of IDs that is gone instead of refusing: a confirmed
+	// Selection, whose ids were there when it was shown.
+	lenient bool
 }
 
 // matcher is a Filter with its regexp compiled.
 type matcher struct {
 	Filter
-	reason *regexp.Regexp
+	reason  *regexp.Regexp
+	through time.Time // a list's Through
 }
 
 func (f Filter) compile() (*matcher, error) {
@@ -73,6 +86,11 @@ func (f Filter) compile() (*matcher, error) {
 		}
 		m.reason = re
 	}
+	if f.Through != "" {
+		if t, err := time.Parse(time.RFC3339Nano, f.Through); err == nil {
+			m.through = t
+		}
+	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
 		return nil, fmt.Errorf("admin: filter: Until %s is before Since %s", f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
 	}
@@ -81,7 +99,8 @@ func (f Filter) compile() (*matcher, error) {
 
 func (m *matcher) match(d *DeadLetter) bool {
 	switch {
-	case m.reason != nil && !m.reason.MatchString(d.Reason),
+	case m.reason != nil && !m.reason.MatchString(d.Reason) && !m.reason.MatchString(d.Error),
+		!m.through.IsZero() && d.Time.After(m.through),
 		m.Error != "" && !strings.Contains(d.Error, m.Error),
 		m.Source != "" && d.Source != m.Source,
 		!m.Since.IsZero() && d.Time.Before(m.Since.Truncate(time.Millisecond)),
@@ -127,7 +146,7 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, e
 		return limit <= 0 || n < limit
 	}
 	if len(f.IDs) > 0 {
-		return i.scanIDs(ctx, key, f.IDs, take)
+		return i.scanIDs(ctx, key, f.IDs, f.lenient, take)
 	}
 	start, end := "-", "+"
 	if !f.Since.IsZero() {
@@ -135,6 +154,9 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, e
 	}
 	if !f.Until.IsZero() {
 		end = strconv.FormatInt(f.Until.UnixMilli(), 10)
+	}
+	if f.Through != "" && (end == "+" || !IDTime(f.Through).After(f.Until)) {
+		end = f.Through
 	}
 	if f.After != "" {
 		start = "(" + f.After // Since still applies, in match
@@ -157,8 +179,8 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, e
 }
 
 // scanIDs reads the entries ids of key, refusing (before calling take) any that is not
-// there.
-func (i *Inspector) scanIDs(ctx context.Context, key string, ids []string, take func(redis.XMessage) bool) error {
+// there, or skipping it when lenient.
+func (i *Inspector) scanIDs(ctx context.Context, key string, ids []string, lenient bool, take func(redis.XMessage) bool) error {
 	seen := map[string]bool{}
 	var msgs []redis.XMessage
 	var missing []string
@@ -177,7 +199,7 @@ func (i *Inspector) scanIDs(ctx context.Context, key string, ids []string, take 
 		}
 		msgs = append(msgs, got[0])
 	}
-	if len(missing) > 0 {
+	if len(missing) > 0 && !lenient {
 		return fmt.Errorf("%w: dead-letter stream %q has no entry %s", ErrEntryNotFound, key, strings.Join(missing, ", "))
 	}
 	for _, msg := range msgs {

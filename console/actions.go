@@ -117,33 +117,40 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, m Mount, ac
 	st := c.deadLetters(m)
 	ctx := r.Context()
 	confirmed := r.PostFormValue("confirm") == "yes"
+	shown := admin.Selection{Filter: sel}
+	if confirmed {
+		if err := readBound(r, &shown); err != nil {
+			c.fail(w, r, http.StatusBadRequest, action+" refused", err)
+			return
+		}
+	}
 	if action == "purge" {
 		var opts []admin.PurgeOption
 		if !confirmed {
 			opts = append(opts, admin.DryRun())
 		}
-		res, err := st.purge(ctx, sel, opts...)
+		res, err := st.Purge(ctx, shown, opts...)
 		if err != nil {
 			c.fail(w, r, http.StatusBadRequest, "Purge refused", err)
 			return
 		}
 		if !confirmed {
 			c.confirm(w, r, m.Name, confirmPage{
-				Action: c.path("mounts", m.Name, "purge"), Back: back, Count: len(res.IDs), Fields: fields, IDs: res.IDs, Verb: "Purge",
+				Action: c.path("mounts", m.Name, "purge"), Back: back, Count: len(res.IDs), Fields: append(fields, boundFields(res.Selection)...), IDs: res.IDs, Verb: "Purge",
 				What: fmt.Sprintf("delete %s from %s, for good", countOf(len(res.IDs), "dead letter"), m.DeadLetter),
 			})
 			return
 		}
-		c.log.Info("settle console: purge", "mount", m.Name, "key", m.DeadLetter, "deleted", res.Deleted)
+		c.log.Info("settle console: purge", "mount", m.Name, "key", m.DeadLetter, "deleted", res.Deleted, "gone_meanwhile", res.Meanwhile)
 		c.result(w, r, m.Name, resultPage{Back: back, Lines: res.IDs,
-			Summary: fmt.Sprintf("Purged %s from %s.", countOf(int(res.Deleted), "dead letter"), m.DeadLetter)})
+			Summary: fmt.Sprintf("Purged %s of the %d confirmed from %s.%s", countOf(int(res.Deleted), "dead letter"), shown.Count, m.DeadLetter, meanwhileNote(res.Meanwhile))})
 		return
 	}
 	opts := []admin.ReplayOption{admin.Rate(rate)}
 	if !confirmed {
 		opts = append(opts, admin.DryRun())
 	}
-	res, err := st.replay(ctx, sel, opts...)
+	res, err := st.Replay(ctx, shown, opts...)
 	if err != nil && res == nil {
 		c.fail(w, r, http.StatusBadRequest, "Replay refused", err)
 		return
@@ -156,12 +163,12 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, m Mount, ac
 	}
 	if !confirmed {
 		c.confirm(w, r, m.Name, confirmPage{
-			Action: c.path("mounts", m.Name, "replay"), Back: back, Count: len(ids), Fields: fields, IDs: ids, Verb: "Replay",
+			Action: c.path("mounts", m.Name, "replay"), Back: back, Count: len(ids), Fields: append(fields, boundFields(res.Selection)...), IDs: ids, Verb: "Replay",
 			What: fmt.Sprintf("move %s from %s back to %s%s, attempts reset", countOf(len(ids), "dead letter"), m.DeadLetter, keysOf(dests), rateOf(rate)),
 		})
 		return
 	}
-	rp := resultPage{Back: back, Summary: fmt.Sprintf("Replayed %s of %s.", countOf(len(res.Replayed), "dead letter"), m.DeadLetter)}
+	rp := resultPage{Back: back, Summary: fmt.Sprintf("Replayed %s of the %d confirmed from %s.%s", countOf(len(res.Replayed), "dead letter"), shown.Count, m.DeadLetter, meanwhileNote(res.Meanwhile))}
 	for _, x := range res.Replayed {
 		rp.Lines = append(rp.Lines, fmt.Sprintf("%s → %s %s", x.ID, x.To, x.NewID))
 	}
@@ -171,8 +178,16 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, m Mount, ac
 	if err != nil {
 		rp.Summary += " It stopped: " + err.Error() + " Run it again to move the rest."
 	}
-	c.log.Info("settle console: replay", "mount", m.Name, "key", m.DeadLetter, "replayed", len(res.Replayed), "gone", len(res.Gone))
+	c.log.Info("settle console: replay", "mount", m.Name, "key", m.DeadLetter, "replayed", len(res.Replayed), "gone_meanwhile", res.Meanwhile)
 	c.result(w, r, m.Name, rp)
+}
+
+// meanwhileNote says how many of the confirmed were gone when the action came.
+func meanwhileNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" %d of them were gone meanwhile (replayed or purged by another hand).", n)
 }
 
 // picked is what an action's form selects: the ids ticked (scope "selected", the

@@ -54,7 +54,7 @@ func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	dls, err := c.deadLetters(m).page(r.Context(), admin.Filter{IDs: []string{id}}, 1)
+	dls, err := c.deadLetters(m).Page(r.Context(), admin.Filter{IDs: []string{id}}, 1)
 	switch {
 	case errors.Is(err, admin.ErrEntryNotFound) || err == nil && len(dls) == 0:
 		c.fail(w, r, http.StatusNotFound, "No such dead letter", errNotFound("dead letter", id))

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -112,12 +113,17 @@ func (c *Console) deadPage(r *http.Request, m Mount, p *mountPage) error {
 	st := c.deadLetters(m)
 	after := f.After
 	f.After = ""
-	if p.Summary, err = st.summary(r.Context(), f); err != nil {
+	p.Summary, err = st.Summary(r.Context(), f)
+	switch {
+	case errors.Is(err, admin.ErrKeyNotFound): // no dead letter yet
+		p.Summary = &admin.DeadLetterSummary{Key: m.DeadLetter}
+		return nil
+	case err != nil:
 		return err
 	}
 	f.After = after
 	limit := p.Filter.limit(c.pageSize)
-	dls, err := st.page(r.Context(), f, limit+1)
+	dls, err := st.Page(r.Context(), f, limit+1)
 	if err != nil {
 		return err
 	}

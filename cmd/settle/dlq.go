@@ -71,23 +71,18 @@ select), grouped by reason, by normalised error (ids and numbers replaced, so th
 With --entries, list the entries instead, oldest first.` + st.note,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, none, err := a.selectedIn(cmd.Context(), st, args[0], &ff)
+			f, err := a.selectedIn(cmd.Context(), &ff)
 			if err != nil {
 				return err
 			}
-			switch {
-			case entries && none:
-				return a.printDeadLetters(nil)
-			case entries:
-				dls, err := st.entries(cmd.Context(), args[0], f, limit)
+			if entries {
+				dls, err := st.open(args[0]).Page(cmd.Context(), f, limit)
 				if err != nil {
 					return err
 				}
 				return a.printDeadLetters(dls)
-			case none:
-				return a.printSummary(&admin.DeadLetterSummary{Key: args[0]})
 			}
-			s, err := st.summary(cmd.Context(), args[0], f)
+			s, err := st.open(args[0]).Summary(cmd.Context(), f)
 			if err != nil {
 				return err
 			}

@@ -38,15 +38,13 @@ without a filter) to stdout, oldest first, one JSON object per line:
 dlq import reads the same lines. Nothing is changed.`,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, none, err := a.selected(cmd.Context(), args[0], &ff)
+			f, err := a.selectedIn(cmd.Context(), &ff)
 			if err != nil {
 				return err
 			}
-			var dls []admin.DeadLetter
-			if !none {
-				if dls, err = a.insp.DeadLetters(cmd.Context(), args[0], f, limit); err != nil {
-					return err
-				}
+			dls, err := a.insp.DeadLetters(cmd.Context(), args[0], f, limit)
+			if err != nil {
+				return err
 			}
 			w := bufio.NewWriter(a.stdout)
 			enc := json.NewEncoder(w)

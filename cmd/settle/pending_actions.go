@@ -80,7 +80,7 @@ settled meanwhile is reported gone.`,
 					}
 					return dry, len(dry.DeadLettered), fmt.Sprintf("dead-letter %d pending entries of %q group %q to %q", len(dry.DeadLettered), key, grp, to), nil
 				},
-				func() (*admin.DeadLetterPendingResult, error) {
+				func(*admin.DeadLetterPendingResult) (*admin.DeadLetterPendingResult, error) {
 					return a.insp.DeadLetterPending(cmd.Context(), key, grp, ids, to)
 				},
 				func(r *admin.DeadLetterPendingResult) error { return a.printPendingDead(key, grp, r) })
@@ -143,7 +143,9 @@ delivered since is left alone; an entry not in the stream or not pending is refu
 					}
 					return dry, len(dry.Released), fmt.Sprintf("release %d pending entries of %q group %q", len(dry.Released), key, grp), nil
 				},
-				func() (*admin.ReleaseResult, error) { return a.insp.ReleasePending(cmd.Context(), key, grp, ids) },
+				func(*admin.ReleaseResult) (*admin.ReleaseResult, error) {
+					return a.insp.ReleasePending(cmd.Context(), key, grp, ids)
+				},
 				func(r *admin.ReleaseResult) error { return a.printRelease(key, grp, r) })
 		},
 	}
