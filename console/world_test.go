@@ -274,13 +274,12 @@ func (w *world) serve(t *testing.T, o console.Options) (*httptest.Server, *http.
 // get fetches path and returns the status and body.
 func get(t *testing.T, cl *http.Client, u string) (int, string) {
 	t.Helper()
-	resp, err := cl.Get(u)
+	req, err := http.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, body := do(t, cl, req)
+	return resp.StatusCode, body
 }
 
 // post posts the form and returns the status and body.

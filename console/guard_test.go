@@ -1,0 +1,199 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/settlekit/settle/console"
+)
+
+// do sends req with cl and returns the response, its body read.
+func do(t *testing.T, cl *http.Client, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func (w *world) paused(t *testing.T) bool {
+	t.Helper()
+	n, err := w.rdb.Exists(w.ctx, w.prefix+":refunds:paused:refunds").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// TestADNSRebindingRequestIsRefusedAndChangesNothing: a page of attacker.example whose
+// name now resolves to the loopback console sends Host: attacker.example; the console
+// answers none of it, a POST carrying a token read from a page (and the attacker's own
+// Origin) pauses nothing.
+func TestADNSRebindingRequestIsRefusedAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	w, srv, cl := seeded(t, console.Options{})
+	_, body := get(t, cl, srv.URL+"/mounts/refunds")
+	tok := token(t, body)
+	get, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	get.Host = "attacker.example"
+	if resp, _ := do(t, cl, get); resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("GET / with Host attacker.example = %d, want 421", resp.StatusCode)
+	}
+	u, _ := url.Parse(srv.URL)
+	post, _ := http.NewRequest(http.MethodPost, srv.URL+"/mounts/refunds/pause", strings.NewReader(url.Values{"csrf": {tok}}.Encode()))
+	post.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	post.Host = "attacker.example:" + u.Port()
+	post.Header.Set("Origin", "http://attacker.example:"+u.Port())
+	post.Header.Set("Sec-Fetch-Site", "same-origin") // as the rebound page sees itself
+	if resp, _ := do(t, cl, post); resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("POST pause with Host attacker.example = %d, want 421", resp.StatusCode)
+	}
+	if w.paused(t) {
+		t.Fatal("a rebound POST paused the mount")
+	}
+}
+
+// TestAHostNamedInAllowedHostsIsServed: the names the user allows, and only those, are
+// answered besides IP addresses and localhost.
+func TestAHostNamedInAllowedHostsIsServed(t *testing.T) {
+	t.Parallel()
+	_, srv, cl := seeded(t, console.Options{AllowedHosts: []string{"console.internal"}})
+	for host, want := range map[string]int{
+		"console.internal": 200, "console.internal:8080": 200, "CONSOLE.internal": 200, "localhost:1": 200,
+		"[::1]:8080": 200, "10.0.0.7": 200, "other.internal": 421, "console.internal.attacker.example": 421,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		req.Host = host
+		if resp, _ := do(t, cl, req); resp.StatusCode != want {
+			t.Errorf("Host %s = %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestACrossOriginPOSTIsRefusedByCrossOriginProtection: a POST another site's page
+// sends (Sec-Fetch-Site: cross-site, or an Origin that is not the Host) is refused with
+// 403 even with a valid token and cookie, and changes nothing.
+func TestACrossOriginPOSTIsRefusedByCrossOriginProtection(t *testing.T) {
+	t.Parallel()
+	w, srv, cl := seeded(t, console.Options{})
+	_, body := get(t, cl, srv.URL+"/mounts/refunds")
+	tok := token(t, body)
+	for name, h := range map[string]map[string]string{
+		"sec-fetch-site": {"Sec-Fetch-Site": "cross-site"},
+		"same-site":      {"Sec-Fetch-Site": "same-site"},
+		"origin":         {"Origin": "http://evil.example"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/mounts/refunds/pause", strings.NewReader(url.Values{"csrf": {tok}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		if resp, _ := do(t, cl, req); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: POST pause = %d, want 403", name, resp.StatusCode)
+		}
+	}
+	if w.paused(t) {
+		t.Fatal("a cross-origin POST paused the mount")
+	}
+}
+
+// TestEveryResponseCarriesTheSecurityHeaders: pages, static files, errors, refusals
+// and the login page all say nosniff, frame-ancestors 'none' and a CSP without inline
+// script.
+func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	_, srv, cl := seeded(t, console.Options{})
+	_, lsrv, lcl := seeded(t, console.Options{Auth: console.Auth{Token: "s3cret"}})
+	reqs := map[string]*http.Request{}
+	for _, p := range []string{"/", "/mounts/refunds", "/static/console.css", "/static/console.js", "/mounts/none", "/static/none"} {
+		reqs["GET "+p], _ = http.NewRequest(http.MethodGet, srv.URL+p, nil)
+	}
+	reqs["POST refused"], _ = http.NewRequest(http.MethodPost, srv.URL+"/mounts/refunds/pause", nil)
+	reqs["bad host"], _ = http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	reqs["bad host"].Host = "attacker.example"
+	for name, req := range reqs {
+		check(t, name, cl, req)
+	}
+	login, _ := http.NewRequest(http.MethodGet, lsrv.URL+"/", nil)
+	check(t, "login page", lcl, login)
+}
+
+func check(t *testing.T, name string, cl *http.Client, req *http.Request) {
+	t.Helper()
+	resp, _ := do(t, cl, req)
+	h := resp.Header
+	csp := h.Get("Content-Security-Policy")
+	if h.Get("X-Content-Type-Options") != "nosniff" || !strings.Contains(csp, "frame-ancestors 'none'") ||
+		!strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("%s (%d): headers %v, want nosniff and a CSP with frame-ancestors 'none' and no inline script", name, resp.StatusCode, h)
+	}
+}
+
+// TestATokenConsoleAsksForTheTokenAndRemembersASignIn: without the session cookie a
+// page is the login form (401) and an action is refused; a wrong token is refused; the
+// right one sets an HttpOnly, SameSite=Strict session cookie; a script may send the
+// token as a bearer header.
+func TestATokenConsoleAsksForTheTokenAndRemembersASignIn(t *testing.T) {
+	t.Parallel()
+	w, srv, cl := seeded(t, console.Options{Auth: console.Auth{Token: "s3cret"}})
+	status, body := get(t, cl, srv.URL+"/mounts/refunds")
+	if status != http.StatusUnauthorized || !strings.Contains(body, `name="token"`) || strings.Contains(body, "refunds.dlq") {
+		t.Fatalf("a page before signing in = %d, want the login form only:\n%s", status, body)
+	}
+	if status, _ := post(t, cl, srv.URL+"/mounts/refunds/pause", url.Values{}); status != http.StatusUnauthorized || w.paused(t) {
+		t.Fatalf("an action before signing in = %d (paused %v), want 401 and nothing done", status, w.paused(t))
+	}
+	if status, body := post(t, cl, srv.URL+"/login", url.Values{"token": {"guess"}}); status != http.StatusUnauthorized || !strings.Contains(body, "not this console") {
+		t.Fatalf("a wrong token = %d:\n%s", status, body)
+	}
+	resp, err := cl.PostForm(srv.URL+"/login", url.Values{"token": {"s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "settle_console_session" {
+			session = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || strings.Contains(session.Value, "s3cret") {
+		t.Fatalf("sign in = %d, cookie %+v; want a redirect and an HttpOnly, Strict session cookie not holding the token", resp.StatusCode, session)
+	}
+	if status, body := get(t, cl, srv.URL+"/mounts/refunds"); status != http.StatusOK || !strings.Contains(body, "refunds") {
+		t.Fatalf("a page after signing in = %d", status)
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	if resp, _ := do(t, http.DefaultClient, req); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a bearer token = %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestABasicAuthConsoleRefusesWithoutTheCredentials: 401 with a challenge, without or
+// with wrong credentials; 200 with them.
+func TestABasicAuthConsoleRefusesWithoutTheCredentials(t *testing.T) {
+	t.Parallel()
+	_, srv, cl := seeded(t, console.Options{Auth: console.Auth{User: "ops", Password: "p@ss word%"}})
+	for name, set := range map[string]func(*http.Request){
+		"none":  func(*http.Request) {},
+		"wrong": func(r *http.Request) { r.SetBasicAuth("ops", "nope") },
+	} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		set(req)
+		if resp, _ := do(t, cl, req); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: %d, want 401 with a challenge", name, resp.StatusCode)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	req.SetBasicAuth("ops", "p@ss word%")
+	if resp, _ := do(t, cl, req); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the credentials: %d, want 200", resp.StatusCode)
+	}
+}
