@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/settlekit/settle/internal/redact"
 )
 
 //go:embed templates/*.html
@@ -94,10 +96,11 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 
 // fail renders the error page: what failed and why.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, what string, err error) {
+	msg := redact.Text(err.Error()) // a driver's error may name a URL with its password
 	if status >= 500 {
-		c.log.Error("settle console: "+what, "path", r.URL.Path, "err", err)
+		c.log.Error("settle console: "+what, "path", r.URL.Path, "err", msg)
 	}
-	c.render(w, r, status, "error", page{Title: what, Data: err.Error(), Crumbs: []crumb{{c.path(), "Overview"}}})
+	c.render(w, r, status, "error", page{Title: what, Data: msg, Crumbs: []crumb{{c.path(), "Overview"}}})
 }
 
 // path is the console's path to the segments given, each escaped.

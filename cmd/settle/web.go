@@ -94,7 +94,7 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 	if err != nil {
 		return err
 	}
-	o := console.Options{AllowedHosts: wf.allowHosts, Auth: auth, Prefix: wf.prefix, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, nil))}
+	o := console.Options{AllowedHosts: wf.allowHosts, Auth: auth, Prefix: wf.prefix, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{ReplaceAttr: scrubAttr}))}
 	if err := exposure(wf, auth, a.stderr); err != nil {
 		return err
 	}
@@ -207,4 +207,15 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// scrubAttr hides the secrets of every string and error a console log line carries.
+func scrubAttr(_ []string, at slog.Attr) slog.Attr {
+	switch v := at.Value.Any().(type) {
+	case string:
+		at.Value = slog.StringValue(scrub(v))
+	case error:
+		at.Value = slog.StringValue(scrub(v.Error()))
+	}
+	return at
 }
