@@ -118,8 +118,13 @@ func (m *matcher) match(d *DeadLetter) bool {
 // DeadLetters returns the dead letters of the dead-letter stream key that f selects,
 // oldest first, at most limit of them (limit <= 0: all).
 func (i *Inspector) DeadLetters(ctx context.Context, key string, f Filter, limit int) ([]DeadLetter, error) {
+	return i.deadLetters(ctx, key, f, limit, 0)
+}
+
+// deadLetters is DeadLetters with each field cut to cut bytes (0: whole).
+func (i *Inspector) deadLetters(ctx context.Context, key string, f Filter, limit, cut int) ([]DeadLetter, error) {
 	var out []DeadLetter
-	err := i.scan(ctx, key, f, limit, func(d DeadLetter) { out = append(out, d) })
+	err := i.scan(ctx, key, f, limit, cut, func(d DeadLetter) { out = append(out, d) })
 	return out, err
 }
 
@@ -127,8 +132,9 @@ func (i *Inspector) DeadLetters(ctx context.Context, key string, f Filter, limit
 const scanPage = 500
 
 // scan calls each for the dead letters of key that f selects, oldest first (for f.IDs,
-// in their order, each once), at most limit (limit <= 0: all). It reads only.
-func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, each func(DeadLetter)) error {
+// in their order, each once), at most limit (limit <= 0: all), each field cut to cut
+// bytes in Redis (0: whole). It reads only.
+func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit, cut int, each func(DeadLetter)) error {
 	m, err := f.compile()
 	if err != nil {
 		return err
@@ -137,8 +143,8 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, e
 		return err
 	}
 	n := 0
-	take := func(msg redis.XMessage) bool {
-		d := deadLetterOf(key, msg)
+	take := func(e cutEntry) bool {
+		d := deadLetterOf(key, e)
 		if m.match(&d) {
 			each(d)
 			n++
@@ -146,23 +152,14 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, e
 		return limit <= 0 || n < limit
 	}
 	if len(f.IDs) > 0 {
-		return i.scanIDs(ctx, key, f.IDs, f.lenient, take)
+		return i.scanIDs(ctx, key, f.IDs, f.lenient, cut, take)
 	}
-	start, end := "-", "+"
-	if !f.Since.IsZero() {
-		start = strconv.FormatInt(f.Since.UnixMilli(), 10)
-	}
-	if !f.Until.IsZero() {
-		end = strconv.FormatInt(f.Until.UnixMilli(), 10)
-	}
-	if f.Through != "" && (end == "+" || !IDTime(f.Through).After(f.Until)) {
-		end = f.Through
-	}
+	start, end := streamRange(f)
 	if f.After != "" {
 		start = "(" + f.After // Since still applies, in match
 	}
 	for {
-		msgs, err := i.rdb.XRangeN(ctx, key, start, end, scanPage).Result()
+		msgs, err := i.xrange(ctx, key, start, end, scanPage, cut)
 		if err != nil {
 			return fmt.Errorf("admin: dead-letter stream %q: xrange %s %s: %w", key, start, end, err)
 		}
@@ -174,22 +171,36 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit int, e
 		if len(msgs) < scanPage {
 			return nil
 		}
-		start = "(" + msgs[len(msgs)-1].ID
+		start = "(" + msgs[len(msgs)-1].msg.ID
 	}
+}
+
+// xrange is XRANGE key start end COUNT count, each value cut to cut bytes in Redis (0:
+// whole).
+func (i *Inspector) xrange(ctx context.Context, key, start, end string, count int64, cut int) ([]cutEntry, error) {
+	if cut > 0 {
+		return i.xrangeCut(ctx, key, start, end, count, cut, false)
+	}
+	msgs, err := i.rdb.XRangeN(ctx, key, start, end, count).Result()
+	out := make([]cutEntry, len(msgs))
+	for k, msg := range msgs {
+		out[k].msg = msg
+	}
+	return out, err
 }
 
 // scanIDs reads the entries ids of key, refusing (before calling take) any that is not
 // there, or skipping it when lenient.
-func (i *Inspector) scanIDs(ctx context.Context, key string, ids []string, lenient bool, take func(redis.XMessage) bool) error {
+func (i *Inspector) scanIDs(ctx context.Context, key string, ids []string, lenient bool, cut int, take func(cutEntry) bool) error {
 	seen := map[string]bool{}
-	var msgs []redis.XMessage
+	var msgs []cutEntry
 	var missing []string
 	for _, id := range ids {
 		if seen[id] {
 			continue
 		}
 		seen[id] = true
-		got, err := i.rdb.XRange(ctx, key, id, id).Result()
+		got, err := i.xrange(ctx, key, id, id, 1, cut)
 		if err != nil {
 			return fmt.Errorf("admin: dead-letter stream %q: entry %q: %w", key, id, err)
 		}
@@ -210,8 +221,16 @@ func (i *Inspector) scanIDs(ctx context.Context, key string, ids []string, lenie
 	return nil
 }
 
-func deadLetterOf(key string, msg redis.XMessage) DeadLetter {
-	e := entryOf(key, msg)
+func deadLetterOf(key string, ce cutEntry) DeadLetter {
+	e := entryOf(key, ce.msg)
+	if ce.sizes != nil {
+		e.Size = ce.sizes[wire.FieldPayload]
+		for name, n := range ce.sizes {
+			if v, _ := ce.msg.Values[name].(string); int64(len(v)) < n {
+				e.Cut = true
+			}
+		}
+	}
 	return DeadLetter{
 		Entry:      e,
 		Error:      e.Headers[settle.HeaderDeadError],
@@ -223,7 +242,7 @@ func deadLetterOf(key string, msg redis.XMessage) DeadLetter {
 
 func entryOf(key string, msg redis.XMessage) Entry {
 	payload, ok, headers := wire.FromStream(msg.Values)
-	return Entry{HasPayload: ok, Headers: headers, ID: msg.ID, Key: key, Payload: payload, Time: IDTime(msg.ID)}
+	return Entry{HasPayload: ok, Headers: headers, ID: msg.ID, Key: key, Payload: payload, Size: int64(len(payload)), Time: IDTime(msg.ID)}
 }
 
 // DeadLetterSummary is a dead-letter stream at a glance, as
@@ -248,6 +267,12 @@ type DeadLetterSummary struct {
 	Oldest string
 	// OldestAt is when the oldest was dead-lettered (from its id).
 	OldestAt time.Time
+	// Sampled is, for a summary of a sample, how many of the newest dead letters it
+	// read when there were more (the counts are "of the newest Sampled"); 0 when it
+	// read every one the filter's range holds.
+	Sampled int
+	// Total is how many dead letters the key holds, filter or not (XLEN, LLEN).
+	Total int64
 }
 
 // Group is the dead letters that share one value (a reason, a normalised error, a
@@ -268,7 +293,64 @@ type Group struct {
 // selects (use the zero Filter for all) and counts and groups them. It reads the whole
 // selection, in pages: on a very long stream, narrow it with f.Since and f.Until.
 func (i *Inspector) DeadLetterSummary(ctx context.Context, key string, f Filter) (*DeadLetterSummary, error) {
-	return summarize(key, func(each func(DeadLetter)) error { return i.scan(ctx, key, f, 0, each) })
+	return summarize(key, func(each func(DeadLetter)) error { return i.scan(ctx, key, f, 0, summaryCut, each) })
+}
+
+// DefaultSample is how many of the newest dead letters a sampled summary reads (see
+// DeadLetterStore.Summary): a page of the console says "of the newest 10,000".
+const DefaultSample = 10_000
+
+// sampleSummary is DeadLetterSummary over the newest sample dead letters of the range f
+// selects (one XREVRANGE COUNT sample, each field cut in Redis), plus XLEN.
+func (i *Inspector) sampleSummary(ctx context.Context, key string, f Filter, sample int) (*DeadLetterSummary, error) {
+	if sample <= 0 || len(f.IDs) > 0 {
+		return i.DeadLetterSummary(ctx, key, f)
+	}
+	m, err := f.compile()
+	if err != nil {
+		return nil, err
+	}
+	if err := i.mustBe(ctx, key, "stream", "dead-letter stream", false); err != nil {
+		return nil, err
+	}
+	start, end := streamRange(f)
+	ces, err := i.xrangeCut(ctx, key, end, start, int64(sample), summaryCut, true)
+	if err != nil {
+		return nil, fmt.Errorf("admin: dead-letter stream %q: xrevrange %s %s: %w", key, end, start, err)
+	}
+	s, err := summarize(key, func(each func(DeadLetter)) error {
+		for k := len(ces) - 1; k >= 0; k-- {
+			if d := deadLetterOf(key, ces[k]); m.match(&d) {
+				each(d)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(ces) == sample {
+		s.Sampled = sample
+	}
+	if s.Total, err = i.rdb.XLen(ctx, key).Result(); err != nil {
+		return nil, fmt.Errorf("admin: dead-letter stream %q: xlen: %w", key, err)
+	}
+	return s, nil
+}
+
+// streamRange is the XRANGE start and end of what f selects by time (and Through).
+func streamRange(f Filter) (start, end string) {
+	start, end = "-", "+"
+	if !f.Since.IsZero() {
+		start = strconv.FormatInt(f.Since.UnixMilli(), 10)
+	}
+	if !f.Until.IsZero() {
+		end = strconv.FormatInt(f.Until.UnixMilli(), 10)
+	}
+	if f.Through != "" && (end == "+" || !IDTime(f.Through).After(f.Until)) {
+		end = f.Through
+	}
+	return start, end
 }
 
 // summarize counts and groups the dead letters scan gives each, oldest first.

@@ -146,6 +146,46 @@ func (i *Inspector) ListDeadLetterSummary(ctx context.Context, key string, f Fil
 	})
 }
 
+// sampleListSummary is ListDeadLetterSummary over the newest sample members (LRANGE
+// -sample -1: the tail, where dead letters are appended), plus LLEN.
+func (i *Inspector) sampleListSummary(ctx context.Context, key string, f Filter, sample int) (*DeadLetterSummary, error) {
+	if sample <= 0 || len(f.IDs) > 0 {
+		return i.ListDeadLetterSummary(ctx, key, f)
+	}
+	m, err := f.compile()
+	if err != nil {
+		return nil, err
+	}
+	if err := i.mustBe(ctx, key, "list", "dead-letter list", true); err != nil {
+		return nil, err
+	}
+	n, err := i.rdb.LLen(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: dead-letter list %q: llen: %w", key, err)
+	}
+	first := max(n-int64(sample), 0)
+	members, err := i.rdb.LRange(ctx, key, first, n-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: dead-letter list %q: lrange: %w", key, err)
+	}
+	s, err := summarize(key, func(each func(DeadLetter)) error {
+		for k, member := range members {
+			if d := listDeadLetterOf(key, first+int64(k), member); m.match(&d.DeadLetter) {
+				each(d.DeadLetter)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if first > 0 {
+		s.Sampled = len(members)
+	}
+	s.Total = n
+	return s, nil
+}
+
 func (i *Inspector) scanList(ctx context.Context, key string, f Filter, limit int, each func(ListDeadLetter)) error {
 	m, err := f.compile()
 	if err != nil {

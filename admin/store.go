@@ -16,12 +16,14 @@ type DeadLetterStore interface {
 	// Kind is "stream", "list" or "table".
 	Kind() string
 	// Page returns at most limit dead letters f selects, oldest first (limit <= 0:
-	// all). A dead-letter stream that does not exist is an error wrapping
+	// all), each field cut to PageCut bytes (Entry.Cut, Entry.Size). A dead-letter stream that does not exist is an error wrapping
 	// ErrKeyNotFound; a list that does not exist holds none (Redis deletes an emptied
 	// list).
 	Page(ctx context.Context, f Filter, limit int) ([]DeadLetter, error)
-	// Summary counts and groups the dead letters f selects.
-	Summary(ctx context.Context, f Filter) (*DeadLetterSummary, error)
+	// Summary counts and groups the dead letters f selects among the newest sample
+	// (DefaultSample, say; 0: all, which reads the whole dead letter), and says how many
+	// the key holds in all.
+	Summary(ctx context.Context, f Filter, sample int) (*DeadLetterSummary, error)
 	// Replay moves the dead letters of sel back where they came from (see
 	// Inspector.Replay); a dry run's result carries the Selection to confirm.
 	Replay(ctx context.Context, sel Selection, opts ...ReplayOption) (*ReplayResult, error)
@@ -105,14 +107,14 @@ func (s redisStore) Page(ctx context.Context, f Filter, limit int) ([]DeadLetter
 		lds, err := s.i.ListDeadLetters(ctx, s.key, f, limit)
 		return plainDeadLetters(lds), err
 	}
-	return s.i.DeadLetters(ctx, s.key, f, limit)
+	return s.i.deadLetters(ctx, s.key, f, limit, PageCut)
 }
 
-func (s redisStore) Summary(ctx context.Context, f Filter) (*DeadLetterSummary, error) {
+func (s redisStore) Summary(ctx context.Context, f Filter, sample int) (*DeadLetterSummary, error) {
 	if s.list {
-		return s.i.ListDeadLetterSummary(ctx, s.key, f)
+		return s.i.sampleListSummary(ctx, s.key, f, sample)
 	}
-	return s.i.DeadLetterSummary(ctx, s.key, f)
+	return s.i.sampleSummary(ctx, s.key, f, sample)
 }
 
 func (s redisStore) Replay(ctx context.Context, sel Selection, opts ...ReplayOption) (*ReplayResult, error) {

@@ -173,3 +173,49 @@ func act(t *testing.T, ctx context.Context, st admin.DeadLetterStore, verb strin
 func wireAdd(key string, payload []byte, headers map[string]string) *redis.XAddArgs {
 	return &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, headers)}
 }
+
+// TestASummaryCountsTheNewestSampleAndSaysSo: with a sample bound the summary reads the
+// newest dead letters only and says how many, with the key's whole length beside.
+func TestASummaryCountsTheNewestSampleAndSaysSo(t *testing.T) {
+	t.Parallel()
+	for _, list := range []bool{false, true} {
+		b := setup(t)
+		st := b.insp.StreamDeadLetters(b.dlq)
+		if list {
+			st = b.insp.ListDeadLetterStore(b.dlq)
+		}
+		b.addDead(t, list, 7, "old error")
+		b.addDead(t, list, 5, "new error")
+		s, err := st.Summary(b.ctx, admin.Filter{}, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Count != 5 || s.Sampled != 5 || s.Total != 12 || len(s.ByError) != 1 || s.ByError[0].Value != "new error" {
+			t.Fatalf("list %v: sampled summary = count %d, sampled %d, total %d, by error %+v; want the 5 newest of 12", list, s.Count, s.Sampled, s.Total, s.ByError)
+		}
+		if s, err = st.Summary(b.ctx, admin.Filter{}, 0); err != nil || s.Count != 12 || s.Sampled != 0 {
+			t.Fatalf("list %v: whole summary = %+v, %v", list, s, err)
+		}
+	}
+}
+
+// TestAPageCutsEachFieldInRedisAndSaysHowLargeThePayloadIs.
+func TestAPageCutsEachFieldInRedisAndSaysHowLargeThePayloadIs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := make([]byte, admin.PageCut+100)
+	if err := b.r.Client.XAdd(b.ctx, wireAdd(b.dlq, big, map[string]string{"h": "small"})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := b.insp.StreamDeadLetters(b.dlq).Page(b.ctx, admin.Filter{}, 10)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("Page = %v, %v", dls, err)
+	}
+	if d := dls[0]; !d.Cut || d.Size != int64(len(big)) || len(d.Payload) != admin.PageCut || d.Headers["h"] != "small" {
+		t.Fatalf("page entry: cut %v, size %d, payload %d bytes, headers %v", d.Cut, d.Size, len(d.Payload), d.Headers)
+	}
+	piece, size, err := b.insp.PayloadChunk(b.ctx, b.dlq, dls[0].ID, admin.PageCut, 1000)
+	if err != nil || size != int64(len(big)) || len(piece) != 100 {
+		t.Fatalf("PayloadChunk = %d bytes, size %d, %v", len(piece), size, err)
+	}
+}

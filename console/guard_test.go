@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/admin"
 	"github.com/settlekit/settle/console"
 )
 
@@ -195,5 +199,32 @@ func TestABasicAuthConsoleRefusesWithoutTheCredentials(t *testing.T) {
 	req.SetBasicAuth("ops", "p@ss word%")
 	if resp, _ := do(t, cl, req); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the credentials: %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestALargePayloadIsShownCutWithALinkToTheWhole: a dead letter whose payload is larger
+// than admin.PageCut is shown cut (the page does not carry it), and its download link
+// gives every byte back.
+func TestALargePayloadIsShownCutWithALinkToTheWhole(t *testing.T) {
+	t.Parallel()
+	w, srv, cl := seeded(t, console.Options{})
+	big := make([]byte, 3*admin.PageCut+17)
+	for k := range big {
+		big[k] = byte(k * 7)
+	}
+	id, err := w.rdb.XAdd(w.ctx, &redis.XAddArgs{Stream: w.dead, Values: []any{"payload", big, settle.HeaderDeadSource, w.in}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := get(t, cl, srv.URL+"/mounts/refunds/dead/"+id)
+	if status != http.StatusOK || !strings.Contains(body, `id="payload-cut"`) || len(body) > 2*admin.PageCut*4 {
+		t.Fatalf("the page of a %d-byte payload = %d, %d bytes; want it cut with a note", len(big), status, len(body))
+	}
+	status, whole := get(t, cl, srv.URL+"/mounts/refunds/dead/"+id+"/payload")
+	if status != http.StatusOK || whole != string(big) {
+		t.Fatalf("the download = %d, %d bytes; want the %d bytes exactly", status, len(whole), len(big))
+	}
+	if status, body := get(t, cl, srv.URL+"/mounts/refunds"); status != http.StatusOK || len(body) > 2*admin.PageCut*4 {
+		t.Fatalf("the mount page = %d, %d bytes", status, len(body))
 	}
 }

@@ -113,7 +113,7 @@ func (c *Console) deadPage(r *http.Request, m Mount, p *mountPage) error {
 	st := c.deadLetters(m)
 	after := f.After
 	f.After = ""
-	p.Summary, err = st.Summary(r.Context(), f)
+	p.Summary, err = st.Summary(r.Context(), f, admin.DefaultSample)
 	switch {
 	case errors.Is(err, admin.ErrKeyNotFound): // no dead letter yet
 		p.Summary = &admin.DeadLetterSummary{Key: m.DeadLetter}

@@ -30,6 +30,7 @@ type pages struct {
 var funcs = template.FuncMap{
 	"dur":  showDuration,
 	"num":  showNumber,
+	"inum": func(n int) string { return showNumber(int64(n)) },
 	"time": showTime,
 	"add":  func(a, b int) int { return a + b },
 }

@@ -30,6 +30,8 @@ type summaryJSON struct {
 	NewestAt *time.Time  `json:"newest_at,omitempty"`
 	Oldest   string      `json:"oldest,omitempty"`
 	OldestAt *time.Time  `json:"oldest_at,omitempty"`
+	Sampled  int         `json:"sampled,omitempty"`
+	Total    int64       `json:"total"`
 }
 
 type groupJSON struct {
@@ -61,7 +63,7 @@ type deadLetterJSON struct {
 func (a *app) dlqLsCommand(st store) *cobra.Command {
 	var ff filterFlags
 	var entries bool
-	var limit int
+	var limit, sample int
 	c := &cobra.Command{
 		Use:   "ls KEY",
 		Short: "Count the dead letters of KEY, grouped by reason, normalised error and source",
@@ -82,7 +84,7 @@ With --entries, list the entries instead, oldest first.` + st.note,
 				}
 				return a.printDeadLetters(dls)
 			}
-			s, err := st.open(args[0]).Summary(cmd.Context(), f)
+			s, err := st.open(args[0]).Summary(cmd.Context(), f, sample)
 			if err != nil {
 				return err
 			}
@@ -91,6 +93,7 @@ With --entries, list the entries instead, oldest first.` + st.note,
 	}
 	ff.add(c)
 	c.Flags().BoolVar(&entries, "entries", false, "list the entries instead of the summary")
+	c.Flags().IntVar(&sample, "sample", admin.DefaultSample, "count among the newest `N` dead letters only (0: read them all)")
 	c.Flags().IntVar(&limit, "limit", 0, "with --entries, list at most `N` (0: all)")
 	return c
 }
@@ -99,7 +102,11 @@ func (a *app) printSummary(s *admin.DeadLetterSummary) error {
 	if a.json {
 		return a.printJSON(summaryJSONOf(s))
 	}
-	fmt.Fprintf(a.stdout, "%s: %d dead letters\n", s.Key, s.Count)
+	if s.Sampled > 0 {
+		fmt.Fprintf(a.stdout, "%s: %d dead letters of the newest %d (%d in all; --sample 0 counts them all)\n", s.Key, s.Count, s.Sampled, s.Total)
+	} else {
+		fmt.Fprintf(a.stdout, "%s: %d dead letters\n", s.Key, s.Count)
+	}
 	if s.Count == 0 {
 		return nil
 	}

@@ -168,6 +168,6 @@ func summaryJSONOf(s *admin.DeadLetterSummary) summaryJSON {
 	return summaryJSON{
 		ByError: groupsJSON(s.ByError), ByReason: groupsJSON(s.ByReason), BySource: groupsJSON(s.BySource),
 		Count: s.Count, Key: s.Key, Newest: s.Newest, NewestAt: timeOrNil(s.NewestAt),
-		Oldest: s.Oldest, OldestAt: timeOrNil(s.OldestAt),
+		Oldest: s.Oldest, OldestAt: timeOrNil(s.OldestAt), Sampled: s.Sampled, Total: s.Total,
 	}
 }
