@@ -118,14 +118,33 @@ func (m *matcher) match(d *DeadLetter) bool {
 // DeadLetters returns the dead letters of the dead-letter stream key that f selects,
 // oldest first, at most limit of them (limit <= 0: all).
 func (i *Inspector) DeadLetters(ctx context.Context, key string, f Filter, limit int) ([]DeadLetter, error) {
-	return i.deadLetters(ctx, key, f, limit, 0)
+	return i.deadLetters(ctx, key, f, limit, 0, 0)
 }
 
-// deadLetters is DeadLetters with each field cut to cut bytes (0: whole).
-func (i *Inspector) deadLetters(ctx context.Context, key string, f Filter, limit, cut int) ([]DeadLetter, error) {
+// deadLetters is DeadLetters with each field cut to cut bytes (0: whole), reading at
+// most maxRead entries (0: no bound; see ScanBoundError).
+func (i *Inspector) deadLetters(ctx context.Context, key string, f Filter, limit, cut, maxRead int) ([]DeadLetter, error) {
 	var out []DeadLetter
-	err := i.scan(ctx, key, f, limit, cut, func(d DeadLetter) { out = append(out, d) })
+	err := i.scan(ctx, key, f, limit, cut, maxRead, func(d DeadLetter) { out = append(out, d) })
 	return out, err
+}
+
+// PageScan is how many entries DeadLetterStore.Page reads at most for one page: a
+// filter that matches few of a long stream returns a short page and a
+// ScanBoundError saying where to read on.
+const PageScan = 10_000
+
+// ScanBoundError reports a page cut short by PageScan: the entries read so far did not
+// fill it. Next is the cursor (Filter.After) to read on from.
+type ScanBoundError struct {
+	// Next is the id of the last entry read.
+	Next string
+	// Read is how many entries were read.
+	Read int
+}
+
+func (e *ScanBoundError) Error() string {
+	return fmt.Sprintf("admin: a page read %d entries without filling up; read on after %s", e.Read, e.Next)
 }
 
 // scanPage is how many entries one XRANGE of a scan reads.
@@ -133,8 +152,9 @@ const scanPage = 500
 
 // scan calls each for the dead letters of key that f selects, oldest first (for f.IDs,
 // in their order, each once), at most limit (limit <= 0: all), each field cut to cut
-// bytes in Redis (0: whole). It reads only.
-func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit, cut int, each func(DeadLetter)) error {
+// bytes in Redis (0: whole). Past maxRead entries read (0: no bound) it stops with a
+// *ScanBoundError. It reads only.
+func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit, cut, maxRead int, each func(DeadLetter)) error {
 	m, err := f.compile()
 	if err != nil {
 		return err
@@ -158,8 +178,19 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit, cut i
 	if f.After != "" {
 		start = "(" + f.After // Since still applies, in match
 	}
+	count := int64(scanPage)
+	if limit > 0 && limit < scanPage {
+		count = int64(limit) // a page: the first read fits it when every entry matches
+	}
+	read := 0
 	for {
-		msgs, err := i.xrange(ctx, key, start, end, scanPage, cut)
+		if maxRead > 0 {
+			if read >= maxRead {
+				return &ScanBoundError{Next: strings.TrimPrefix(start, "("), Read: read}
+			}
+			count = min(count, int64(maxRead-read))
+		}
+		msgs, err := i.xrange(ctx, key, start, end, count, cut)
 		if err != nil {
 			return fmt.Errorf("admin: dead-letter stream %q: xrange %s %s: %w", key, start, end, err)
 		}
@@ -168,10 +199,11 @@ func (i *Inspector) scan(ctx context.Context, key string, f Filter, limit, cut i
 				return nil
 			}
 		}
-		if len(msgs) < scanPage {
+		read += len(msgs)
+		if int64(len(msgs)) < count {
 			return nil
 		}
-		start = "(" + msgs[len(msgs)-1].msg.ID
+		start, count = "("+msgs[len(msgs)-1].msg.ID, scanPage
 	}
 }
 
@@ -293,7 +325,7 @@ type Group struct {
 // selects (use the zero Filter for all) and counts and groups them. It reads the whole
 // selection, in pages: on a very long stream, narrow it with f.Since and f.Until.
 func (i *Inspector) DeadLetterSummary(ctx context.Context, key string, f Filter) (*DeadLetterSummary, error) {
-	return summarize(key, func(each func(DeadLetter)) error { return i.scan(ctx, key, f, 0, summaryCut, each) })
+	return summarize(key, func(each func(DeadLetter)) error { return i.scan(ctx, key, f, 0, summaryCut, 0, each) })
 }
 
 // DefaultSample is how many of the newest dead letters a sampled summary reads (see
@@ -314,7 +346,11 @@ func (i *Inspector) sampleSummary(ctx context.Context, key string, f Filter, sam
 		return nil, err
 	}
 	start, end := streamRange(f)
-	ces, err := i.xrangeCut(ctx, key, end, start, int64(sample), summaryCut, true)
+	var fields []string // a summary reads the fields it groups by (and those f filters on)
+	if len(f.Headers) == 0 {
+		fields = []string{settle.HeaderDeadReason, settle.HeaderDeadError, settle.HeaderDeadSource, settle.HeaderDeadAt}
+	}
+	ces, err := i.xrangeCut(ctx, key, end, start, int64(sample), summaryCut, true, fields...)
 	if err != nil {
 		return nil, fmt.Errorf("admin: dead-letter stream %q: xrevrange %s %s: %w", key, end, start, err)
 	}

@@ -32,13 +32,18 @@ type cutEntry struct {
 }
 
 // xrangeCut is XRANGE key start end COUNT count (XREVRANGE key end start with rev),
-// each value cut to cut bytes, run in Redis (read_cut.lua).
-func (i *Inspector) xrangeCut(ctx context.Context, key, start, end string, count int64, cut int, rev bool) ([]cutEntry, error) {
+// each value cut to cut bytes, run in Redis (read_cut.lua); only the fields named when
+// fields are given.
+func (i *Inspector) xrangeCut(ctx context.Context, key, start, end string, count int64, cut int, rev bool, fields ...string) ([]cutEntry, error) {
 	dir := ""
 	if rev {
 		dir = "rev"
 	}
-	res, err := readCut.Run(ctx, i.rdb, []string{key}, start, end, count, cut, dir).Slice()
+	args := []any{start, end, count, cut, dir}
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	res, err := readCut.Run(ctx, i.rdb, []string{key}, args...).Slice()
 	if err != nil {
 		return nil, err
 	}

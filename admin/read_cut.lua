@@ -9,6 +9,7 @@
 -- ARGV[4] -> cut: each value is cut to its first cut bytes
 -- ARGV[5] -> "rev" for XREVRANGE (then ARGV[1] is the end and ARGV[2] the start, as
 --            XREVRANGE takes them), else XRANGE
+-- ARGV[6..] -> the fields to return (none given: every field)
 --
 -- Returns one reply per entry: {id, {name1, value1 cut, full length of value1, ...}}.
 local cmd = 'XRANGE'
@@ -16,16 +17,25 @@ if ARGV[5] == 'rev' then
   cmd = 'XREVRANGE'
 end
 local cut = tonumber(ARGV[4])
+local keep = nil
+if #ARGV > 5 then
+  keep = {}
+  for k = 6, #ARGV do
+    keep[ARGV[k]] = true
+  end
+end
 local entries = redis.call(cmd, KEYS[1], ARGV[1], ARGV[2], 'COUNT', ARGV[3])
 local out = {}
 for i, e in ipairs(entries) do
   local f = e[2]
   local g = {}
   for j = 1, #f, 2 do
-    local v = f[j + 1]
-    g[#g + 1] = f[j]
-    g[#g + 1] = string.sub(v, 1, cut)
-    g[#g + 1] = #v
+    if keep == nil or keep[f[j]] then
+      local v = f[j + 1]
+      g[#g + 1] = f[j]
+      g[#g + 1] = string.sub(v, 1, cut)
+      g[#g + 1] = #v
+    end
   end
   out[i] = {e[1], g}
 end

@@ -16,7 +16,9 @@ type DeadLetterStore interface {
 	// Kind is "stream", "list" or "table".
 	Kind() string
 	// Page returns at most limit dead letters f selects, oldest first (limit <= 0:
-	// all), each field cut to PageCut bytes (Entry.Cut, Entry.Size). A dead-letter stream that does not exist is an error wrapping
+	// all), each field cut to PageCut bytes (Entry.Cut, Entry.Size). With a limit it
+	// reads at most PageScan entries of a stream: a page the filter did not fill by
+	// then comes with a *ScanBoundError naming the cursor to read on from. A dead-letter stream that does not exist is an error wrapping
 	// ErrKeyNotFound; a list that does not exist holds none (Redis deletes an emptied
 	// list).
 	Page(ctx context.Context, f Filter, limit int) ([]DeadLetter, error)
@@ -107,7 +109,11 @@ func (s redisStore) Page(ctx context.Context, f Filter, limit int) ([]DeadLetter
 		lds, err := s.i.ListDeadLetters(ctx, s.key, f, limit)
 		return plainDeadLetters(lds), err
 	}
-	return s.i.deadLetters(ctx, s.key, f, limit, PageCut)
+	maxRead := 0
+	if limit > 0 {
+		maxRead = PageScan
+	}
+	return s.i.deadLetters(ctx, s.key, f, limit, PageCut, maxRead)
 }
 
 func (s redisStore) Summary(ctx context.Context, f Filter, sample int) (*DeadLetterSummary, error) {

@@ -35,6 +35,8 @@ type mountPage struct {
 	Next string
 	// Paused reports that its mounts are paused.
 	Paused bool
+	// Scanned is, for a page cut short by admin.PageScan, how many entries it read.
+	Scanned int
 	// Stream is its stream and group (a stream kind).
 	Stream *admin.StreamInfo
 	// Summary counts and groups the dead letters the filter selects (nil: no dead letter).
@@ -124,7 +126,12 @@ func (c *Console) deadPage(r *http.Request, m Mount, p *mountPage) error {
 	f.After = after
 	limit := p.Filter.limit(c.pageSize)
 	dls, err := st.Page(r.Context(), f, limit+1)
-	if err != nil {
+	var bound *admin.ScanBoundError
+	switch {
+	case errors.As(err, &bound): // a filter matching few: a short page, and read on
+		p.Scanned = bound.Read
+		p.Next = c.path("mounts", m.Name) + "?" + p.Filter.query(bound.Next)
+	case err != nil:
 		return err
 	}
 	if len(dls) > limit {
