@@ -88,6 +88,9 @@ With --entries, list the entries instead, oldest first.` + st.note,
 			if err != nil {
 				return err
 			}
+			if s.Count > 0 && len(s.BySource) == 1 && s.BySource[0].Value == "" {
+				return fmt.Errorf("%s holds no dead letters: none of its %d entries read carries %s (is it a source %s? its dead letters are in the mount's DeadLetter)", args[0], s.Count, settle.HeaderDeadSource, st.noun)
+			}
 			return a.printSummary(s)
 		},
 	}

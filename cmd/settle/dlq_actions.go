@@ -95,6 +95,7 @@ is refused and nothing moves.` + st.note,
 					if err != nil {
 						return nil, 0, "", err
 					}
+					dry.DryRun = af.dryRun || len(dry.Replayed) > 0 // nothing selected: a real run that replayed none
 					return dry, len(dry.Replayed), fmt.Sprintf("replay %d dead letters of %q to %s", len(dry.Replayed), key, destinations(dry)), nil
 				},
 				func(dry *admin.ReplayResult) (*admin.ReplayResult, error) {
@@ -192,6 +193,7 @@ deletes nothing more.` + st.note,
 					if err != nil {
 						return nil, 0, "", err
 					}
+					dry.DryRun = af.dryRun || len(dry.IDs) > 0 // nothing selected: a real run that deleted none
 					return dry, len(dry.IDs), fmt.Sprintf("delete %d dead letters of %q", len(dry.IDs), key), nil
 				},
 				func(dry *admin.PurgeResult) (*admin.PurgeResult, error) {
