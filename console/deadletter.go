@@ -26,6 +26,8 @@ type deadLetterPage struct {
 	DecodeError string
 	// DL is the dead letter.
 	DL admin.DeadLetter
+	// Badge names the codec the payload was decoded with and how it is shown.
+	Badge string
 	// Format is how Shown shows the payload: "json", "text" or "hex".
 	Format string
 	// Headers are its headers, by name.
@@ -73,6 +75,7 @@ func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 		p.DeadAt = at
 	}
 	p.Format, p.Shown, p.DecodeError = admin.Show(d.Payload, c.opts.Codec)
+	p.Badge = c.badge(p.Format, p.DecodeError)
 	c.render(w, r, http.StatusOK, "deadletter", page{
 		Title: "Dead letter " + id, Data: p,
 		Crumbs: []crumb{{c.path(), "Overview"}, {c.path("mounts", m.Name), m.Name}, {c.path("mounts", m.Name, "dead", id), id}},
@@ -116,4 +119,23 @@ func (c *Console) payloadDownload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// badge names the codec a payload shown as format was decoded with: "msgpack, shown as
+// JSON", "json", "raw text", or "hex: not msgpack" when it did not decode.
+func (c *Console) badge(format, decodeErr string) string {
+	codec := c.opts.Codec
+	if codec == nil {
+		codec = settle.Msgpack
+	}
+	name := codec.Name()
+	switch {
+	case decodeErr != "":
+		return "hex: not " + name
+	case format == "json" && name != "json":
+		return name + ", shown as JSON"
+	case format == "json":
+		return "json"
+	}
+	return name + ", shown as " + format
 }

@@ -228,3 +228,21 @@ func TestALargePayloadIsShownCutWithALinkToTheWhole(t *testing.T) {
 		t.Fatalf("the mount page = %d, %d bytes", status, len(body))
 	}
 }
+
+// TestThePayloadBadgeNamesTheCodecItDecoded: a msgpack payload shown as JSON says
+// msgpack; one that does not decode says so.
+func TestThePayloadBadgeNamesTheCodecItDecoded(t *testing.T) {
+	t.Parallel()
+	w, srv, cl := seeded(t, console.Options{})
+	_, body := get(t, cl, srv.URL+"/mounts/refunds/dead/"+w.deadIDs(t, "max attempts")[0])
+	if !strings.Contains(body, `id="payload-badge">msgpack, shown as JSON<`) {
+		t.Fatalf("the badge of a msgpack payload:\n%s", body)
+	}
+	id, err := w.rdb.XAdd(w.ctx, &redis.XAddArgs{Stream: w.dead, Values: []any{"payload", "\xc1 not msgpack", settle.HeaderDeadSource, w.in}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, body = get(t, cl, srv.URL+"/mounts/refunds/dead/"+id); !strings.Contains(body, `id="payload-badge">hex: not msgpack<`) {
+		t.Fatalf("the badge of a payload that does not decode:\n%s", body)
+	}
+}
