@@ -392,3 +392,46 @@ func (i *Inspector) pendingSelection(ctx context.Context, key, group string, ids
 	}
 	return sel, errors.Join(errs...)
 }
+
+// PendingFilter selects pending entries for Inspector.PendingEntries.
+type PendingFilter struct {
+	// After is a page's cursor: the entries after this id. Defaults to "": from the first.
+	After string
+	// Consumer selects the entries pending at this consumer. Defaults to "": any.
+	Consumer string
+}
+
+// MaxPendingPage bounds one page of Inspector.PendingEntries.
+const MaxPendingPage = 1000
+
+// PendingEntries returns one page of the pending entries of the stream key's group
+// group that f selects, oldest id first, at most limit (1 to MaxPendingPage; 0:
+// MaxPendingPage): each with the consumer holding it, its idle time and its deliveries
+// (one XPENDING … COUNT). The next page starts after the last id returned.
+func (i *Inspector) PendingEntries(ctx context.Context, key, group string, f PendingFilter, limit int) ([]PendingEntry, error) {
+	if limit <= 0 || limit > MaxPendingPage {
+		limit = MaxPendingPage
+	}
+	if err := i.mustHaveGroup(ctx, key, group); err != nil {
+		return nil, err
+	}
+	start := "-"
+	if f.After != "" {
+		// The id after f.After ("(" + id, exclusive, is Redis 6.2's; this works on all).
+		ms, seq, ok := strings.Cut(f.After, "-")
+		n, err := strconv.ParseUint(seq, 10, 64)
+		if !ok || err != nil || !entryIDRe.MatchString(f.After) {
+			return nil, fmt.Errorf("admin: After %q is not an entry id (<ms>-<seq>)", f.After)
+		}
+		start = ms + "-" + strconv.FormatUint(n+1, 10)
+	}
+	ext, err := i.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: start, End: "+", Count: int64(limit), Consumer: f.Consumer}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: stream %q group %q: xpending: %w", key, group, err)
+	}
+	out := make([]PendingEntry, len(ext))
+	for k, e := range ext {
+		out[k] = PendingEntry{Consumer: e.Consumer, Deliveries: e.RetryCount, ID: e.ID, Idle: e.Idle}
+	}
+	return out, nil
+}
