@@ -4,8 +4,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -244,5 +246,45 @@ func TestThePayloadBadgeNamesTheCodecItDecoded(t *testing.T) {
 	}
 	if _, body = get(t, cl, srv.URL+"/mounts/refunds/dead/"+id); !strings.Contains(body, `id="payload-badge">hex: not msgpack<`) {
 		t.Fatalf("the badge of a payload that does not decode:\n%s", body)
+	}
+}
+
+// TestTheOverviewPutsProblemsFirstInRed: a mount whose entries are held by a consumer
+// dead past its reclaim bound comes first, marked a problem with how many entries and
+// how long; the mount page says how it judges its consumers.
+func TestTheOverviewPutsProblemsFirstInRed(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("SETTLE_REDIS_URL") == "" {
+		t.Skip("miniredis reports no consumer idle time (XINFO CONSUMERS): run with SETTLE_REDIS_URL")
+	}
+	w := newWorld(t)
+	w.seed(t)
+	stuck := w.prefix + ":stuck"
+	if err := w.rdb.XGroupCreateMkStream(w.ctx, stuck, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 3; k++ {
+		w.rdb.XAdd(w.ctx, &redis.XAddArgs{Stream: stuck, Values: []any{"payload", "x"}})
+	}
+	if err := w.rdb.XReadGroup(w.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "crashed", Streams: []string{stuck, ">"}, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // past the stuck mount's reclaim bound
+	srv, cl := w.serve(t, console.Options{Mounts: []console.Mount{w.mount(),
+		{Name: "stuck", Kind: console.KindStream, Key: stuck, Group: "g", ReclaimIdle: 10 * time.Millisecond}}})
+	_, page := get(t, cl, srv.URL+"/mounts/stuck")
+	if !strings.Contains(page, `badge bad">dead`) || !strings.Contains(page, `id="consumer-rule"`) {
+		t.Fatalf("the stuck mount's page does not mark its consumer dead, or say how it judges:\n%s", page)
+	}
+	_, body := get(t, cl, srv.URL+"/")
+	first := strings.Index(body, `data-mount="stuck"`)
+	if first < 0 || first > strings.Index(body, `data-mount="refunds"`) {
+		t.Fatalf("the mount with a problem is not first:\n%s", body)
+	}
+	row := body[first:]
+	for _, want := range []string{`class="problem"`, `badge bad">no live consumer`, "3 entries held by dead consumers"} {
+		if !strings.Contains(row, want) {
+			t.Fatalf("the stuck mount's row lacks %q:\n%s", want, row)
+		}
 	}
 }
