@@ -435,3 +435,25 @@ func (i *Inspector) PendingEntries(ctx context.Context, key, group string, f Pen
 	}
 	return out, nil
 }
+
+// PendingIDs returns the ids of every entry pending in the stream key's group group
+// (at consumer only, when it is not ""), oldest first, read page by page with
+// PendingEntries: the set a "release a consumer's" or "dead-letter all" confirmation
+// names and then acts on.
+func (i *Inspector) PendingIDs(ctx context.Context, key, group, consumer string) ([]string, error) {
+	var ids []string
+	f := PendingFilter{Consumer: consumer}
+	for {
+		page, err := i.PendingEntries(ctx, key, group, f, MaxPendingPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range page {
+			ids = append(ids, p.ID)
+		}
+		if len(page) < MaxPendingPage {
+			return ids, nil
+		}
+		f.After = page[len(page)-1].ID
+	}
+}

@@ -77,6 +77,12 @@ func (c *Console) mountAction(w http.ResponseWriter, r *http.Request) {
 		}
 		c.log.Info("settle console: "+action, "mount", m.Name, "key", m.Key, "group", group)
 		c.result(w, r, m.Name, resultPage{Back: back, Summary: fmt.Sprintf("%s mount %s (%s): its consumers see it within a second.", verb, m.Name, m.Key)})
+	case "release", "dead-pending":
+		if !m.isStream() || (action == "dead-pending" && m.DeadLetter == "") {
+			c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("mount %q has no pending entries to %s (a stream kind%s)", m.Name, action, map[bool]string{true: " with a dead letter", false: ""}[action == "dead-pending"]))
+			return
+		}
+		c.pendingAction(w, r, m, action, back)
 	case "promote":
 		handles := r.PostForm["member"]
 		if m.Delayed == "" || len(handles) == 0 {
@@ -298,4 +304,77 @@ func rateOf(rate float64) string {
 		return ""
 	}
 	return fmt.Sprintf(" at %g a second", rate)
+}
+
+// pendingAction releases or dead-letters the pending entries of m's group the form
+// selects (ids; scope "consumer": every entry one consumer holds; scope "all": every
+// pending entry): first a confirmation naming the ids read now, then, with
+// confirm=yes, the action on exactly those ids.
+func (c *Console) pendingAction(w http.ResponseWriter, r *http.Request, m Mount, action, back string) {
+	ctx := r.Context()
+	ids := r.PostForm["id"]
+	if r.PostFormValue("confirm") != "yes" && len(ids) == 0 {
+		consumer := ""
+		switch r.PostFormValue("scope") {
+		case "consumer":
+			if consumer = r.PostFormValue("consumer"); consumer == "" {
+				c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("name the consumer"))
+				return
+			}
+		case "all":
+		default:
+			c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("select entries: ids, a consumer's, or all"))
+			return
+		}
+		var err error
+		if ids, err = c.opts.Admin.PendingIDs(ctx, m.Key, m.Group, consumer); err != nil {
+			c.fail(w, r, http.StatusBadGateway, "Cannot read the pending entries of "+m.Name, err)
+			return
+		}
+	}
+	if len(ids) == 0 {
+		c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("nothing is pending there"))
+		return
+	}
+	verb, what := "Release", fmt.Sprintf("release %s of %s group %s to the group: the next reclaim takes them, no attempt spent", entries(len(ids)), m.Key, m.Group)
+	if action == "dead-pending" {
+		verb, what = "Dead-letter", fmt.Sprintf("dead-letter %s of %s group %s to %s now", entries(len(ids)), m.Key, m.Group, m.DeadLetter)
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		fields := make([]header, len(ids))
+		for k, id := range ids {
+			fields[k] = header{"id", id}
+		}
+		c.confirm(w, r, m.Name, confirmPage{Action: c.path("mounts", m.Name, action), Back: back, Count: len(ids), Fields: fields, IDs: ids, Verb: verb, What: what})
+		return
+	}
+	rp := resultPage{Back: back}
+	if action == "dead-pending" {
+		res, err := c.opts.Admin.DeadLetterPending(ctx, m.Key, m.Group, ids, m.DeadLetter)
+		if err != nil && res == nil {
+			c.fail(w, r, http.StatusBadRequest, verb+" refused", err)
+			return
+		}
+		for _, d := range res.DeadLettered {
+			rp.Lines = append(rp.Lines, d.ID+" → "+d.DeadID)
+		}
+		rp.Summary = fmt.Sprintf("Dead-lettered %s of the %d confirmed to %s.%s", entries(len(res.DeadLettered)), len(ids), m.DeadLetter, meanwhileNote(len(res.Gone)))
+	} else {
+		res, err := c.opts.Admin.ReleasePending(ctx, m.Key, m.Group, ids)
+		if err != nil && res == nil {
+			c.fail(w, r, http.StatusBadRequest, verb+" refused", err)
+			return
+		}
+		for _, p := range res.Released {
+			rp.Lines = append(rp.Lines, p.ID+" released from "+p.Consumer)
+		}
+		rp.Summary = fmt.Sprintf("Released %s of the %d confirmed.%s", entries(len(res.Released)), len(ids), meanwhileNote(len(res.Gone)))
+	}
+	c.log.Info("settle console: "+action, "mount", m.Name, "key", m.Key, "group", m.Group, "entries", len(ids))
+	c.result(w, r, m.Name, rp)
+}
+
+// entries is "1 pending entry", "3 pending entries".
+func entries(n int) string {
+	return fmt.Sprintf("%d %s", n, plural(n, "pending entry", "pending entries"))
 }

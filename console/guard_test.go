@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -286,5 +287,44 @@ func TestTheOverviewPutsProblemsFirstInRed(t *testing.T) {
 		if !strings.Contains(row, want) {
 			t.Fatalf("the stuck mount's row lacks %q:\n%s", want, row)
 		}
+	}
+}
+
+// TestTheConsoleListsPendingEntriesAndActsOnAConsumersOrAll: the mount page lists the
+// pending entries with consumer, idle and deliveries; release takes one consumer's,
+// dead-lettering takes all, each confirmed with the ids it then acts on.
+func TestTheConsoleListsPendingEntriesAndActsOnAConsumersOrAll(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	in := w.prefix + ":jobs"
+	if err := w.rdb.XGroupCreateMkStream(w.ctx, in, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for k, consumer := range []string{"crashed", "crashed", "crashed", "other", "other"} {
+		w.rdb.XAdd(w.ctx, &redis.XAddArgs{Stream: in, Values: []any{"payload", fmt.Sprint(k)}})
+		if err := w.rdb.XReadGroup(w.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: consumer, Streams: []string{in, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, cl := w.serve(t, console.Options{Mounts: []console.Mount{{Name: "jobs", Kind: console.KindStream, Key: in, Group: "g", DeadLetter: in + ".dlq"}}})
+	_, body := get(t, cl, srv.URL+"/mounts/jobs")
+	if n := strings.Count(body, "data-pending="); n != 5 || !strings.Contains(body, "<td>crashed</td>") {
+		t.Fatalf("the mount page lists %d pending entries, want 5 with their consumers:\n%s", n, body)
+	}
+	form := url.Values{"csrf": {token(t, body)}, "scope": {"consumer"}, "consumer": {"crashed"}}
+	_, body = post(t, cl, srv.URL+"/mounts/jobs/release", form)
+	if !strings.Contains(body, `<strong id="confirm-count">3</strong>`) {
+		t.Fatalf("no confirmation of crashed's 3:\n%s", body)
+	}
+	if _, body = post(t, cl, srv.URL+"/mounts/jobs/release", confirmation(t, body)); !strings.Contains(body, "Released 3 pending entries of the 3 confirmed") {
+		t.Fatalf("release:\n%s", body)
+	}
+	form.Set("scope", "all")
+	_, body = post(t, cl, srv.URL+"/mounts/jobs/dead-pending", form)
+	if _, body = post(t, cl, srv.URL+"/mounts/jobs/dead-pending", confirmation(t, body)); !strings.Contains(body, "Dead-lettered 5 pending entries of the 5 confirmed") {
+		t.Fatalf("dead-letter all:\n%s", body)
+	}
+	if n, _ := w.rdb.XLen(w.ctx, in+".dlq").Result(); n != 5 {
+		t.Fatalf("the dead letter holds %d, want 5", n)
 	}
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -35,6 +36,10 @@ type mountPage struct {
 	Next string
 	// Paused reports that its mounts are paused.
 	Paused bool
+	// PendingEntries are a page of its group's pending entries (a stream kind).
+	PendingEntries []admin.PendingEntry
+	// PendingNext is the query of the next page of pending entries ("" on the last).
+	PendingNext string
 	// Scanned is, for a page cut short by admin.PageScan, how many entries it read.
 	Scanned int
 	// Stream is its stream and group (a stream kind).
@@ -68,6 +73,10 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 	if m.isStream() {
 		if p.Stream, err = c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle)); err == nil {
 			p.Paused = p.Stream.Paused
+			p.PendingEntries, err = c.opts.Admin.PendingEntries(ctx, m.Key, m.Group, admin.PendingFilter{After: r.FormValue("pafter")}, c.pageSize)
+			if n := len(p.PendingEntries); err == nil && n == c.pageSize {
+				p.PendingNext = c.path("mounts", m.Name) + "?pafter=" + url.QueryEscape(p.PendingEntries[n-1].ID)
+			}
 		}
 	} else if p.List, err = c.list(ctx, m); err == nil {
 		p.Paused, err = c.opts.Admin.Paused(ctx, m.Key, "")

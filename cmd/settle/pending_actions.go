@@ -76,20 +76,9 @@ func (ps pendingSel) ids(cmd *cobra.Command, a *app, key, grp string, args []str
 	if !ps.all && ps.consumer == "" {
 		return args, nil
 	}
-	var ids []string
-	f := admin.PendingFilter{Consumer: ps.consumer}
-	for {
-		page, err := a.insp.PendingEntries(cmd.Context(), key, grp, f, admin.MaxPendingPage)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range page {
-			ids = append(ids, p.ID)
-		}
-		if len(page) < admin.MaxPendingPage {
-			break
-		}
-		f.After = page[len(page)-1].ID
+	ids, err := a.insp.PendingIDs(cmd.Context(), key, grp, ps.consumer)
+	if err != nil {
+		return nil, err
 	}
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("nothing is pending in %q group %q%s", key, grp, map[bool]string{true: " at consumer " + ps.consumer, false: ""}[ps.consumer != ""])
