@@ -328,3 +328,23 @@ func TestTheConsoleListsPendingEntriesAndActsOnAConsumersOrAll(t *testing.T) {
 		t.Fatalf("the dead letter holds %d, want 5", n)
 	}
 }
+
+// TestTheMountPageListsAPageOfConsumers: a group of many consumers is listed a page at
+// a time, saying how many more there are.
+func TestTheMountPageListsAPageOfConsumers(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	in := w.prefix + ":many"
+	if err := w.rdb.XGroupCreateMkStream(w.ctx, in, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 12; k++ {
+		if err := w.rdb.XGroupCreateConsumer(w.ctx, in, "g", fmt.Sprintf("c%02d", k)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, cl := w.serve(t, console.Options{PageSize: 5, Mounts: []console.Mount{{Name: "many", Kind: console.KindStream, Key: in, Group: "g"}}})
+	if _, body := get(t, cl, srv.URL+"/mounts/many"); !strings.Contains(body, "and 7 more consumers") {
+		t.Fatalf("the page of 12 consumers at 5 a page:\n%s", body)
+	}
+}

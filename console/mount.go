@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"time"
 
@@ -36,6 +37,8 @@ type mountPage struct {
 	Next string
 	// Paused reports that its mounts are paused.
 	Paused bool
+	// MoreConsumers is how many consumers the page does not list (at most a page is).
+	MoreConsumers int
 	// PendingEntries are a page of its group's pending entries (a stream kind).
 	PendingEntries []admin.PendingEntry
 	// PendingNext is the query of the next page of pending entries ("" on the last).
@@ -73,6 +76,11 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 	if m.isStream() {
 		if p.Stream, err = c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle)); err == nil {
 			p.Paused = p.Stream.Paused
+			if n := len(p.Stream.Consumers); n > c.pageSize {
+				// The dead first, so a page never hides one.
+				sort.SliceStable(p.Stream.Consumers, func(a, b int) bool { return p.Stream.Consumers[a].Dead && !p.Stream.Consumers[b].Dead })
+				p.MoreConsumers, p.Stream.Consumers = n-c.pageSize, p.Stream.Consumers[:c.pageSize]
+			}
 			p.PendingEntries, err = c.opts.Admin.PendingEntries(ctx, m.Key, m.Group, admin.PendingFilter{After: r.FormValue("pafter")}, c.pageSize)
 			if n := len(p.PendingEntries); err == nil && n == c.pageSize {
 				p.PendingNext = c.path("mounts", m.Name) + "?pafter=" + url.QueryEscape(p.PendingEntries[n-1].ID)
