@@ -348,3 +348,14 @@ func TestTheMountPageListsAPageOfConsumers(t *testing.T) {
 		t.Fatalf("the page of 12 consumers at 5 a page:\n%s", body)
 	}
 }
+
+// TestTheReasonFilterMatchesTheReasonOrTheLastErrorAsTheCommandDoes: one filter
+// language; "unavailable" is in the capped dead letters' error, not their reason.
+func TestTheReasonFilterMatchesTheReasonOrTheLastErrorAsTheCommandDoes(t *testing.T) {
+	t.Parallel()
+	_, srv, cl := seeded(t, console.Options{})
+	_, body := get(t, cl, srv.URL+"/mounts/refunds?reason=unavailable")
+	if !strings.Contains(body, fmt.Sprintf(`<strong id="dead-count">%d</strong>`, deadCapped)) {
+		t.Fatalf("reason=unavailable does not count the %d whose error says it:\n%s", deadCapped, body)
+	}
+}
