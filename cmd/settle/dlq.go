@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -64,13 +65,16 @@ func (a *app) dlqLsCommand(st store) *cobra.Command {
 	var ff filterFlags
 	var entries bool
 	var limit, sample int
+	var after string
 	c := &cobra.Command{
 		Use:   "ls KEY",
 		Short: "Count the dead letters of KEY, grouped by reason, normalised error and source",
 		Long: `Count the dead letters of the dead-letter ` + st.noun + ` KEY (all, or those the filters
 select), grouped by reason, by normalised error (ids and numbers replaced, so that
 "card 4242 declined" and "card 1881 declined" group together) and by source.
-With --entries, list the entries instead, oldest first.` + st.note,
+With --entries, list the entries instead, oldest first, a page at a time (--limit, and
+--after the last id shown; a page of a filter that matches few reads at most 10,000 entries
+and says where to read on).` + st.note,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := a.selectedIn(cmd.Context(), &ff)
@@ -78,11 +82,22 @@ With --entries, list the entries instead, oldest first.` + st.note,
 				return err
 			}
 			if entries {
+				f.After = after
 				dls, err := st.open(args[0]).Page(cmd.Context(), f, limit)
-				if err != nil {
+				var bound *admin.ScanBoundError
+				switch {
+				case errors.As(err, &bound):
+					defer fmt.Fprintf(a.stderr, "read %d entries without filling the page: more with --after %s\n", bound.Read, bound.Next)
+				case err != nil:
 					return err
 				}
-				return a.printDeadLetters(dls)
+				if err := a.printDeadLetters(dls); err != nil {
+					return err
+				}
+				if limit > 0 && len(dls) == limit {
+					fmt.Fprintf(a.stderr, "more: --after %s\n", dls[len(dls)-1].ID)
+				}
+				return nil
 			}
 			s, err := st.open(args[0]).Summary(cmd.Context(), f, sample)
 			if err != nil {
@@ -97,7 +112,8 @@ With --entries, list the entries instead, oldest first.` + st.note,
 	ff.add(c)
 	c.Flags().BoolVar(&entries, "entries", false, "list the entries instead of the summary")
 	c.Flags().IntVar(&sample, "sample", admin.DefaultSample, "count among the newest `N` dead letters only (0: read them all)")
-	c.Flags().IntVar(&limit, "limit", 0, "with --entries, list at most `N` (0: all)")
+	c.Flags().IntVar(&limit, "limit", 100, "with --entries, list at most `N` (0: all, reading the whole dead letter)")
+	c.Flags().StringVar(&after, "after", "", "with --entries, the page after this `ID` (a list: index)")
 	return c
 }
 

@@ -30,3 +30,19 @@ func TestAnActionThatSelectsNothingDoesNotSayWould(t *testing.T) {
 		}
 	}
 }
+
+// TestDlqLsEntriesIsPaged: --entries lists a page (--limit) and says how to read on.
+func TestDlqLsEntriesIsPaged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.deadLetters(t)
+	r := b.ok(t, nil, "dlq", "ls", b.dlq, "--entries", "--limit", "3", "--json")
+	if n := strings.Count(r.stdout, "\n"); n != 3 || !strings.Contains(r.stderr, "more: --after ") {
+		t.Fatalf("a page of 3: %d lines, stderr %q", n, r.stderr)
+	}
+	next := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(r.stderr), "more: --after "))
+	r = b.ok(t, nil, "dlq", "ls", b.dlq, "--entries", "--limit", "10", "--after", next, "--json")
+	if n := strings.Count(r.stdout, "\n"); n != deadTotal-3 {
+		t.Fatalf("the page after %s: %d lines, want %d", next, n, deadTotal-3)
+	}
+}
