@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/inbox"
 )
 
 // openPTY returns a pseudo-terminal: the side a person types into, and the side the
@@ -39,12 +41,19 @@ func openPTY(t *testing.T) (typist, term *os.File) {
 	return m, s
 }
 
-// onTerminal runs the binary with args on a terminal, waits for its question, calls
-// meanwhile, answers "y" and returns what it printed.
+// onTerminal runs the binary with args against the test's Redis on a terminal (see
+// runOnTerminal).
 func (b *testBundle) onTerminal(t *testing.T, meanwhile func(), args ...string) result {
 	t.Helper()
+	return runOnTerminal(t, meanwhile, append([]string{"--redis", b.url}, args...)...)
+}
+
+// runOnTerminal runs the binary with args on a terminal, waits for its question, calls
+// meanwhile, answers "y" and returns what it printed.
+func runOnTerminal(t *testing.T, meanwhile func(), args ...string) result {
+	t.Helper()
 	typist, term := openPTY(t)
-	cmd := exec.Command(bin, append([]string{"--redis", b.url}, args...)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdin = term
 	var out strings.Builder
 	cmd.Stdout = &out
@@ -138,6 +147,60 @@ func TestDlqActionsOnATerminalActOnWhatWasConfirmedNotOnArrivals(t *testing.T) {
 					t.Fatalf("%d dead letters left, want %d: the 5 arrivals untouched\n%s", left, deadTotal-tc.n+5, r.stdout)
 				}
 			})
+		}
+	}
+}
+
+// TestInboxDeadActionsOnATerminalActOnWhatWasConfirmedNotOnArrivals is rule 1 of issue
+// 23 for an inbox's dead rows on the command line: rows that die while the question
+// waits are left alone, with each filter, on each database.
+func TestInboxDeadActionsOnATerminalActOnWhatWasConfirmedNotOnArrivals(t *testing.T) {
+	t.Parallel()
+	forEachSQL(t, func(t *testing.T, b sqlBackend) {
+		for name, tc := range map[string]struct {
+			flags []string
+			n     int
+		}{
+			"none":  {nil, deadRows},
+			"error": {[]string{"--error", "unavailable"}, deadRowsUnavailable},
+			"since": {[]string{"--since", "1h"}, deadRows},
+		} {
+			for _, verb := range []string{"purge", "replay"} {
+				t.Run(name+"/"+verb, func(t *testing.T) {
+					x := setupSQL(t, b)
+					x.deadRows(t)
+					args := append(append([]string{"inbox"}, x.flags()...), "dead", verb, groupDead)
+					if verb == "replay" {
+						args = append(args, "--to", groupEmails)
+					}
+					r := runOnTerminal(t, func() { x.addDeadRows(t, 3) }, append(args, tc.flags...)...)
+					if !strings.Contains(r.stderr, fmt.Sprintf(" %d dead rows", tc.n)) {
+						t.Fatalf("the question does not name %d:\n%s", tc.n, r.stderr)
+					}
+					if left := x.count(t, groupDead); left != deadRows-tc.n+3 {
+						t.Fatalf("%d dead rows left, want %d: the 3 arrivals untouched\n%s", left, deadRows-tc.n+3, r.stdout)
+					}
+				})
+			}
+		}
+	})
+}
+
+// addDeadRows writes n rows to the dead-letter group as a dead-lettering does: last
+// error "provider unavailable", dead now.
+func (x *sqlBundle) addDeadRows(t *testing.T, n int) {
+	t.Helper()
+	q := `INSERT INTO ` + x.table + ` (name, payload, last_error, dead_at) VALUES (?, ?, ?, ?)`
+	var at any = time.Now().UTC()
+	switch x.b.d {
+	case inbox.Postgres:
+		q = `INSERT INTO ` + x.table + ` (name, payload, last_error, dead_at) VALUES ($1, $2, $3, $4)`
+	case inbox.SQLite:
+		at = time.Now().UTC().Format("2006-01-02T15:04:05.000+00:00")
+	}
+	for k := 0; k < n; k++ {
+		if _, err := x.db.ExecContext(context.Background(), q, groupDead, []byte{0x80}, "provider unavailable (late)", at); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
