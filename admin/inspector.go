@@ -30,6 +30,12 @@
 // twice. Bad input (a missing key, a key of the wrong type, an id not found, a filter
 // that does not compile, a destination in another cluster slot) is refused with an
 // error naming it before anything changes.
+//
+// [DeadLetterStore] is a dead letter of any kind behind one interface
+// ([Inspector.StreamDeadLetters], [Inspector.ListDeadLetterStore]). A dry run returns the
+// [Selection] it showed (the filter, the count and the newest shown); acting on that
+// Selection touches at most those dead letters, never one that arrived since, and says
+// how many of them were gone meanwhile.
 package admin
 
 import (

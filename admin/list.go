@@ -146,6 +146,46 @@ func (i *Inspector) ListDeadLetterSummary(ctx context.Context, key string, f Fil
 	})
 }
 
+// sampleListSummary is ListDeadLetterSummary over the newest sample members (LRANGE
+// -sample -1: the tail, where dead letters are appended), plus LLEN.
+func (i *Inspector) sampleListSummary(ctx context.Context, key string, f Filter, sample int) (*DeadLetterSummary, error) {
+	if sample <= 0 || len(f.IDs) > 0 {
+		return i.ListDeadLetterSummary(ctx, key, f)
+	}
+	m, err := f.compile()
+	if err != nil {
+		return nil, err
+	}
+	if err := i.mustBe(ctx, key, "list", "dead-letter list", true); err != nil {
+		return nil, err
+	}
+	n, err := i.rdb.LLen(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: dead-letter list %q: llen: %w", key, err)
+	}
+	first := max(n-int64(sample), 0)
+	members, err := i.rdb.LRange(ctx, key, first, n-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: dead-letter list %q: lrange: %w", key, err)
+	}
+	s, err := summarize(key, func(each func(DeadLetter)) error {
+		for k, member := range members {
+			if d := listDeadLetterOf(key, first+int64(k), member); m.match(&d.DeadLetter) {
+				each(d.DeadLetter)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if first > 0 {
+		s.Sampled = len(members)
+	}
+	s.Total = n
+	return s, nil
+}
+
 func (i *Inspector) scanList(ctx context.Context, key string, f Filter, limit int, each func(ListDeadLetter)) error {
 	m, err := f.compile()
 	if err != nil {
@@ -164,7 +204,7 @@ func (i *Inspector) scanList(ctx context.Context, key string, f Filter, limit in
 		return limit <= 0 || n < limit
 	}
 	if len(f.IDs) > 0 {
-		return i.scanIndexes(ctx, key, f.IDs, take)
+		return i.scanIndexes(ctx, key, f.IDs, f.lenient, take)
 	}
 	first := int64(0)
 	if f.After != "" {
@@ -191,8 +231,8 @@ func (i *Inspector) scanList(ctx context.Context, key string, f Filter, limit in
 }
 
 // scanIndexes reads the members at indexes ids of key, refusing (before calling take)
-// any that is not an index or not there.
-func (i *Inspector) scanIndexes(ctx context.Context, key string, ids []string, take func(int64, string) bool) error {
+// any that is not an index or not there (skipping one not there when lenient).
+func (i *Inspector) scanIndexes(ctx context.Context, key string, ids []string, lenient bool, take func(int64, string) bool) error {
 	seen := map[int64]bool{}
 	var indexes []int64
 	var members, missing, bad []string
@@ -219,7 +259,7 @@ func (i *Inspector) scanIndexes(ctx context.Context, key string, ids []string, t
 	if len(bad) > 0 {
 		return fmt.Errorf("admin: dead-letter list %q: %s: a list member has no id, select it by its index (0 first)", key, strings.Join(bad, ", "))
 	}
-	if len(missing) > 0 {
+	if len(missing) > 0 && !lenient {
 		return fmt.Errorf("%w: dead-letter list %q has no index %s", ErrEntryNotFound, key, strings.Join(missing, ", "))
 	}
 	for k, member := range members {
@@ -261,11 +301,11 @@ func listDeadLetterOf(key string, index int64, member string) ListDeadLetter {
 }
 
 // listSelection is selection for a dead-letter list.
-func (i *Inspector) listSelection(ctx context.Context, key string, f Filter, cfg actionConfig) ([]ListDeadLetter, error) {
+func (i *Inspector) listSelection(ctx context.Context, key string, s Selection, cfg actionConfig) ([]ListDeadLetter, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	return i.ListDeadLetters(ctx, key, f, cfg.limit)
+	return i.ListDeadLetters(ctx, key, s.filter(), cfg.bound(s))
 }
 
 // ReplayList moves the dead letters of the dead-letter list key that f selects back to
@@ -285,16 +325,16 @@ func (i *Inspector) listSelection(ctx context.Context, key string, f Filter, cfg
 // itself, and on Redis Cluster a destination in another hash slot (ErrCrossSlot).
 // A member that is not settle's envelope goes back as it is stored.
 func (i *Inspector) ReplayList(ctx context.Context, key string, f Filter, opts ...ReplayOption) (*ReplayResult, error) {
+	return i.replayList(ctx, key, Selection{Filter: f}, opts)
+}
+
+func (i *Inspector) replayList(ctx context.Context, key string, s Selection, opts []ReplayOption) (*ReplayResult, error) {
 	cfg := configure(opts, ReplayOption.applyReplay)
-	sel, err := i.listSelection(ctx, key, f, cfg)
+	sel, err := i.listSelection(ctx, key, s, cfg)
 	if err != nil {
 		return nil, err
 	}
-	dls := make([]DeadLetter, len(sel))
-	for k, d := range sel {
-		dls[k] = d.DeadLetter
-	}
-	return i.replay(ctx, key, "list", dls, cfg, func(k int, to string) (string, bool, error) {
+	return i.replay(ctx, key, "list", s, plainDeadLetters(sel), cfg, func(k int, to string) (string, bool, error) {
 		moved, err := script.ListReplay(ctx, i.rdb, to, key, sel[k].Member, replayValue(key, sel[k]))
 		return "", moved, err
 	})
@@ -315,18 +355,20 @@ func replayValue(key string, d ListDeadLetter) []byte {
 // counted and a purge run again deletes nothing. PurgeResult.IDs are the indexes the
 // members had. The selection is checked as ReplayList's is.
 func (i *Inspector) PurgeList(ctx context.Context, key string, f Filter, opts ...PurgeOption) (*PurgeResult, error) {
+	return i.purgeList(ctx, key, Selection{Filter: f}, opts)
+}
+
+func (i *Inspector) purgeList(ctx context.Context, key string, s Selection, opts []PurgeOption) (*PurgeResult, error) {
 	cfg := configure(opts, PurgeOption.applyPurge)
-	sel, err := i.listSelection(ctx, key, f, cfg)
+	sel, err := i.listSelection(ctx, key, s, cfg)
 	if err != nil {
 		return nil, err
 	}
-	res := &PurgeResult{DryRun: cfg.dryRun}
-	for _, d := range sel {
-		res.IDs = append(res.IDs, d.ID)
-	}
+	res := purgeResultOf(s, plainDeadLetters(sel), cfg, true)
 	if cfg.dryRun {
 		return res, nil
 	}
+	defer func() { res.Meanwhile = meanwhile(s, cfg, int(res.Deleted)) }()
 	// One pipeline of LREMs per batch, not a round trip per member: each LREM is still
 	// atomic on its own.
 	for start := 0; start < len(sel); start += purgeBatch {

@@ -21,8 +21,14 @@ type Entry struct {
 	ID string
 	// Key is the stream's key.
 	Key string
+	// Cut reports that a listing read only the first PageCut bytes of the payload or
+	// of a header (see Size).
+	Cut bool
 	// Payload is the payload field's bytes, as they are stored.
 	Payload []byte
+	// Size is the payload's length in bytes as stored (a listing may hold only its
+	// first PageCut bytes: then Cut).
+	Size int64
 	// Time is when the entry was added, from its id.
 	Time time.Time
 }

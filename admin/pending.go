@@ -71,7 +71,8 @@ type DeadLetterPendingResult struct {
 // group now, to the dead-letter stream dest, in the order given: for each, one Lua
 // script appends the dead letter (the entry's payload and headers, its retry count set
 // to the attempts spent, and settle's dead-letter headers: source key, dead id the
-// entry's, reason ReasonOperator, an empty error) and acknowledges the entry, so the
+// entry's, dead-at the server's time, reason ReasonOperator, an error naming the consumer
+// that held it, its idle and its deliveries) and acknowledges the entry, so the
 // consumer holding it settles nothing more (its own settlement finds it no longer
 // pending). An entry no longer pending when its turn comes is skipped
 // (DeadLetterPendingResult.Gone), so nothing is dead-lettered twice. The entry stays in
@@ -125,12 +126,16 @@ func (i *Inspector) DeadLetterPending(ctx context.Context, key, group string, id
 		return nil, fmt.Errorf("%w: entries %s are pending in group %q but no longer in the stream %q (deleted or trimmed): there is nothing to dead-letter", ErrEntryNotFound, strings.Join(missing, ", "), group, key)
 	}
 	res := &DeadLetterPendingResult{DryRun: cfg.dryRun, To: dest}
+	now, err := i.now(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range sel {
 		if cfg.dryRun {
 			res.DeadLettered = append(res.DeadLettered, DeadLettered{PendingEntry: p})
 			continue
 		}
-		deadID, written, err := script.DeadLetterPending(ctx, i.rdb, key, dest, group, p.ID, deadLetterValues(key, p, entries[p.ID]))
+		deadID, written, err := script.DeadLetterPending(ctx, i.rdb, key, dest, group, p.ID, deadLetterValues(key, p, entries[p.ID], now))
 		if err != nil {
 			return res, fmt.Errorf("admin: dead-lettering %s of %q to %q: %w", p.ID, key, dest, err)
 		}
@@ -145,8 +150,9 @@ func (i *Inspector) DeadLetterPending(ctx context.Context, key, group string, id
 
 // deadLetterValues is the dead letter of pending entry p (msg, read from key), as
 // settle writes one: the entry's payload and headers, the retry count set to the
-// attempts spent, and the dead-letter headers.
-func deadLetterValues(key string, p PendingEntry, msg redis.XMessage) []any {
+// attempts spent, and the dead-letter headers, dead-lettered at now (the server's
+// clock) with reason ReasonOperator and an error saying who held it.
+func deadLetterValues(key string, p PendingEntry, msg redis.XMessage, now time.Time) []any {
 	payload, ok, headers := wire.FromStream(msg.Values)
 	if headers == nil {
 		headers = map[string]string{}
@@ -155,7 +161,8 @@ func deadLetterValues(key string, p PendingEntry, msg redis.XMessage) []any {
 	headers[settle.HeaderDeadSource] = key
 	headers[settle.HeaderDeadID] = p.ID
 	headers[settle.HeaderDeadReason] = ReasonOperator
-	headers[settle.HeaderDeadError] = ""
+	headers[settle.HeaderDeadAt] = now.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	headers[settle.HeaderDeadError] = fmt.Sprintf("%s: held by consumer %s, idle %s, delivered %d times", ReasonOperator, p.Consumer, p.Idle.Round(time.Second), p.Deliveries)
 	if ok && payload == nil {
 		payload = []byte{}
 	}
@@ -384,4 +391,69 @@ func (i *Inspector) pendingSelection(ctx context.Context, key, group string, ids
 		errs = append(errs, fmt.Errorf("%w: entries %s of stream %q are not pending in group %q (acknowledged, or never delivered)", ErrNotPending, strings.Join(notPending, ", "), key, group))
 	}
 	return sel, errors.Join(errs...)
+}
+
+// PendingFilter selects pending entries for Inspector.PendingEntries.
+type PendingFilter struct {
+	// After is a page's cursor: the entries after this id. Defaults to "": from the first.
+	After string
+	// Consumer selects the entries pending at this consumer. Defaults to "": any.
+	Consumer string
+}
+
+// MaxPendingPage bounds one page of Inspector.PendingEntries.
+const MaxPendingPage = 1000
+
+// PendingEntries returns one page of the pending entries of the stream key's group
+// group that f selects, oldest id first, at most limit (1 to MaxPendingPage; 0:
+// MaxPendingPage): each with the consumer holding it, its idle time and its deliveries
+// (one XPENDING … COUNT). The next page starts after the last id returned.
+func (i *Inspector) PendingEntries(ctx context.Context, key, group string, f PendingFilter, limit int) ([]PendingEntry, error) {
+	if limit <= 0 || limit > MaxPendingPage {
+		limit = MaxPendingPage
+	}
+	if err := i.mustHaveGroup(ctx, key, group); err != nil {
+		return nil, err
+	}
+	start := "-"
+	if f.After != "" {
+		// The id after f.After ("(" + id, exclusive, is Redis 6.2's; this works on all).
+		ms, seq, ok := strings.Cut(f.After, "-")
+		n, err := strconv.ParseUint(seq, 10, 64)
+		if !ok || err != nil || !entryIDRe.MatchString(f.After) {
+			return nil, fmt.Errorf("admin: After %q is not an entry id (<ms>-<seq>)", f.After)
+		}
+		start = ms + "-" + strconv.FormatUint(n+1, 10)
+	}
+	ext, err := i.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: start, End: "+", Count: int64(limit), Consumer: f.Consumer}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: stream %q group %q: xpending: %w", key, group, err)
+	}
+	out := make([]PendingEntry, len(ext))
+	for k, e := range ext {
+		out[k] = PendingEntry{Consumer: e.Consumer, Deliveries: e.RetryCount, ID: e.ID, Idle: e.Idle}
+	}
+	return out, nil
+}
+
+// PendingIDs returns the ids of every entry pending in the stream key's group group
+// (at consumer only, when it is not ""), oldest first, read page by page with
+// PendingEntries: the set a "release a consumer's" or "dead-letter all" confirmation
+// names and then acts on.
+func (i *Inspector) PendingIDs(ctx context.Context, key, group, consumer string) ([]string, error) {
+	var ids []string
+	f := PendingFilter{Consumer: consumer}
+	for {
+		page, err := i.PendingEntries(ctx, key, group, f, MaxPendingPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range page {
+			ids = append(ids, p.ID)
+		}
+		if len(page) < MaxPendingPage {
+			return ids, nil
+		}
+		f.After = page[len(page)-1].ID
+	}
 }

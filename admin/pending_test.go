@@ -108,6 +108,10 @@ func TestDeadLetterPendingWritesSettlesDeadLetterAndAcksTheEntryOnce(t *testing.
 	if d.Reason != admin.ReasonOperator || d.Source != b.in || d.OriginalID != ids[0] || d.Headers[settle.HeaderRetryCount] != "1" || d.Headers["region"] != "eu" {
 		t.Fatalf("dead letter %+v, want reason %q, source %s, dead id %s, retry count 1, the region header kept", d, admin.ReasonOperator, b.in, ids[0])
 	}
+	// An operator-made dead letter carries settle-dead-at and an error saying who held it.
+	if at, err := time.Parse(time.RFC3339, d.Headers[settle.HeaderDeadAt]); err != nil || at.IsZero() || !strings.Contains(d.Error, "held by consumer") {
+		t.Fatalf("dead letter dead-at %q, error %q; want a time and the consumer that held it", d.Headers[settle.HeaderDeadAt], d.Error)
+	}
 	if p := b.pendingIDs(t); len(p["gone"]) != 1 || p["gone"][0] != ids[1] {
 		t.Fatalf("pending %v, want only %s at gone (the other acked)", p, ids[1])
 	}

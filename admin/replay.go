@@ -74,13 +74,34 @@ func To(key string) ReplayOption {
 	return replayOptionFunc(func(c *actionConfig) { c.to = key })
 }
 
-// selection returns the dead letters of key an action configured by cfg acts on, or
-// cfg's or f's refusal.
-func (i *Inspector) selection(ctx context.Context, key string, f Filter, cfg actionConfig) ([]DeadLetter, error) {
+// selection returns the dead letters of key an action on sel configured by cfg acts
+// on, or cfg's or sel's refusal.
+func (i *Inspector) selection(ctx context.Context, key string, sel Selection, cfg actionConfig) ([]DeadLetter, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	return i.DeadLetters(ctx, key, f, cfg.limit)
+	return i.DeadLetters(ctx, key, sel.filter(), cfg.bound(sel))
+}
+
+// bound is how many dead letters an action on sel may touch: Limit, and a bounded
+// Selection's Count (0: no bound).
+func (cfg actionConfig) bound(sel Selection) int {
+	switch {
+	case !sel.Bounded():
+		return cfg.limit
+	case cfg.limit > 0:
+		return min(cfg.limit, sel.Count)
+	}
+	return sel.Count
+}
+
+// meanwhile is how many of a bounded sel were gone when an action touched done of them
+// (0 for an unbounded one or a dry run).
+func meanwhile(sel Selection, cfg actionConfig, done int) int {
+	if !sel.Bounded() || cfg.dryRun {
+		return 0
+	}
+	return max(cfg.bound(sel)-done, 0)
 }
 
 // check refuses a negative Limit or Rate.
@@ -102,8 +123,14 @@ type ReplayResult struct {
 	// Gone lists the dead letters selected that were gone when their turn came (another
 	// replay or a purge took them first): nothing was written for them.
 	Gone []string
+	// Meanwhile counts, for a bounded Selection, the dead letters of its Count that were
+	// not there to move (replayed or purged meanwhile; Gone included).
+	Meanwhile int
 	// Replayed lists the dead letters moved, in order.
 	Replayed []Replayed
+	// Selection is, in a dry run, the set it showed: pass it to the action to move those
+	// and no other (DeadLetterStore.Replay).
+	Selection *Selection
 }
 
 // Replayed is one dead letter moved back.
@@ -135,31 +162,41 @@ type Replayed struct {
 //
 // An error during the moves (the connection, ctx) stops the replay: the result says
 // what moved before it, and running the replay again moves the rest.
+//
+// The dry run's result names the Selection it showed; StreamDeadLetters(key).Replay of
+// that Selection moves those dead letters and none that arrived since.
 func (i *Inspector) Replay(ctx context.Context, key string, f Filter, opts ...ReplayOption) (*ReplayResult, error) {
+	return i.replayStream(ctx, key, Selection{Filter: f}, opts)
+}
+
+func (i *Inspector) replayStream(ctx context.Context, key string, s Selection, opts []ReplayOption) (*ReplayResult, error) {
 	cfg := configure(opts, ReplayOption.applyReplay)
-	sel, err := i.selection(ctx, key, f, cfg)
+	sel, err := i.selection(ctx, key, s, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return i.replay(ctx, key, "stream", sel, cfg, func(k int, to string) (string, bool, error) {
+	return i.replay(ctx, key, "stream", s, sel, cfg, func(k int, to string) (string, bool, error) {
 		return script.Replay(ctx, i.rdb, to, key, sel[k].ID, replayValues(key, sel[k]))
 	})
 }
 
-// replay checks the destinations of sel, dead letters of key (a "stream" or a "list"),
-// and unless cfg is a dry run moves each in turn at cfg's rate with move(k, to), which
-// moves sel[k] to to and reports its new id and whether it was still there to move.
-func (i *Inspector) replay(ctx context.Context, key, kind string, sel []DeadLetter, cfg actionConfig, move func(k int, to string) (newID string, moved bool, err error)) (*ReplayResult, error) {
+// replay checks the destinations of sel, the dead letters of key (a "stream" or a
+// "list") that s selects, and unless cfg is a dry run moves each in turn at cfg's rate
+// with move(k, to), which moves sel[k] to to and reports its new id and whether it was
+// still there to move.
+func (i *Inspector) replay(ctx context.Context, key, kind string, s Selection, sel []DeadLetter, cfg actionConfig, move func(k int, to string) (newID string, moved bool, err error)) (res *ReplayResult, err error) {
 	if err := i.checkDestinations(ctx, key, sel, cfg.to, kind); err != nil {
 		return nil, err
 	}
-	res := &ReplayResult{DryRun: cfg.dryRun}
+	res = &ReplayResult{DryRun: cfg.dryRun}
 	if cfg.dryRun {
 		for _, d := range sel {
 			res.Replayed = append(res.Replayed, Replayed{ID: d.ID, To: destination(d, cfg.to)})
 		}
+		res.Selection = selectionOf(s.Filter, sel, kind == "list")
 		return res, nil
 	}
+	defer func() { res.Meanwhile = meanwhile(s, cfg, len(res.Replayed)) }()
 	pacer := pace.New(cfg.rate)
 	defer pacer.Stop()
 	for k, d := range sel {
@@ -254,6 +291,12 @@ type PurgeResult struct {
 	DryRun bool
 	// IDs lists the dead letters selected, in order.
 	IDs []string
+	// Meanwhile counts, for a bounded Selection, the dead letters of its Count that were
+	// not there to delete (replayed or purged meanwhile).
+	Meanwhile int
+	// Selection is, in a dry run, the set it showed: pass it to the action to delete
+	// those and no other (DeadLetterStore.Purge).
+	Selection *Selection
 }
 
 // replayHeaders are the headers a replay of d, a dead letter of key, writes: d's own
@@ -270,6 +313,18 @@ func replayHeaders(key string, d DeadLetter) map[string]string {
 	return headers
 }
 
+// purgeResultOf is the result of a purge of sel, what s selects, before it deletes.
+func purgeResultOf(s Selection, sel []DeadLetter, cfg actionConfig, list bool) *PurgeResult {
+	res := &PurgeResult{DryRun: cfg.dryRun}
+	for _, d := range sel {
+		res.IDs = append(res.IDs, d.ID)
+	}
+	if cfg.dryRun {
+		res.Selection = selectionOf(s.Filter, sel, list)
+	}
+	return res
+}
+
 // purgeBatch is how many entries one XDEL (or one pipeline of LREMs) of a purge deletes.
 const purgeBatch = 100
 
@@ -278,18 +333,20 @@ const purgeBatch = 100
 // purge run again deletes nothing). The selection is checked as Replay's is, before
 // anything is deleted.
 func (i *Inspector) Purge(ctx context.Context, key string, f Filter, opts ...PurgeOption) (*PurgeResult, error) {
+	return i.purgeStream(ctx, key, Selection{Filter: f}, opts)
+}
+
+func (i *Inspector) purgeStream(ctx context.Context, key string, s Selection, opts []PurgeOption) (*PurgeResult, error) {
 	cfg := configure(opts, PurgeOption.applyPurge)
-	sel, err := i.selection(ctx, key, f, cfg)
+	sel, err := i.selection(ctx, key, s, cfg)
 	if err != nil {
 		return nil, err
 	}
-	res := &PurgeResult{DryRun: cfg.dryRun}
-	for _, d := range sel {
-		res.IDs = append(res.IDs, d.ID)
-	}
+	res := purgeResultOf(s, sel, cfg, false)
 	if cfg.dryRun {
 		return res, nil
 	}
+	defer func() { res.Meanwhile = meanwhile(s, cfg, int(res.Deleted)) }()
 	for start := 0; start < len(res.IDs); start += purgeBatch {
 		ids := res.IDs[start:min(start+purgeBatch, len(res.IDs))]
 		n, err := i.rdb.XDel(ctx, key, ids...).Result()

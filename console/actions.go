@@ -77,6 +77,12 @@ func (c *Console) mountAction(w http.ResponseWriter, r *http.Request) {
 		}
 		c.log.Info("settle console: "+action, "mount", m.Name, "key", m.Key, "group", group)
 		c.result(w, r, m.Name, resultPage{Back: back, Summary: fmt.Sprintf("%s mount %s (%s): its consumers see it within a second.", verb, m.Name, m.Key)})
+	case "release", "dead-pending":
+		if !m.isStream() || (action == "dead-pending" && m.DeadLetter == "") {
+			c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("mount %q has no pending entries to %s (a stream kind%s)", m.Name, action, map[bool]string{true: " with a dead letter", false: ""}[action == "dead-pending"]))
+			return
+		}
+		c.pendingAction(w, r, m, action, back)
 	case "promote":
 		handles := r.PostForm["member"]
 		if m.Delayed == "" || len(handles) == 0 {
@@ -117,33 +123,40 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, m Mount, ac
 	st := c.deadLetters(m)
 	ctx := r.Context()
 	confirmed := r.PostFormValue("confirm") == "yes"
+	shown := admin.Selection{Filter: sel}
+	if confirmed {
+		if err := readBound(r, &shown); err != nil {
+			c.fail(w, r, http.StatusBadRequest, action+" refused", err)
+			return
+		}
+	}
 	if action == "purge" {
 		var opts []admin.PurgeOption
 		if !confirmed {
 			opts = append(opts, admin.DryRun())
 		}
-		res, err := st.purge(ctx, sel, opts...)
+		res, err := st.Purge(ctx, shown, opts...)
 		if err != nil {
 			c.fail(w, r, http.StatusBadRequest, "Purge refused", err)
 			return
 		}
 		if !confirmed {
 			c.confirm(w, r, m.Name, confirmPage{
-				Action: c.path("mounts", m.Name, "purge"), Back: back, Count: len(res.IDs), Fields: fields, IDs: res.IDs, Verb: "Purge",
+				Action: c.path("mounts", m.Name, "purge"), Back: back, Count: len(res.IDs), Fields: append(fields, boundFields(res.Selection)...), IDs: res.IDs, Verb: "Purge",
 				What: fmt.Sprintf("delete %s from %s, for good", countOf(len(res.IDs), "dead letter"), m.DeadLetter),
 			})
 			return
 		}
-		c.log.Info("settle console: purge", "mount", m.Name, "key", m.DeadLetter, "deleted", res.Deleted)
+		c.log.Info("settle console: purge", "mount", m.Name, "key", m.DeadLetter, "deleted", res.Deleted, "gone_meanwhile", res.Meanwhile)
 		c.result(w, r, m.Name, resultPage{Back: back, Lines: res.IDs,
-			Summary: fmt.Sprintf("Purged %s from %s.", countOf(int(res.Deleted), "dead letter"), m.DeadLetter)})
+			Summary: fmt.Sprintf("Purged %s of the %d confirmed from %s.%s", countOf(int(res.Deleted), "dead letter"), shown.Count, m.DeadLetter, meanwhileNote(res.Meanwhile))})
 		return
 	}
 	opts := []admin.ReplayOption{admin.Rate(rate)}
 	if !confirmed {
 		opts = append(opts, admin.DryRun())
 	}
-	res, err := st.replay(ctx, sel, opts...)
+	res, err := st.Replay(ctx, shown, opts...)
 	if err != nil && res == nil {
 		c.fail(w, r, http.StatusBadRequest, "Replay refused", err)
 		return
@@ -156,12 +169,12 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, m Mount, ac
 	}
 	if !confirmed {
 		c.confirm(w, r, m.Name, confirmPage{
-			Action: c.path("mounts", m.Name, "replay"), Back: back, Count: len(ids), Fields: fields, IDs: ids, Verb: "Replay",
+			Action: c.path("mounts", m.Name, "replay"), Back: back, Count: len(ids), Fields: append(fields, boundFields(res.Selection)...), IDs: ids, Verb: "Replay",
 			What: fmt.Sprintf("move %s from %s back to %s%s, attempts reset", countOf(len(ids), "dead letter"), m.DeadLetter, keysOf(dests), rateOf(rate)),
 		})
 		return
 	}
-	rp := resultPage{Back: back, Summary: fmt.Sprintf("Replayed %s of %s.", countOf(len(res.Replayed), "dead letter"), m.DeadLetter)}
+	rp := resultPage{Back: back, Summary: fmt.Sprintf("Replayed %s of the %d confirmed from %s.%s", countOf(len(res.Replayed), "dead letter"), shown.Count, m.DeadLetter, meanwhileNote(res.Meanwhile))}
 	for _, x := range res.Replayed {
 		rp.Lines = append(rp.Lines, fmt.Sprintf("%s → %s %s", x.ID, x.To, x.NewID))
 	}
@@ -171,8 +184,16 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, m Mount, ac
 	if err != nil {
 		rp.Summary += " It stopped: " + err.Error() + " Run it again to move the rest."
 	}
-	c.log.Info("settle console: replay", "mount", m.Name, "key", m.DeadLetter, "replayed", len(res.Replayed), "gone", len(res.Gone))
+	c.log.Info("settle console: replay", "mount", m.Name, "key", m.DeadLetter, "replayed", len(res.Replayed), "gone_meanwhile", res.Meanwhile)
 	c.result(w, r, m.Name, rp)
+}
+
+// meanwhileNote says how many of the confirmed were gone when the action came.
+func meanwhileNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" %d of them were gone meanwhile (replayed or purged by another hand).", n)
 }
 
 // picked is what an action's form selects: the ids ticked (scope "selected", the
@@ -283,4 +304,77 @@ func rateOf(rate float64) string {
 		return ""
 	}
 	return fmt.Sprintf(" at %g a second", rate)
+}
+
+// pendingAction releases or dead-letters the pending entries of m's group the form
+// selects (ids; scope "consumer": every entry one consumer holds; scope "all": every
+// pending entry): first a confirmation naming the ids read now, then, with
+// confirm=yes, the action on exactly those ids.
+func (c *Console) pendingAction(w http.ResponseWriter, r *http.Request, m Mount, action, back string) {
+	ctx := r.Context()
+	ids := r.PostForm["id"]
+	if r.PostFormValue("confirm") != "yes" && len(ids) == 0 {
+		consumer := ""
+		switch r.PostFormValue("scope") {
+		case "consumer":
+			if consumer = r.PostFormValue("consumer"); consumer == "" {
+				c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("name the consumer"))
+				return
+			}
+		case "all":
+		default:
+			c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("select entries: ids, a consumer's, or all"))
+			return
+		}
+		var err error
+		if ids, err = c.opts.Admin.PendingIDs(ctx, m.Key, m.Group, consumer); err != nil {
+			c.fail(w, r, http.StatusBadGateway, "Cannot read the pending entries of "+m.Name, err)
+			return
+		}
+	}
+	if len(ids) == 0 {
+		c.fail(w, r, http.StatusBadRequest, action+" refused", fmt.Errorf("nothing is pending there"))
+		return
+	}
+	verb, what := "Release", fmt.Sprintf("release %s of %s group %s to the group: the next reclaim takes them, no attempt spent", entries(len(ids)), m.Key, m.Group)
+	if action == "dead-pending" {
+		verb, what = "Dead-letter", fmt.Sprintf("dead-letter %s of %s group %s to %s now", entries(len(ids)), m.Key, m.Group, m.DeadLetter)
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		fields := make([]header, len(ids))
+		for k, id := range ids {
+			fields[k] = header{"id", id}
+		}
+		c.confirm(w, r, m.Name, confirmPage{Action: c.path("mounts", m.Name, action), Back: back, Count: len(ids), Fields: fields, IDs: ids, Verb: verb, What: what})
+		return
+	}
+	rp := resultPage{Back: back}
+	if action == "dead-pending" {
+		res, err := c.opts.Admin.DeadLetterPending(ctx, m.Key, m.Group, ids, m.DeadLetter)
+		if err != nil && res == nil {
+			c.fail(w, r, http.StatusBadRequest, verb+" refused", err)
+			return
+		}
+		for _, d := range res.DeadLettered {
+			rp.Lines = append(rp.Lines, d.ID+" → "+d.DeadID)
+		}
+		rp.Summary = fmt.Sprintf("Dead-lettered %s of the %d confirmed to %s.%s", entries(len(res.DeadLettered)), len(ids), m.DeadLetter, meanwhileNote(len(res.Gone)))
+	} else {
+		res, err := c.opts.Admin.ReleasePending(ctx, m.Key, m.Group, ids)
+		if err != nil && res == nil {
+			c.fail(w, r, http.StatusBadRequest, verb+" refused", err)
+			return
+		}
+		for _, p := range res.Released {
+			rp.Lines = append(rp.Lines, p.ID+" released from "+p.Consumer)
+		}
+		rp.Summary = fmt.Sprintf("Released %s of the %d confirmed.%s", entries(len(res.Released)), len(ids), meanwhileNote(len(res.Gone)))
+	}
+	c.log.Info("settle console: "+action, "mount", m.Name, "key", m.Key, "group", m.Group, "entries", len(ids))
+	c.result(w, r, m.Name, rp)
+}
+
+// entries is "1 pending entry", "3 pending entries".
+func entries(n int) string {
+	return fmt.Sprintf("%d %s", n, plural(n, "pending entry", "pending entries"))
 }

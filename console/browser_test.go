@@ -246,3 +246,33 @@ func TestBrowserReplaysSelectedDeadLettersUntilSettledPausesAndRefusesInReadOnly
 		t.Fatalf("the read-only console moved dead letters: %d left, want %d", n, deadTotal-2)
 	}
 }
+
+// TestBrowserSignsInWithTheTokenThenActs: a token console shows chromium its login
+// page, refuses a wrong token, and after the right one serves the pages and their
+// actions (the session cookie set by the login).
+func TestBrowserSignsInWithTheTokenThenActs(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skip("the browser test needs " + chromium + " (apt-get install -y chromium)")
+	}
+	w := newWorld(t)
+	w.seed(t)
+	srv, _ := w.serve(t, console.Options{Prefix: "/settle", Auth: console.Auth{Token: "correct horse"}})
+	b := newBrowser(t)
+	b.do("open the console", chromedp.Navigate(srv.URL+"/settle/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if n := eval[int](b, `document.querySelectorAll("#overview").length`); n != 0 {
+		t.Fatal("the overview shows before signing in")
+	}
+	b.do("a wrong token", chromedp.SendKeys(chromedp.CSS("#token"), "battery staple"), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#error")))
+	b.shot("console-login-refused")
+	b.do("the token", chromedp.SendKeys(chromedp.CSS("#token"), "correct horse"), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#overview")))
+	if got := b.text(`tr[data-mount="refunds"] td[data-dead]`); got != strconv.Itoa(deadTotal) {
+		t.Fatalf("the overview shows %q dead letters, want %d", got, deadTotal)
+	}
+	b.do("pause the mount", chromedp.Navigate(srv.URL+"/settle/mounts/refunds"), chromedp.WaitVisible(chromedp.CSS("#dead-letters")),
+		chromedp.Click(chromedp.CSS(`form[action$="/pause"] button`)), chromedp.WaitVisible(chromedp.CSS("#result")))
+	if !w.paused(t) {
+		t.Fatal("signed in, the pause button paused nothing")
+	}
+}

@@ -3,8 +3,8 @@
 // dead letters, pause and resume a mount, promote a delayed retry), through the
 // operator API of settle/admin and settle/inbox.
 //
-// A service mounts it in its own mux, behind its own authentication (the console has
-// none of its own):
+// A service mounts it in its own mux, behind its own authentication or with
+// Options.Auth (a token login or basic auth):
 //
 //	c, err := console.New(console.Options{
 //		Admin:    admin.NewInspector(rdb),
@@ -15,9 +15,15 @@
 //	mux.Handle("/settle/", auth(c))
 //
 // The pages are rendered on the server (html/template), the style sheet and one small
-// script are embedded; nothing is built. Safe by construction: in read-only mode no
-// action is rendered and every POST is refused (403); every action is a POST carrying
-// a CSRF token (a hidden form field matched against a SameSite cookie); replay and
+// script are embedded; nothing is built. Safe by construction: every response carries
+// security headers (nosniff, frame-ancestors 'none', a CSP without inline script); a
+// request whose Host is not an IP address, localhost or a name of
+// Options.AllowedHosts is refused (DNS rebinding); in read-only mode no action is
+// rendered and every POST is refused (403); every action is a POST that passes Go's
+// http.CrossOriginProtection and carries a CSRF token (a hidden form field matched
+// against a SameSite cookie: it also refuses a forged POST from a browser or extension
+// that sends neither Sec-Fetch-Site nor Origin, which CrossOriginProtection lets
+// through as a non-browser client); replay and
 // purge first show how many entries they will move and ask again; a replay is the
 // API's atomic, resumable replay; a list view never shows more than one bounded page
 // (Options.PageSize, at most MaxPageSize), paged by id.
@@ -64,9 +70,18 @@ const DefaultRefresh = 5 * time.Second
 
 // Options configures a console.
 type Options struct {
+	// AllowedHosts are the host names (with or without a port) the console answers to
+	// besides IP addresses and localhost; a request with another Host is refused (421),
+	// so that a name an attacker points at a loopback console (DNS rebinding) reaches
+	// nothing. "*" allows any, for a console behind a proxy that checks the name.
+	// Defaults to none.
+	AllowedHosts []string
 	// Admin inspects and acts on the Redis that Mounts name. Required when Mounts is not
 	// empty.
 	Admin *admin.Inspector
+	// Auth asks who is there: a token login or basic auth. Defaults to none (the
+	// service authenticates in front of the console).
+	Auth Auth
 	// Codec decodes payloads for display. Defaults to settle.Msgpack.
 	Codec settle.Codec
 	// Inboxes are the SQL inboxes to show.
@@ -131,6 +146,7 @@ type Console struct {
 	inboxes  []Inbox
 	log      *slog.Logger
 	mounts   []Mount
+	handler  http.Handler // mux behind the guards
 	mux      *http.ServeMux
 	opts     Options
 	pages    *pages
@@ -216,12 +232,13 @@ func New(o Options) (*Console, error) {
 	}
 	c.pages = p
 	c.routes()
+	c.handler = c.protect(c.mux)
 	return c, nil
 }
 
 // ServeHTTP serves the console's pages under Options.Prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c.mux.ServeHTTP(w, r)
+	c.handler.ServeHTTP(w, r)
 }
 
 // mount returns the mount named name.

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -123,10 +124,48 @@ func TestPurgeConfirmsThenDeletesTheMatchingOnly(t *testing.T) {
 	if !strings.Contains(body, `<strong id="confirm-count">`+strconv.Itoa(deadNoCap)+`</strong>`) {
 		t.Fatalf("purge of the matching: no confirmation of %d:\n%s", deadNoCap, body)
 	}
-	form.Set("confirm", "yes")
-	post(t, cl, srv.URL+"/mounts/refunds/purge", form)
+	post(t, cl, srv.URL+"/mounts/refunds/purge", confirmation(t, body))
 	if left := w.deadIDs(t, ""); len(left) != deadCapped || len(w.deadIDs(t, "no attempts cap")) != 0 {
 		t.Fatalf("left %v, want the %d capped only", left, deadCapped)
+	}
+}
+
+// TestAConfirmedActionOnAllMatchingActsOnWhatWasShownNotOnArrivals is rule 1 of issue
+// 23 in the console: dead letters that arrive between the confirmation and the click
+// are not touched, with each filter, for a purge and a replay.
+func TestAConfirmedActionOnAllMatchingActsOnWhatWasShownNotOnArrivals(t *testing.T) {
+	t.Parallel()
+	for name, filter := range map[string]url.Values{
+		"none": {}, "reason": {"reason": {"no attempts cap"}}, "error": {"error": {"account closed"}},
+		"since": {"since": {"2000-01-01T00:00"}},
+	} {
+		for _, verb := range []string{"purge", "replay"} {
+			t.Run(name+"/"+verb, func(t *testing.T) {
+				t.Parallel()
+				w, srv, cl := seeded(t, console.Options{})
+				_, body := get(t, cl, srv.URL+"/mounts/refunds")
+				form := url.Values{"csrf": {token(t, body)}, "scope": {"matching"}}
+				for k, v := range filter {
+					form[k] = v
+				}
+				_, body = post(t, cl, srv.URL+"/mounts/refunds/"+verb, form)
+				shown := len(w.deadIDs(t, filter.Get("reason")))
+				if filter.Get("error") != "" {
+					shown = deadNoCap
+				}
+				if !strings.Contains(body, `<strong id="confirm-count">`+strconv.Itoa(shown)+`</strong>`) {
+					t.Fatalf("no confirmation of %d:\n%s", shown, body)
+				}
+				w.addDead(t, 5) // they arrive before the click
+				_, body = post(t, cl, srv.URL+"/mounts/refunds/"+verb, confirmation(t, body))
+				if want := fmt.Sprintf("%s %d dead letter", map[string]string{"purge": "Purged", "replay": "Replayed"}[verb], shown); !strings.Contains(body, want) {
+					t.Fatalf("the result does not say %q:\n%s", want, body)
+				}
+				if left := w.xlen(t, w.dead); left != int64(deadTotal-shown+5) {
+					t.Fatalf("%d dead letters left, want %d: the 5 arrivals untouched", left, deadTotal-shown+5)
+				}
+			})
+		}
 	}
 }
 

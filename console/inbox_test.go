@@ -37,6 +37,13 @@ var mailSchema = map[inbox.Dialect]string{
 // way: two bounced at the cap of 2 attempts into the group emails.dead, one sent.
 func mailInbox(t *testing.T, d inbox.Dialect, dsn string) *inbox.Inbox {
 	t.Helper()
+	ib, _ := mailInboxDB(t, d, dsn)
+	return ib
+}
+
+// mailInboxDB is mailInbox and its database.
+func mailInboxDB(t *testing.T, d inbox.Dialect, dsn string) (*inbox.Inbox, *sql.DB) {
+	t.Helper()
 	driver := "pgx"
 	if d == inbox.SQLite {
 		driver, dsn = "sqlite", "file:"+filepath.Join(t.TempDir(), "mail.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
@@ -71,17 +78,24 @@ func mailInbox(t *testing.T, d inbox.Dialect, dsn string) *inbox.Inbox {
 			return nil
 		}), settle.MaxAttempts(2), settle.DeadLetter("emails.dead"), noBackoff)
 	})
-	return ib
+	return ib, db
 }
 
 // inboxConsole serves a console of the mail inbox alone (SQLite).
 func inboxConsole(t *testing.T, readOnly bool) (*inbox.Inbox, string, *http.Client) {
 	t.Helper()
-	ib := mailInbox(t, inbox.SQLite, "")
+	ib, _, page, cl := inboxConsoleDB(t, readOnly)
+	return ib, page, cl
+}
+
+// inboxConsoleDB is inboxConsole and the inbox's database.
+func inboxConsoleDB(t *testing.T, readOnly bool) (*inbox.Inbox, *sql.DB, string, *http.Client) {
+	t.Helper()
+	ib, db := mailInboxDB(t, inbox.SQLite, "")
 	w := &world{}
 	srv, cl := w.serve(t, console.Options{Mounts: []console.Mount{}, ReadOnly: readOnly,
 		Inboxes: []console.Inbox{{Name: "mailer", Inbox: ib, Groups: []string{"emails"}, Dead: []string{"emails.dead"}}}})
-	return ib, srv.URL + "/inboxes/mailer", cl
+	return ib, db, srv.URL + "/inboxes/mailer", cl
 }
 
 var rowIDRe = regexp.MustCompile(`<tr data-id="([^"]+)"`)
@@ -113,7 +127,7 @@ func TestInboxPageListsDeadRowsAndReplaysTheSelectedToTheGroupChosen(t *testing.
 		t.Fatalf("no confirmation that 1 row moves:\n%s", body)
 	}
 	form.Set("confirm", "yes")
-	if _, body := post(t, cl, page+"/replay", form); !strings.Contains(body, `Replayed 1 dead row of emails.dead to group &#34;emails&#34;`) {
+	if _, body := post(t, cl, page+"/replay", form); !strings.Contains(body, `Replayed 1 dead row of the 1 confirmed from emails.dead to group &#34;emails&#34;`) {
 		t.Fatalf("the replay's result:\n%s", body)
 	}
 	v, err := ib.View(context.Background(), "emails", "emails.dead")
@@ -156,7 +170,45 @@ func TestInboxPurgeIsRefusedReadOnlyAndOtherwiseDeletesTheMatching(t *testing.T)
 	_, body := get(t, cl, page)
 	form.Set("csrf", token(t, body))
 	form.Set("error", "550")
-	if _, body := post(t, cl, page+"/purge", form); !strings.Contains(body, "Purged 2 dead rows") || len(deadRowIDs(t, ib)) != 0 {
+	form.Del("confirm")
+	_, body = post(t, cl, page+"/purge", form)
+	if _, body := post(t, cl, page+"/purge", confirmation(t, body)); !strings.Contains(body, "Purged 2 dead rows") || len(deadRowIDs(t, ib)) != 0 {
 		t.Fatalf("purge of the matching:\n%s", body)
+	}
+}
+
+// TestAConfirmedActionOnDeadRowsActsOnWhatWasShownNotOnArrivals is rule 1 of issue 23
+// for an inbox's dead rows in the console (admin's table DeadLetterStore): rows that die
+// between the confirmation and the click are left alone, with each filter.
+func TestAConfirmedActionOnDeadRowsActsOnWhatWasShownNotOnArrivals(t *testing.T) {
+	t.Parallel()
+	for name, filter := range map[string]url.Values{"none": {}, "error": {"error": {"550"}}, "reason": {"reason": {"mailbox unavail"}}} {
+		for _, verb := range []string{"purge", "replay"} {
+			t.Run(name+"/"+verb, func(t *testing.T) {
+				t.Parallel()
+				ib, db, page, cl := inboxConsoleDB(t, false)
+				_, body := get(t, cl, page)
+				form := url.Values{"csrf": {token(t, body)}, "scope": {"matching"}, "dead": {"emails.dead"}, "to": {"emails"}}
+				for k, v := range filter {
+					form[k] = v
+				}
+				_, body = post(t, cl, page+"/"+verb, form)
+				if !strings.Contains(body, `<strong id="confirm-count">2</strong>`) {
+					t.Fatalf("no confirmation of 2:\n%s", body)
+				}
+				for k := 0; k < 3; k++ { // they die before the click
+					if _, err := db.Exec(`INSERT INTO ` + ib.Table().Name + ` (name, payload, last_error) VALUES ('emails.dead', x'00', 'smtp 550: mailbox unavailable (late)')`); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, body = post(t, cl, page+"/"+verb, confirmation(t, body))
+				if !strings.Contains(body, "2 dead rows of the 2 confirmed") {
+					t.Fatalf("the result:\n%s", body)
+				}
+				if left := len(deadRowIDs(t, ib)); left != 3 {
+					t.Fatalf("%d dead rows left, want the 3 that died after the confirmation", left)
+				}
+			})
+		}
 	}
 }

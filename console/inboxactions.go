@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"slices"
 
-	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/admin"
 )
 
 // inboxAction serves the POST actions of an inbox (past guard): replay and purge of a
@@ -58,71 +58,88 @@ func (c *Console) deadRowAction(w http.ResponseWriter, r *http.Request, ib Inbox
 		return
 	}
 	fields, rate := append(pk.Fields, header{"dead", dead}), pk.Rate
-	var opts []inbox.ActionOption
+	to := r.PostFormValue("to")
+	if action == "replay" && ib.Inbox.Table().Group != "" {
+		if !slices.Contains(ib.Groups, to) {
+			c.fail(w, r, http.StatusBadRequest, "Replay refused", fmt.Errorf("choose the group to replay the rows to (one of the inbox's groups), not %q", to))
+			return
+		}
+		fields = append(fields, header{"to", to})
+	}
+	st := admin.TableDeadLetters(ib.Inbox, dead, to)
 	confirmed := r.PostFormValue("confirm") == "yes"
-	if !confirmed {
-		opts = append(opts, inbox.DryRun())
+	shown := admin.Selection{Filter: f}
+	if confirmed {
+		if err := readBound(r, &shown); err != nil {
+			c.fail(w, r, http.StatusBadRequest, action+" refused", err)
+			return
+		}
 	}
 	ctx := r.Context()
 	if action == "purge" {
-		res, err := ib.Inbox.Purge(ctx, dead, f, opts...)
+		var opts []admin.PurgeOption
+		if !confirmed {
+			opts = append(opts, admin.DryRun())
+		}
+		res, err := st.Purge(ctx, shown, opts...)
 		if err != nil {
 			c.fail(w, r, http.StatusBadRequest, "Purge refused", err)
 			return
 		}
 		if !confirmed {
 			c.confirm(w, r, ib.Name, confirmPage{
-				Action: c.path("inboxes", ib.Name, "purge"), Back: back, Count: len(res.IDs), Fields: fields, IDs: res.IDs, Verb: "Purge",
+				Action: c.path("inboxes", ib.Name, "purge"), Back: back, Count: len(res.IDs), Fields: append(fields, boundFields(res.Selection)...), IDs: res.IDs, Verb: "Purge",
 				What: fmt.Sprintf("delete %s from %s of %s, for good", countOf(len(res.IDs), "dead row"), dead, ib.Name),
 			})
 			return
 		}
-		c.log.Info("settle console: purge", "inbox", ib.Name, "dead", dead, "deleted", res.Deleted)
-		c.result(w, r, ib.Name, resultPage{Back: back, Lines: res.IDs, Summary: fmt.Sprintf("Purged %s from %s.", countOf(int(res.Deleted), "dead row"), dead)})
+		c.log.Info("settle console: purge", "inbox", ib.Name, "dead", dead, "deleted", res.Deleted, "gone_meanwhile", res.Meanwhile)
+		c.result(w, r, ib.Name, resultPage{Back: back, Lines: res.IDs, Summary: fmt.Sprintf("Purged %s of the %d confirmed from %s.%s", countOf(int(res.Deleted), "dead row"), shown.Count, dead, meanwhileNote(res.Meanwhile))})
 		return
 	}
-	to := r.PostFormValue("to")
-	opts = append(opts, inbox.Rate(rate))
-	if ib.Inbox.Table().Group != "" {
-		if !slices.Contains(ib.Groups, to) {
-			c.fail(w, r, http.StatusBadRequest, "Replay refused", fmt.Errorf("choose the group to replay the rows to (one of the inbox's groups), not %q", to))
-			return
-		}
-		opts = append(opts, inbox.To(to))
-		fields = append(fields, header{"to", to})
+	opts := []admin.ReplayOption{admin.Rate(rate)}
+	if !confirmed {
+		opts = append(opts, admin.DryRun())
 	}
-	res, err := ib.Inbox.Replay(ctx, dead, f, opts...)
+	res, err := st.Replay(ctx, shown, opts...)
 	if err != nil && res == nil {
 		c.fail(w, r, http.StatusBadRequest, "Replay refused", err)
 		return
 	}
+	ids := make([]string, len(res.Replayed))
+	for k, x := range res.Replayed {
+		ids[k] = x.ID
+	}
 	if !confirmed {
 		c.confirm(w, r, ib.Name, confirmPage{
-			Action: c.path("inboxes", ib.Name, "replay"), Back: back, Count: len(res.Replayed), Fields: fields, IDs: res.Replayed, Verb: "Replay",
-			What: fmt.Sprintf("move %s from %s back to %s%s, attempts reset", countOf(len(res.Replayed), "dead row"), dead, groupName(to), rateOf(rate)),
+			Action: c.path("inboxes", ib.Name, "replay"), Back: back, Count: len(ids), Fields: append(fields, boundFields(res.Selection)...), IDs: ids, Verb: "Replay",
+			What: fmt.Sprintf("move %s from %s back to %s%s, attempts reset", countOf(len(ids), "dead row"), dead, groupName(to), rateOf(rate)),
 		})
 		return
 	}
-	rp := resultPage{Back: back, Lines: res.Replayed, Summary: fmt.Sprintf("Replayed %s of %s to %s.", countOf(len(res.Replayed), "dead row"), dead, groupName(res.To))}
+	rp := resultPage{Back: back, Lines: ids, Summary: fmt.Sprintf("Replayed %s of the %d confirmed from %s to %s.%s", countOf(len(ids), "dead row"), shown.Count, dead, groupName(to), meanwhileNote(res.Meanwhile))}
 	for _, id := range res.Gone {
 		rp.Lines = append(rp.Lines, id+" was gone (replayed or purged meanwhile)")
 	}
 	if err != nil {
 		rp.Summary += " It stopped: " + err.Error() + " Run it again to move the rest."
 	}
-	c.log.Info("settle console: replay", "inbox", ib.Name, "dead", dead, "replayed", len(res.Replayed))
+	c.log.Info("settle console: replay", "inbox", ib.Name, "dead", dead, "replayed", len(ids), "gone_meanwhile", res.Meanwhile)
 	c.result(w, r, ib.Name, rp)
 }
 
-// rowSelection reads which dead rows the form selects, as an inbox.Filter, and the
-// fields that say so again.
-func rowSelection(r *http.Request) (inbox.Filter, picked, error) {
+// rowSelection reads which dead rows the form selects, as an admin.Filter (the filter
+// language of every dead letter), and the fields that say so again.
+func rowSelection(r *http.Request) (admin.Filter, picked, error) {
 	p, err := pick(r, "row")
 	if err != nil || !p.Matching {
-		return inbox.Filter{IDs: p.IDs}, p, err
+		return admin.Filter{IDs: p.IDs}, p, err
 	}
 	f, err := inboxFilter(p.Filter)
-	return f, p, err
+	if err != nil {
+		return admin.Filter{}, p, err
+	}
+	return admin.Filter{Error: f.Error, Since: f.Since, Until: f.Until, Reason: p.Filter.Reason}, p, nil
 }
 
 // groupName names group for a person.

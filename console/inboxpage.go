@@ -158,6 +158,8 @@ type deadRowPage struct {
 	Dead string
 	// Inbox is its inbox.
 	Inbox Inbox
+	// Badge names the codec the payload was decoded with and how it is shown.
+	Badge string
 	// Row is the row, its payload decoded.
 	Row *inbox.PeekedRow
 }
@@ -181,7 +183,7 @@ func (c *Console) deadRowPage(w http.ResponseWriter, r *http.Request) {
 	}
 	back := c.path("inboxes", ib.Name) + "?dead=" + dead
 	c.render(w, r, http.StatusOK, "deadrow", page{
-		Title: "Dead row " + id, Data: deadRowPage{Dead: dead, Inbox: ib, Row: row},
+		Title: "Dead row " + id, Data: deadRowPage{Badge: c.badge(row.Format, row.DecodeError), Dead: dead, Inbox: ib, Row: row},
 		Crumbs: []crumb{{c.path(), "Overview"}, {back, ib.Name}, {c.path("inboxes", ib.Name, "dead", dead, id), id}},
 	})
 }

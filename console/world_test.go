@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -273,13 +274,12 @@ func (w *world) serve(t *testing.T, o console.Options) (*httptest.Server, *http.
 // get fetches path and returns the status and body.
 func get(t *testing.T, cl *http.Client, u string) (int, string) {
 	t.Helper()
-	resp, err := cl.Get(u)
+	req, err := http.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, body := do(t, cl, req)
+	return resp.StatusCode, body
 }
 
 // post posts the form and returns the status and body.
@@ -292,6 +292,36 @@ func post(t *testing.T, cl *http.Client, u string, form url.Values) (int, string
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+var hiddenRe = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+
+// confirmation returns the form a confirmation page sends back (its hidden fields,
+// confirm=yes among them), as a person's click sends it.
+func confirmation(t *testing.T, body string) url.Values {
+	t.Helper()
+	form := url.Values{}
+	for _, m := range hiddenRe.FindAllStringSubmatch(body, -1) {
+		form.Add(html.UnescapeString(m[1]), html.UnescapeString(m[2]))
+	}
+	if form.Get("confirm") != "yes" {
+		t.Fatalf("the page is no confirmation:\n%s", body)
+	}
+	return form
+}
+
+// addDead writes n dead letters to the world's dead-letter stream as settle writes them
+// (reason "failed with no attempts cap declared", error "card account closed").
+func (w *world) addDead(t *testing.T, n int) {
+	t.Helper()
+	for k := 0; k < n; k++ {
+		err := w.rdb.XAdd(w.ctx, &redis.XAddArgs{Stream: w.dead, Values: []any{"payload", "late",
+			settle.HeaderDeadReason, "failed with no attempts cap declared", settle.HeaderDeadError, "card account closed",
+			settle.HeaderDeadSource, w.in, settle.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339Nano)}}).Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 var tokenRe = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)

@@ -218,7 +218,7 @@ func (t *transport) build(spec queueSpec) {
 
 // dueIndexed reports whether the table has an index led by (group, retry_after), with
 // which a plain queue claims the earliest due rows first (see claimOrder); without one
-// it says once, at Info, that claims take rows in id order.
+// it warns once that claims take rows in id order.
 func (t *transport) dueIndexed(ctx context.Context) bool {
 	tb := t.q.ib.table
 	indexes, err := t.d.indexes(ctx, t.q.ib.db, tb.Name)
@@ -233,7 +233,7 @@ func (t *transport) dueIndexed(ctx context.Context) bool {
 	if err != nil {
 		attrs = append(attrs, slog.Any("error", err))
 	}
-	t.env.Logger.InfoContext(ctx, "settle: inbox: the table has no index led by its group and retry_after columns: claims take rows in id order, reading past the rows parked for later; add the index to claim the earliest due first without reading them (see the README's schema)", attrs...)
+	t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no index led by its group and retry_after columns: claims take rows in id order, reading past the rows parked for later; add the index to claim the earliest due first without reading them (see the README's schema)", attrs...)
 	return false
 }
 

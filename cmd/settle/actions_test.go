@@ -323,3 +323,35 @@ func TestSeekMovesTheGroupToAnIDOrATimeAgo(t *testing.T) {
 		t.Fatalf("after seek the group reads %v, %v; want %v", s, err, ids[1:])
 	}
 }
+
+// TestPendingLsListsTheEntriesPagedAndReleaseAndDeadTakeConsumerOrAll: pending ls
+// --entries pages the entries with their consumer, idle and deliveries; release takes
+// --consumer, dead takes --all.
+func TestPendingLsListsTheEntriesPagedAndReleaseAndDeadTakeConsumerOrAll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.stuck(t, 5)
+	type pendingRow struct {
+		Consumer   string `json:"consumer"`
+		Deliveries int64  `json:"deliveries"`
+		ID         string `json:"id"`
+	}
+	page := lines[pendingRow](t, b.ok(t, nil, "pending", "ls", b.in, b.group, "--entries", "--limit", "2", "--after", ids[0], "--json").stdout)
+	if len(page) != 2 || page[0].ID != ids[1] || page[1].ID != ids[2] || page[0].Consumer != "gone" || page[0].Deliveries != 1 {
+		t.Fatalf("the page after %s: %+v, want %s and %s at consumer gone, delivered once", ids[0], page, ids[1], ids[2])
+	}
+	if r := b.ok(t, nil, "pending", "ls", b.in, b.group, "--entries", "--consumer", "nobody"); strings.Contains(r.stdout, ids[0]) {
+		t.Fatalf("entries of consumer nobody: %s", r.stdout)
+	}
+	var rel pendingActionOut
+	decode(t, b.ok(t, nil, "pending", "release", b.in, b.group, "--consumer", "gone", "--yes", "--json").stdout, &rel)
+	if len(rel.Released) != 5 {
+		t.Fatalf("release --consumer gone released %d, want 5", len(rel.Released))
+	}
+	var dead pendingActionOut
+	decode(t, b.ok(t, nil, "pending", "dead", b.in, b.group, "--all", "--to", b.dlq, "--yes", "--json").stdout, &dead)
+	if len(dead.DeadLettered) != 5 || b.pendingCount(t) != 0 || b.xlen(t, b.dlq) != 5 {
+		t.Fatalf("dead --all dead-lettered %d, %d left pending, %d dead letters; want 5, 0, 5", len(dead.DeadLettered), b.pendingCount(t), b.xlen(t, b.dlq))
+	}
+	b.fails(t, exitUsage, []string{"not both"}, "pending", "release", b.in, b.group, ids[0], "--all", "--yes")
+}

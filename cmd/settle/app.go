@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/settlekit/settle/admin"
+	"github.com/settlekit/settle/internal/redact"
 )
 
 // EnvRedisURL names the environment variable read when --redis is not given.
@@ -78,7 +80,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "settle: %v\n", err)
+	fmt.Fprintf(stderr, "settle: %s\n", scrub(err.Error()))
 	if errors.As(err, new(usageError)) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitUsage
@@ -181,18 +183,19 @@ func (a *app) connect(ctx context.Context) error {
 		return err
 	}
 	raw, from, cluster := a.redisTarget(fc)
+	known.add(redact.Secrets(raw)...)
 	redis.SetLogger(quietLogger{}) // its dial errors come back to us, and are reported once
 	var rdb redis.UniversalClient
 	if cluster {
 		c, err := newClusterClient(raw)
 		if err != nil {
-			return fmt.Errorf("%s %q: %w", from, redact(raw), err)
+			return fmt.Errorf("%s %q: %w", from, safe(raw), err)
 		}
 		rdb = c
 	} else {
 		opt, err := redis.ParseURL(raw)
 		if err != nil {
-			return fmt.Errorf("%s %q: %w", from, redact(raw), err)
+			return fmt.Errorf("%s %q: %w", from, safe(raw), err)
 		}
 		rdb = redis.NewClient(opt)
 	}
@@ -200,7 +203,7 @@ func (a *app) connect(ctx context.Context) error {
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return fmt.Errorf("cannot connect to Redis at %s (%s): %w", redact(raw), from, err)
+		return fmt.Errorf("cannot connect to Redis at %s (%s): %s", safe(raw), from, scrub(err.Error()))
 	}
 	a.rdb, a.insp = rdb, admin.NewInspector(rdb)
 	return nil
@@ -217,13 +220,37 @@ func (a *app) close() {
 	}
 }
 
-// redact hides the password of a URL.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
+// safe hides the passwords of a URL, a list of them or a DSN, and remembers them so
+// that scrub hides them wherever they show up again (a parser's or a driver's error).
+func safe(raw string) string {
+	known.add(redact.Secrets(raw)...)
+	return redact.DSN(raw)
+}
+
+// known are the secrets of the URLs and DSNs the command was given.
+var known secretSet
+
+type secretSet struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (s *secretSet) add(secrets ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.list = append(s.list, secrets...)
+}
+
+// scrub returns text (an error, a log line) with every known secret hidden, and those
+// of the environment's URL and DSN, and any URL's password.
+func scrub(text string) string {
+	known.mu.Lock()
+	secrets := slices.Clone(known.list)
+	known.mu.Unlock()
+	for _, env := range []string{EnvRedisURL, EnvRedisCluster, EnvDSN} {
+		secrets = append(secrets, redact.Secrets(os.Getenv(env))...)
 	}
-	return u.Redacted()
+	return redact.Text(text, secrets...)
 }
 
 // confirm asks the person at the terminal whether to go ahead with what (a phrase like

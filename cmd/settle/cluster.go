@@ -49,10 +49,10 @@ func newClusterClient(raw string) (*redis.ClusterClient, error) {
 		}
 		o, err := redis.ParseURL(part)
 		if err != nil {
-			return nil, fmt.Errorf("node %q: %w", redact(part), err)
+			return nil, fmt.Errorf("node %q: %w", safe(part), err)
 		}
 		if o.DB != 0 {
-			return nil, fmt.Errorf("node %q: database %d: a Redis Cluster has only database 0", redact(part), o.DB)
+			return nil, fmt.Errorf("node %q: database %d: a Redis Cluster has only database 0", safe(part), o.DB)
 		}
 		if !urlSeen {
 			urlSeen = true

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -304,15 +303,19 @@ func (tc tableConfig) inboxTable() inbox.Table {
 	}
 }
 
-// openSQL opens the database dsn names and returns its inbox dialect: postgres:// or
-// postgresql:// is PostgreSQL (pgx), file:… or a path ending .db, .sqlite or .sqlite3
+// keywordDSN is a PostgreSQL keyword/value DSN ("host=db user=app dbname=app").
+var keywordDSN = regexp.MustCompile(`^\s*[a-z_]+\s*=`)
+
+// openSQL opens the database dsn names and returns its inbox dialect: postgres://,
+// postgresql:// or a keyword/value DSN ("host=db dbname=app") is PostgreSQL (pgx), file:… or a path ending .db, .sqlite or .sqlite3
 // SQLite (modernc.org/sqlite; the file must exist), anything else MySQL/MariaDB
 // (go-sql-driver/mysql, with parseTime=true added). It checks that the database answers.
 func openSQL(ctx context.Context, dsn, from string) (*sql.DB, inbox.Dialect, error) {
+	shown := safe(dsn) // before parameters are added; remembers its secrets for scrub
 	var driver string
 	var d inbox.Dialect
 	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"), keywordDSN.MatchString(dsn):
 		driver, d = "pgx", inbox.Postgres
 	case isSQLite(dsn):
 		path := strings.TrimPrefix(dsn, "file:")
@@ -336,13 +339,13 @@ func openSQL(ctx context.Context, dsn, from string) (*sql.DB, inbox.Dialect, err
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %q: %w", from, redactDSN(dsn), err)
+		return nil, nil, fmt.Errorf("%s %q: %s", from, shown, scrub(err.Error()))
 	}
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		_ = db.Close()
-		return nil, nil, fmt.Errorf("cannot connect to the database at %s (%s): %w", redactDSN(dsn), from, err)
+		return nil, nil, fmt.Errorf("cannot connect to the database at %s (%s): %s", shown, from, scrub(err.Error()))
 	}
 	return db, d, nil
 }
@@ -366,18 +369,4 @@ func sep(dsn string) string {
 		return "&"
 	}
 	return "?"
-}
-
-// mysqlPassword is the password of a MySQL DSN (user:password@tcp(…)/db).
-var mysqlPassword = regexp.MustCompile(`^([^:@/]*):[^@]*@`)
-
-// redactDSN hides the password of a DSN.
-func redactDSN(dsn string) string {
-	if strings.Contains(dsn, "://") {
-		if u, err := url.Parse(dsn); err == nil {
-			return u.Redacted()
-		}
-		return dsn
-	}
-	return mysqlPassword.ReplaceAllString(dsn, "${1}:xxxxx@")
 }

@@ -290,3 +290,19 @@ func TestInboxViewAndStatsWithConfigShowAPausedGroup(t *testing.T) {
 		}
 	})
 }
+
+// TestStatsWithConfigShowsEveryMountItCanAndMarksTheOnesItCannotRead: a mount whose
+// group does not exist is marked UNREADABLE with why; the others are shown; exit 1.
+func TestStatsWithConfigShowsEveryMountItCanAndMarksTheOnesItCannotRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, jobs := b.twoMounts(t)
+	path := writeConfig(t, fmt.Sprintf(`{"mounts": [
+		{"name": "broken", "kind": "stream", "key": %q, "group": "no-such-group"},
+		{"name": "jobs", "kind": "list", "key": %q}]}`, b.in, jobs))
+	r := b.settle(t, nil, "stats", "--config", path)
+	if r.code != exitError || !strings.Contains(r.stdout, "UNREADABLE") || !strings.Contains(r.stdout, "jobs") ||
+		!strings.Contains(r.stderr, "1 of the 2 mounts could not be read: broken") {
+		t.Fatalf("stats --config with a broken mount = exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}

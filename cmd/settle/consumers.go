@@ -69,7 +69,9 @@ so no pending entry is lost. A consumer that reads again is made again.`,
 					}
 					return dry, len(dry.Pruned), fmt.Sprintf("remove %d consumers of %q group %q", len(dry.Pruned), key, grp), nil
 				},
-				func() (*admin.PruneResult, error) { return a.insp.PruneConsumers(cmd.Context(), key, grp) },
+				func(*admin.PruneResult) (*admin.PruneResult, error) {
+					return a.insp.PruneConsumers(cmd.Context(), key, grp)
+				},
 				func(r *admin.PruneResult) error {
 					if r == nil {
 						return nil

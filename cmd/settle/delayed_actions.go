@@ -95,7 +95,7 @@ func (a *app) delayedAction(use, short, long, verb string, all bool, act delayAc
 					}
 					return dry, len(dry.Done), fmt.Sprintf("%s %d members of delay set %q", verb, len(dry.Done), key), nil
 				},
-				func() (*admin.DelayResult, error) { return act(a.insp, cmd.Context(), key, f) },
+				func(*admin.DelayResult) (*admin.DelayResult, error) { return act(a.insp, cmd.Context(), key, f) },
 				func(r *admin.DelayResult) error { return a.printDelayResult(verb, r) })
 		},
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -30,6 +31,8 @@ type summaryJSON struct {
 	NewestAt *time.Time  `json:"newest_at,omitempty"`
 	Oldest   string      `json:"oldest,omitempty"`
 	OldestAt *time.Time  `json:"oldest_at,omitempty"`
+	Sampled  int         `json:"sampled,omitempty"`
+	Total    int64       `json:"total"`
 }
 
 type groupJSON struct {
@@ -61,42 +64,56 @@ type deadLetterJSON struct {
 func (a *app) dlqLsCommand(st store) *cobra.Command {
 	var ff filterFlags
 	var entries bool
-	var limit int
+	var limit, sample int
+	var after string
 	c := &cobra.Command{
 		Use:   "ls KEY",
 		Short: "Count the dead letters of KEY, grouped by reason, normalised error and source",
 		Long: `Count the dead letters of the dead-letter ` + st.noun + ` KEY (all, or those the filters
 select), grouped by reason, by normalised error (ids and numbers replaced, so that
 "card 4242 declined" and "card 1881 declined" group together) and by source.
-With --entries, list the entries instead, oldest first.` + st.note,
+With --entries, list the entries instead, oldest first, a page at a time (--limit, and
+--after the last id shown; a page of a filter that matches few reads at most 10,000 entries
+and says where to read on).` + st.note,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, none, err := a.selectedIn(cmd.Context(), st, args[0], &ff)
+			f, err := a.selectedIn(cmd.Context(), &ff)
 			if err != nil {
 				return err
 			}
-			switch {
-			case entries && none:
-				return a.printDeadLetters(nil)
-			case entries:
-				dls, err := st.entries(cmd.Context(), args[0], f, limit)
-				if err != nil {
+			if entries {
+				f.After = after
+				dls, err := st.open(args[0]).Page(cmd.Context(), f, limit)
+				var bound *admin.ScanBoundError
+				switch {
+				case errors.As(err, &bound):
+					defer fmt.Fprintf(a.stderr, "read %d entries without filling the page: more with --after %s\n", bound.Read, bound.Next)
+				case err != nil:
 					return err
 				}
-				return a.printDeadLetters(dls)
-			case none:
-				return a.printSummary(&admin.DeadLetterSummary{Key: args[0]})
+				if err := a.printDeadLetters(dls); err != nil {
+					return err
+				}
+				if limit > 0 && len(dls) == limit {
+					fmt.Fprintf(a.stderr, "more: --after %s\n", dls[len(dls)-1].ID)
+				}
+				return nil
 			}
-			s, err := st.summary(cmd.Context(), args[0], f)
+			s, err := st.open(args[0]).Summary(cmd.Context(), f, sample)
 			if err != nil {
 				return err
+			}
+			if s.Count > 0 && len(s.BySource) == 1 && s.BySource[0].Value == "" {
+				return fmt.Errorf("%s holds no dead letters: none of its %d entries read carries %s (is it a source %s? its dead letters are in the mount's DeadLetter)", args[0], s.Count, settle.HeaderDeadSource, st.noun)
 			}
 			return a.printSummary(s)
 		},
 	}
 	ff.add(c)
 	c.Flags().BoolVar(&entries, "entries", false, "list the entries instead of the summary")
-	c.Flags().IntVar(&limit, "limit", 0, "with --entries, list at most `N` (0: all)")
+	c.Flags().IntVar(&sample, "sample", admin.DefaultSample, "count among the newest `N` dead letters only (0: read them all)")
+	c.Flags().IntVar(&limit, "limit", 100, "with --entries, list at most `N` (0: all, reading the whole dead letter)")
+	c.Flags().StringVar(&after, "after", "", "with --entries, the page after this `ID` (a list: index)")
 	return c
 }
 
@@ -104,7 +121,11 @@ func (a *app) printSummary(s *admin.DeadLetterSummary) error {
 	if a.json {
 		return a.printJSON(summaryJSONOf(s))
 	}
-	fmt.Fprintf(a.stdout, "%s: %d dead letters\n", s.Key, s.Count)
+	if s.Sampled > 0 {
+		fmt.Fprintf(a.stdout, "%s: %d dead letters of the newest %d (%d in all; --sample 0 counts them all)\n", s.Key, s.Count, s.Sampled, s.Total)
+	} else {
+		fmt.Fprintf(a.stdout, "%s: %d dead letters\n", s.Key, s.Count)
+	}
 	if s.Count == 0 {
 		return nil
 	}

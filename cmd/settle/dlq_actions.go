@@ -24,9 +24,10 @@ func (af *actionFlags) add(cmd *cobra.Command) {
 // twoPass runs a destructive action: check runs it as a dry run (the whole selection
 // checked, nothing changed) and says how many it selects and what doing it means; unless
 // --dry-run or nothing is selected, confirmation is asked (or --yes given) and act does
-// it. show prints a result: the dry run's, or what act did (also when act stopped
-// part-way, so the operator sees what changed).
-func twoPass[R any](a *app, af actionFlags, check func() (R, int, string, error), act func() (R, error), show func(R) error) error {
+// it to what the dry run showed (its admin.Selection: never more, also when more
+// arrived meanwhile). show prints a result: the dry run's, or what act did (also when
+// act stopped part-way, so the operator sees what changed).
+func twoPass[R any](a *app, af actionFlags, check func() (R, int, string, error), act func(dry R) (R, error), show func(R) error) error {
 	dry, n, what, err := check()
 	if err != nil {
 		return err
@@ -37,7 +38,7 @@ func twoPass[R any](a *app, af actionFlags, check func() (R, int, string, error)
 	if err := a.confirm(what, af.yes); err != nil {
 		return err
 	}
-	res, err := act()
+	res, err := act(dry)
 	if perr := show(res); err == nil {
 		err = perr
 	}
@@ -46,10 +47,11 @@ func twoPass[R any](a *app, af actionFlags, check func() (R, int, string, error)
 
 // replayJSON is admin.ReplayResult as dlq replay --json prints it (one object).
 type replayJSON struct {
-	DryRun   bool           `json:"dry_run"`
-	Gone     []string       `json:"gone"`
-	Key      string         `json:"key"`
-	Replayed []replayedJSON `json:"replayed"`
+	DryRun    bool           `json:"dry_run"`
+	Gone      []string       `json:"gone"`
+	Meanwhile int            `json:"gone_meanwhile"`
+	Key       string         `json:"key"`
+	Replayed  []replayedJSON `json:"replayed"`
 }
 
 type replayedJSON struct {
@@ -78,26 +80,27 @@ is refused and nothing moves.` + st.note,
 		Args:    exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			f, none, err := a.selectedIn(cmd.Context(), st, key, &ff)
+			f, err := a.selectedIn(cmd.Context(), &ff)
 			if err != nil {
 				return err
 			}
-			if none {
-				return a.printReplay(key, &admin.ReplayResult{DryRun: af.dryRun})
-			}
+			ds := st.open(key)
 			opts := []admin.ReplayOption{admin.Limit(limit), admin.Rate(rate)}
 			if to != "" {
 				opts = append(opts, admin.To(to))
 			}
 			return twoPass(a, af,
 				func() (*admin.ReplayResult, int, string, error) {
-					dry, err := st.replay(cmd.Context(), key, f, append(opts, admin.DryRun())...)
+					dry, err := ds.Replay(cmd.Context(), admin.Selection{Filter: f}, append(opts, admin.DryRun())...)
 					if err != nil {
 						return nil, 0, "", err
 					}
+					dry.DryRun = af.dryRun || len(dry.Replayed) > 0 // nothing selected: a real run that replayed none
 					return dry, len(dry.Replayed), fmt.Sprintf("replay %d dead letters of %q to %s", len(dry.Replayed), key, destinations(dry)), nil
 				},
-				func() (*admin.ReplayResult, error) { return st.replay(cmd.Context(), key, f, opts...) },
+				func(dry *admin.ReplayResult) (*admin.ReplayResult, error) {
+					return ds.Replay(cmd.Context(), *dry.Selection, opts...)
+				},
 				func(r *admin.ReplayResult) error { return a.printReplay(key, r) })
 		},
 	}
@@ -129,7 +132,7 @@ func (a *app) printReplay(key string, r *admin.ReplayResult) error {
 		return nil
 	}
 	if a.json {
-		out := replayJSON{DryRun: r.DryRun, Gone: r.Gone, Key: key, Replayed: []replayedJSON{}}
+		out := replayJSON{DryRun: r.DryRun, Gone: r.Gone, Meanwhile: r.Meanwhile, Key: key, Replayed: []replayedJSON{}}
 		if out.Gone == nil {
 			out.Gone = []string{}
 		}
@@ -153,16 +156,17 @@ func (a *app) printReplay(key string, r *admin.ReplayResult) error {
 		}
 	}
 	fmt.Fprintf(a.stdout, "%s %d dead letters of %s", verb, len(r.Replayed), key)
-	fmt.Fprintln(a.stdout, goneNote(r.Gone))
+	fmt.Fprintln(a.stdout, goneNote(r.Gone)+meanwhileNote(r.Meanwhile))
 	return nil
 }
 
 // purgeJSON is admin.PurgeResult as dlq purge --json prints it (one object).
 type purgeJSON struct {
-	Deleted  int64    `json:"deleted"`
-	DryRun   bool     `json:"dry_run"`
-	Key      string   `json:"key"`
-	Selected []string `json:"selected"`
+	Deleted   int64    `json:"deleted"`
+	Meanwhile int      `json:"gone_meanwhile"`
+	DryRun    bool     `json:"dry_run"`
+	Key       string   `json:"key"`
+	Selected  []string `json:"selected"`
 }
 
 func (a *app) dlqPurgeCommand(st store) *cobra.Command {
@@ -178,22 +182,23 @@ deletes nothing more.` + st.note,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			f, none, err := a.selectedIn(cmd.Context(), st, key, &ff)
+			f, err := a.selectedIn(cmd.Context(), &ff)
 			if err != nil {
 				return err
 			}
-			if none {
-				return a.printPurge(key, &admin.PurgeResult{DryRun: af.dryRun})
-			}
+			ds := st.open(key)
 			return twoPass(a, af,
 				func() (*admin.PurgeResult, int, string, error) {
-					dry, err := st.purge(cmd.Context(), key, f, admin.Limit(limit), admin.DryRun())
+					dry, err := ds.Purge(cmd.Context(), admin.Selection{Filter: f}, admin.Limit(limit), admin.DryRun())
 					if err != nil {
 						return nil, 0, "", err
 					}
+					dry.DryRun = af.dryRun || len(dry.IDs) > 0 // nothing selected: a real run that deleted none
 					return dry, len(dry.IDs), fmt.Sprintf("delete %d dead letters of %q", len(dry.IDs), key), nil
 				},
-				func() (*admin.PurgeResult, error) { return st.purge(cmd.Context(), key, f, admin.Limit(limit)) },
+				func(dry *admin.PurgeResult) (*admin.PurgeResult, error) {
+					return ds.Purge(cmd.Context(), *dry.Selection, admin.Limit(limit))
+				},
 				func(r *admin.PurgeResult) error { return a.printPurge(key, r) })
 		},
 	}
@@ -209,7 +214,7 @@ func (a *app) printPurge(key string, r *admin.PurgeResult) error {
 		return nil
 	}
 	if a.json {
-		out := purgeJSON{Deleted: r.Deleted, DryRun: r.DryRun, Key: key, Selected: r.IDs}
+		out := purgeJSON{Deleted: r.Deleted, Meanwhile: r.Meanwhile, DryRun: r.DryRun, Key: key, Selected: r.IDs}
 		if out.Selected == nil {
 			out.Selected = []string{}
 		}
@@ -222,6 +227,14 @@ func (a *app) printPurge(key string, r *admin.PurgeResult) error {
 		}
 		return nil
 	}
-	fmt.Fprintf(a.stdout, "deleted %d of the %d dead letters of %s selected\n", r.Deleted, len(r.IDs), key)
+	fmt.Fprintf(a.stdout, "deleted %d of the %d dead letters of %s selected%s\n", r.Deleted, len(r.IDs), key, meanwhileNote(r.Meanwhile))
 	return nil
+}
+
+// meanwhileNote says how many of those confirmed were gone when the action came.
+func meanwhileNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d of those confirmed were gone meanwhile)", n)
 }

@@ -34,78 +34,29 @@ func (ff *filterFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&ff.until, "until", "", "only dead letters written at or before `T` (RFC 3339, or a duration ago)")
 }
 
-// selector is what the filter flags select: an admin.Filter, and the --reason regexp,
-// which the command matches itself (see resolve).
-type selector struct {
-	filter admin.Filter
-	reason *regexp.Regexp
-}
-
-// selector returns what the flags select, or an error naming the flag that does not
-// parse. Durations are counted back from now (this host's clock).
-func (ff *filterFlags) selector(now time.Time) (selector, error) {
-	f, err := ff.filter(now)
+// selected parses the filter flags and connects: the prelude of every dead-letter
+// command. --reason is admin.Filter.Reason, which matches the reason or the last error
+// (one filter language for the command line, the console and admin).
+func (a *app) selectedIn(ctx context.Context, ff *filterFlags) (admin.Filter, error) {
+	f, err := ff.filter(time.Now())
 	if err != nil {
-		return selector{}, err
+		return admin.Filter{}, err
 	}
-	sel := selector{filter: f}
 	if ff.reason != "" {
-		if sel.reason, err = regexp.Compile(ff.reason); err != nil {
-			return selector{}, fmt.Errorf("--reason %q does not compile: %w", ff.reason, err)
+		if _, err := regexp.Compile(ff.reason); err != nil {
+			return admin.Filter{}, fmt.Errorf("--reason %q does not compile: %w", ff.reason, err)
 		}
-	}
-	return sel, nil
-}
-
-// selected parses the filter flags, connects, and resolves them on key: the prelude of
-// every dead-letter command.
-func (a *app) selected(ctx context.Context, key string, ff *filterFlags) (f admin.Filter, none bool, err error) {
-	return a.selectedIn(ctx, a.streams(), key, ff)
-}
-
-// selectedIn is selected for the dead letters of st.
-func (a *app) selectedIn(ctx context.Context, st store, key string, ff *filterFlags) (f admin.Filter, none bool, err error) {
-	sel, err := ff.selector(time.Now())
-	if err != nil {
-		return admin.Filter{}, false, err
 	}
 	if err := a.connect(ctx); err != nil {
-		return admin.Filter{}, false, err
+		return admin.Filter{}, err
 	}
-	return a.resolve(ctx, st, key, sel)
+	return f, nil
 }
 
-// resolve returns the admin.Filter that selects the dead letters of key sel selects;
-// none reports that it selects none (an empty Filter.IDs would select all).
-//
-// --reason matches the dead letter's reason (settle-dead-reason: "max attempts reached
-// (5 of 5)") or its last error (settle-dead-error), where admin.Filter.Reason matches the
-// reason only: the reason settle writes says how a message died, the error says why,
-// and an operator's "reason unavailable" means either. So with --reason the command
-// reads the selection (admin.DeadLetters), matches the regexp itself, and hands the ids
-// that match to admin as Filter.IDs.
-func (a *app) resolve(ctx context.Context, st store, key string, sel selector) (f admin.Filter, none bool, err error) {
-	if sel.reason == nil {
-		return sel.filter, false, nil
-	}
-	dls, err := st.entries(ctx, key, sel.filter, 0)
-	if err != nil {
-		return admin.Filter{}, false, err
-	}
-	var ids []string
-	for _, d := range dls {
-		if sel.reason.MatchString(d.Reason) || sel.reason.MatchString(d.Error) {
-			ids = append(ids, d.ID)
-		}
-	}
-	f = sel.filter
-	f.IDs = ids
-	return f, len(ids) == 0, nil
-}
-
-// filter returns the admin.Filter of the flags but --reason.
+// filter returns the admin.Filter of the flags, or an error naming the flag that does
+// not parse. Durations are counted back from now (this host's clock).
 func (ff *filterFlags) filter(now time.Time) (admin.Filter, error) {
-	f := admin.Filter{Error: ff.errSub, IDs: ff.ids, Source: ff.source}
+	f := admin.Filter{Error: ff.errSub, IDs: ff.ids, Reason: ff.reason, Source: ff.source}
 	var err error
 	if f.Since, err = parseWhen("--since", ff.since, now); err != nil {
 		return admin.Filter{}, err

@@ -26,7 +26,7 @@ func (a *app) inboxCommand() *cobra.Command {
 	dead := group("dead", "Dead rows of an inbox: list, show, replay, purge",
 		ic.deadLsCommand(), ic.deadShowCommand(), ic.deadReplayCommand(), ic.deadPurgeCommand())
 	c := group("inbox", "SQL table inboxes: views of their groups, their dead rows",
-		ic.viewCommand(), ic.statsCommand(), dead)
+		ic.viewCommand(), ic.statsCommand(), ic.pauseCommand("pause"), ic.pauseCommand("resume"), dead)
 	c.Long = `The inbox commands read and act on a SQL table inbox (package inbox) through its
 operator API: the view of a group, the dead rows of a dead letter (a dead-letter group
 of the table, or a dead-letter table), their replay and purge.
@@ -280,4 +280,31 @@ without a group column is one queue); the dead letters of --dead, else those of
 	}
 	c.Flags().StringArrayVar(&deads, "dead", nil, "count this dead letter `DEAD` (repeatable)")
 	return c
+}
+
+// pauseCommand is inbox pause GROUP (verb "pause") or inbox resume GROUP ("resume"):
+// (*inbox.Inbox).Pause and Resume, as the console's buttons.
+func (ic *inboxCLI) pauseCommand(verb string) *cobra.Command {
+	short := "Pause the mounts reading GROUP: they read nothing new until resumed (any process)"
+	done := "paused"
+	if verb == "resume" {
+		short, done = "Resume the mounts reading GROUP: they read again within a second", "resumed"
+	}
+	return &cobra.Command{
+		Use:     verb + " GROUP",
+		Short:   short,
+		Example: "  settle inbox --config settle.json " + verb + " emails",
+		Args:    exactArgs("GROUP"),
+		RunE: ic.withInbox(func(ctx context.Context, ib *inbox.Inbox, args []string) error {
+			act := ib.Pause
+			if verb == "resume" {
+				act = ib.Resume
+			}
+			if err := act(ctx, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(ic.a.stdout, "%s group %s of %s: its mounts see it within a second\n", done, args[0], ib.Table().Name)
+			return nil
+		}),
+	}
 }

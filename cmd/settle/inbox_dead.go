@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -311,7 +312,9 @@ filter on a column not named, an id not in the dead letter is refused and nothin
 					}
 					return dry, len(dry.Replayed), fmt.Sprintf("replay %d dead rows of %q to %s", len(dry.Replayed), dead, where), nil
 				},
-				func() (*inbox.ReplayResult, error) { return ib.Replay(ctx, dead, f, opts...) },
+				func(dry *inbox.ReplayResult) (*inbox.ReplayResult, error) {
+					return ib.Replay(ctx, dead, shownRows(f, dry.Replayed), opts...)
+				},
 				func(r *inbox.ReplayResult) error { return ic.printRowReplay(ib.Table().Name, dead, r) })
 		}),
 	}
@@ -382,7 +385,9 @@ The selection is checked first, as for replay; a purge run again deletes nothing
 					}
 					return dry, len(dry.IDs), fmt.Sprintf("delete %d dead rows of %q", len(dry.IDs), dead), nil
 				},
-				func() (*inbox.PurgeResult, error) { return ib.Purge(ctx, dead, f, inbox.Limit(limit)) },
+				func(dry *inbox.PurgeResult) (*inbox.PurgeResult, error) {
+					return ib.Purge(ctx, dead, shownRows(f, dry.IDs), inbox.Limit(limit))
+				},
 				func(r *inbox.PurgeResult) error { return ic.printRowPurge(ib.Table().Name, dead, r) })
 		}),
 	}
@@ -415,4 +420,19 @@ func (ic *inboxCLI) printRowPurge(table, dead string, r *inbox.PurgeResult) erro
 	}
 	fmt.Fprintf(a.stdout, "deleted %d of the %d dead rows of %s selected\n", r.Deleted, len(r.IDs), dead)
 	return nil
+}
+
+// shownRows is f bounded to the rows a dry run showed (ids, in id order): the action
+// touches those and none that arrived since. Rows whose ids are not integers are
+// named one by one.
+func shownRows(f inbox.Filter, shown []string) inbox.Filter {
+	if len(f.IDs) > 0 || len(shown) == 0 {
+		return f
+	}
+	if last, err := strconv.ParseInt(shown[len(shown)-1], 10, 64); err == nil && (f.ToID == 0 || last < f.ToID) {
+		f.ToID = last
+		return f
+	}
+	f.IDs = shown
+	return f
 }

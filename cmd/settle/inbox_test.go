@@ -583,3 +583,26 @@ func TestInboxConfigFileNamesTheTableAndItsGroups(t *testing.T) {
 		expectFail(t, runBin(t, nil, "inbox", "--config", path, "--inbox", "nope", "dead", "ls", groupDead), exitError, "nope")
 	})
 }
+
+// TestInboxPauseAndResumeSetWhatTheViewShows: settle inbox pause|resume GROUP, the
+// console's buttons on the command line.
+func TestInboxPauseAndResumeSetWhatTheViewShows(t *testing.T) {
+	t.Parallel()
+	forEachSQL(t, func(t *testing.T, b sqlBackend) {
+		x := setupSQL(t, b)
+		paused := func() bool {
+			var v struct {
+				Paused *bool `json:"paused"`
+			}
+			decode(t, x.ok(t, "--json", "view", groupEmails).stdout, &v)
+			return v.Paused != nil && *v.Paused
+		}
+		if r := x.ok(t, "pause", groupEmails); !strings.Contains(r.stdout, "paused group "+groupEmails) || !paused() {
+			t.Fatalf("after pause: %q, paused %v", r.stdout, paused())
+		}
+		x.ok(t, "pause", groupEmails) // twice is once
+		if r := x.ok(t, "resume", groupEmails); !strings.Contains(r.stdout, "resumed") || paused() {
+			t.Fatalf("after resume: %q, paused %v", r.stdout, paused())
+		}
+	})
+}

@@ -97,50 +97,28 @@ mounts are paused (settle pause KEY). A plain list has no consumers.`,
 }
 
 // store is what the dlq commands read and act on: dead-letter streams (dlq) or
-// dead-letter lists (list dlq).
+// dead-letter lists (list dlq), each through admin's one DeadLetterStore.
 type store struct {
-	entries       func(ctx context.Context, key string, f admin.Filter, limit int) ([]admin.DeadLetter, error)
 	note          string // a paragraph that ends the commands' help
 	noun          string // "stream" or "list"
-	purge         func(ctx context.Context, key string, f admin.Filter, opts ...admin.PurgeOption) (*admin.PurgeResult, error)
-	replay        func(ctx context.Context, key string, f admin.Filter, opts ...admin.ReplayOption) (*admin.ReplayResult, error)
+	open          func(key string) admin.DeadLetterStore
 	replayExample string
-	summary       func(ctx context.Context, key string, f admin.Filter) (*admin.DeadLetterSummary, error)
 }
 
-// streams is the store of dead-letter streams. Its functions call a.insp, set once
-// the command connects.
+// streams is the store of dead-letter streams. open calls a.insp, set once the command
+// connects.
 func (a *app) streams() store {
 	return store{
-		entries: func(ctx context.Context, key string, f admin.Filter, limit int) ([]admin.DeadLetter, error) {
-			return a.insp.DeadLetters(ctx, key, f, limit)
-		},
 		noun: "stream",
-		purge: func(ctx context.Context, key string, f admin.Filter, opts ...admin.PurgeOption) (*admin.PurgeResult, error) {
-			return a.insp.Purge(ctx, key, f, opts...)
-		},
-		replay: func(ctx context.Context, key string, f admin.Filter, opts ...admin.ReplayOption) (*admin.ReplayResult, error) {
-			return a.insp.Replay(ctx, key, f, opts...)
-		},
+		open: func(key string) admin.DeadLetterStore { return a.insp.StreamDeadLetters(key) },
 		replayExample: `  settle dlq replay '{refunds}.dlq' --reason unavailable --rate 50
   settle dlq replay '{refunds}.dlq' --id 1700000000000-0 --yes`,
-		summary: func(ctx context.Context, key string, f admin.Filter) (*admin.DeadLetterSummary, error) {
-			return a.insp.DeadLetterSummary(ctx, key, f)
-		},
 	}
 }
 
 // lists is the store of dead-letter lists (a List or ReliableList mount's DeadLetter).
 func (a *app) lists() store {
 	return store{
-		entries: func(ctx context.Context, key string, f admin.Filter, limit int) ([]admin.DeadLetter, error) {
-			lds, err := a.insp.ListDeadLetters(ctx, key, f, limit)
-			dls := make([]admin.DeadLetter, len(lds))
-			for k, d := range lds {
-				dls[k] = d.DeadLetter
-			}
-			return dls, err
-		},
 		note: `
 
 A list member has no id: each is named by its index (0 first, from the head), which --id
@@ -150,17 +128,9 @@ a destination list that does not exist is no error: the replay makes it. A repla
 each to its list (as the publisher does) in one script that removes the exact member and
 pushes only if it removed it.`,
 		noun: "list",
-		purge: func(ctx context.Context, key string, f admin.Filter, opts ...admin.PurgeOption) (*admin.PurgeResult, error) {
-			return a.insp.PurgeList(ctx, key, f, opts...)
-		},
-		replay: func(ctx context.Context, key string, f admin.Filter, opts ...admin.ReplayOption) (*admin.ReplayResult, error) {
-			return a.insp.ReplayList(ctx, key, f, opts...)
-		},
+		open: func(key string) admin.DeadLetterStore { return a.insp.ListDeadLetterStore(key) },
 		replayExample: `  settle list dlq replay '{jobs}.dlq' --reason unavailable --rate 50
   settle list dlq replay '{jobs}.dlq' --id 0 --yes`,
-		summary: func(ctx context.Context, key string, f admin.Filter) (*admin.DeadLetterSummary, error) {
-			return a.insp.ListDeadLetterSummary(ctx, key, f)
-		},
 	}
 }
 
@@ -198,6 +168,6 @@ func summaryJSONOf(s *admin.DeadLetterSummary) summaryJSON {
 	return summaryJSON{
 		ByError: groupsJSON(s.ByError), ByReason: groupsJSON(s.ByReason), BySource: groupsJSON(s.BySource),
 		Count: s.Count, Key: s.Key, Newest: s.Newest, NewestAt: timeOrNil(s.NewestAt),
-		Oldest: s.Oldest, OldestAt: timeOrNil(s.OldestAt),
+		Oldest: s.Oldest, OldestAt: timeOrNil(s.OldestAt), Sampled: s.Sampled, Total: s.Total,
 	}
 }

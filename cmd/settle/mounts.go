@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/settlekit/settle/admin"
@@ -18,6 +19,7 @@ type mountStatJSON struct {
 	DeadLetters *summaryJSON  `json:"dead_letters,omitempty"`
 	DelaySet    *delaySetJSON `json:"delay_set,omitempty"`
 	Delayed     string        `json:"delayed,omitempty"`
+	Error       string        `json:"error,omitempty"`
 	Group       string        `json:"group,omitempty"`
 	Key         string        `json:"key"`
 	Kind        string        `json:"kind"`
@@ -67,11 +69,11 @@ func (a *app) statMount(ctx context.Context, mc mountConfig, reclaim time.Durati
 		m.DelaySet = &j
 	}
 	if mc.DeadLetter != "" {
-		summary := a.insp.ListDeadLetterSummary
+		st := a.insp.ListDeadLetterStore(mc.DeadLetter)
 		if mc.isStream() {
-			summary = a.insp.DeadLetterSummary
+			st = a.insp.StreamDeadLetters(mc.DeadLetter)
 		}
-		s, err := summary(ctx, mc.DeadLetter, admin.Filter{})
+		s, err := st.Summary(ctx, admin.Filter{}, admin.DefaultSample)
 		switch {
 		case errors.Is(err, admin.ErrKeyNotFound):
 			s = &admin.DeadLetterSummary{Key: mc.DeadLetter}
@@ -104,6 +106,7 @@ func (a *app) statConfig(ctx context.Context, mount, dsnFlag string, reclaim tim
 		return fmt.Errorf("--config %s names no mounts and no inboxes: give the keys as arguments, or name them in the file", a.configPath)
 	}
 	var ms []mountStatJSON
+	var unreadable []string
 	if len(mounts) > 0 {
 		if err := a.connect(ctx); err != nil {
 			return err
@@ -111,7 +114,9 @@ func (a *app) statConfig(ctx context.Context, mount, dsnFlag string, reclaim tim
 		for _, mc := range mounts {
 			m, err := a.statMount(ctx, mc, reclaim)
 			if err != nil {
-				return err
+				// Shown as unreadable with why; the others are still shown.
+				m = mountStatJSON{Error: scrub(err.Error()), Group: mc.Group, Key: mc.Key, Kind: kindMount, Mount: mc.Name, MountKind: mc.Kind}
+				unreadable = append(unreadable, mc.Name)
 			}
 			ms = append(ms, m)
 		}
@@ -122,7 +127,13 @@ func (a *app) statConfig(ctx context.Context, mount, dsnFlag string, reclaim tim
 			return err
 		}
 	}
-	return a.printConfigStats(ms, vs)
+	if err := a.printConfigStats(ms, vs); err != nil {
+		return err
+	}
+	if len(unreadable) > 0 {
+		return fmt.Errorf("%d of the %d mounts could not be read: %s (marked UNREADABLE above)", len(unreadable), len(mounts), strings.Join(unreadable, ", "))
+	}
+	return nil
 }
 
 // statInboxes reads each group and dead letter of the inboxes (the DSN by the rule of
@@ -174,6 +185,9 @@ func (a *app) printConfigStats(ms []mountStatJSON, vs []groupViewJSON) error {
 		w := a.table()
 		fmt.Fprintln(w, "MOUNT\tKEY\tKIND\tCOUNT\tDETAILS")
 		for _, m := range ms {
+			if m.Error != "" {
+				fmt.Fprintf(w, "%s\t%s\t%s\t-\tUNREADABLE: %s\n", m.Mount, m.Key, m.MountKind, m.Error)
+			}
 			if s := m.Stream; s != nil {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Mount, m.Key, m.MountKind, s.Length, streamDetails(s))
 			}

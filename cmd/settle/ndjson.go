@@ -4,26 +4,98 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/admin"
 	"github.com/settlekit/settle/internal/wire"
 )
 
 // exported is one line of dlq export and dlq import: an entry's id (informative: an
 // import appends with new ids), its headers (settle's dead-letter headers included), its
-// payload (base64; null for an entry without a payload field).
+// payload (base64; null for an entry without a payload field). A header name or value
+// that is not valid UTF-8 (or that starts with the marker) is written as the marker
+// "base64:" and its bytes in base64, so that every byte comes back.
 type exported struct {
-	Headers map[string]string `json:"headers"`
-	ID      string            `json:"id,omitempty"`
-	Payload []byte            `json:"payload"`
+	Headers byteHeaders `json:"headers"`
+	ID      string      `json:"id,omitempty"`
+	Payload []byte      `json:"payload"`
+}
+
+// byteHeaders are headers that JSON carries byte for byte (see exported).
+type byteHeaders map[string]string
+
+// bytesMarker starts a header name or value written in base64.
+const bytesMarker = "base64:"
+
+func (h byteHeaders) MarshalJSON() ([]byte, error) {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[toJSONText(k)] = toJSONText(v)
+	}
+	return json.Marshal(out)
+}
+
+func (h *byteHeaders) UnmarshalJSON(b []byte) error {
+	var in map[string]string
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*h = make(byteHeaders, len(in))
+	for k, v := range in {
+		name, err := fromJSONText(k)
+		if err != nil {
+			return fmt.Errorf("header name %q: %w", k, err)
+		}
+		if (*h)[name], err = fromJSONText(v); err != nil {
+			return fmt.Errorf("header %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// toJSONText is s as JSON text carries it exactly: itself, or the marker and its bytes
+// in base64 when it is not valid UTF-8 or starts with the marker.
+func toJSONText(s string) string {
+	if utf8.ValidString(s) && !strings.HasPrefix(s, bytesMarker) {
+		return s
+	}
+	return bytesMarker + base64.StdEncoding.EncodeToString([]byte(s))
+}
+
+// fromJSONText undoes toJSONText.
+func fromJSONText(s string) (string, error) {
+	rest, ok := strings.CutPrefix(s, bytesMarker)
+	if !ok {
+		return s, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(rest)
+	if err != nil {
+		return "", fmt.Errorf("after %q, not base64: %w", bytesMarker, err)
+	}
+	return string(b), nil
+}
+
+// replayable returns why an entry of l could never be replayed ("" when it could): a
+// replay writes its headers as stream fields beside the payload field, in one script.
+func (l exported) replayable() string {
+	if _, clash := l.Headers[wire.FieldPayload]; clash {
+		return fmt.Sprintf("a header named %q, the stream field that holds the payload (a replay would drop it, or abort without a payload)", wire.FieldPayload)
+	}
+	if len(l.Headers) > settle.MaxHeaders {
+		return fmt.Sprintf("%d headers, more than the %d a replay can write (settle.MaxHeaders)", len(l.Headers), settle.MaxHeaders)
+	}
+	return ""
 }
 
 func (a *app) dlqExportCommand() *cobra.Command {
@@ -38,20 +110,18 @@ without a filter) to stdout, oldest first, one JSON object per line:
 dlq import reads the same lines. Nothing is changed.`,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, none, err := a.selected(cmd.Context(), args[0], &ff)
+			f, err := a.selectedIn(cmd.Context(), &ff)
 			if err != nil {
 				return err
 			}
-			var dls []admin.DeadLetter
-			if !none {
-				if dls, err = a.insp.DeadLetters(cmd.Context(), args[0], f, limit); err != nil {
-					return err
-				}
+			dls, err := a.insp.DeadLetters(cmd.Context(), args[0], f, limit)
+			if err != nil {
+				return err
 			}
 			w := bufio.NewWriter(a.stdout)
 			enc := json.NewEncoder(w)
 			for _, d := range dls {
-				line := exported{Headers: d.Headers, ID: d.ID}
+				line := exported{Headers: byteHeaders(d.Headers), ID: d.ID}
 				if d.HasPayload {
 					line.Payload = d.Payload
 					if line.Payload == nil {
@@ -91,8 +161,10 @@ func (a *app) dlqImportCommand() *cobra.Command {
 		Short: "Append dead letters read as NDJSON (dlq export's lines) to KEY",
 		Long: `Read lines as dlq export writes them from stdin (or --file) and append one entry per
 line to the stream KEY (made if missing), with new ids, in one MULTI/EXEC. Every line is
-read and checked first: a line that does not parse is refused, naming its number, and
-nothing is written. Reading stdin leaves no one to ask: give --yes (or --dry-run).`,
+read and checked first: a line that does not parse, or whose entry no replay could move
+(more headers than settle.MaxHeaders, a header named "payload"), is refused, naming its
+number, and nothing is written. Header names and values that are not UTF-8 travel as
+"base64:<bytes in base64>", and come back exact. Reading stdin leaves no one to ask: give --yes (or --dry-run).`,
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
@@ -160,6 +232,9 @@ func readExported(in io.Reader, name string) ([]exported, error) {
 		}
 		if line.Payload == nil && len(line.Headers) == 0 {
 			return nil, fmt.Errorf("%s line %d has neither a payload nor headers; nothing was written", name, n)
+		}
+		if why := line.replayable(); why != "" {
+			return nil, fmt.Errorf("%s line %d cannot be replayed: %s; nothing was written", name, n, why)
 		}
 		out = append(out, line)
 	}

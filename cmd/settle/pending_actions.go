@@ -42,16 +42,53 @@ type pendingReleaseJSON struct {
 	Released []pendingEntryJSON `json:"released"`
 }
 
-// keyGroupIDs requires KEY GROUP and one or more ids.
+// keyGroupIDs requires KEY GROUP and one or more ids, or none with --consumer or --all.
 func keyGroupIDs(cmd *cobra.Command, args []string) error {
-	if len(args) < 3 {
-		return usagef("%s takes KEY GROUP ID..., got %d argument(s)", cmd.CommandPath(), len(args))
+	consumer, _ := cmd.Flags().GetString("consumer")
+	all, _ := cmd.Flags().GetBool("all")
+	switch {
+	case len(args) < 2:
+		return usagef("%s takes KEY GROUP ID... (or --consumer C, or --all), got %d argument(s)", cmd.CommandPath(), len(args))
+	case consumer != "" && all:
+		return usagef("%s: --consumer and --all select differently: give one", cmd.CommandPath())
+	case (consumer != "" || all) && len(args) > 2:
+		return usagef("%s: give the ids, or --consumer / --all, not both", cmd.CommandPath())
+	case consumer == "" && !all && len(args) < 3:
+		return usagef("%s takes KEY GROUP ID..., or --consumer C, or --all", cmd.CommandPath())
 	}
 	return nil
 }
 
+// pendingSel are the flags that select pending entries besides their ids.
+type pendingSel struct {
+	all      bool
+	consumer string
+}
+
+func (ps *pendingSel) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&ps.consumer, "consumer", "", "every entry pending at this `CONSUMER` (instead of ids)")
+	cmd.Flags().BoolVar(&ps.all, "all", false, "every pending entry of the group (instead of ids)")
+}
+
+// ids returns the ids args name, or those --consumer or --all select, read now (page
+// by page): the set the confirmation names and the action acts on.
+func (ps pendingSel) ids(cmd *cobra.Command, a *app, key, grp string, args []string) ([]string, error) {
+	if !ps.all && ps.consumer == "" {
+		return args, nil
+	}
+	ids, err := a.insp.PendingIDs(cmd.Context(), key, grp, ps.consumer)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("nothing is pending in %q group %q%s", key, grp, map[bool]string{true: " at consumer " + ps.consumer, false: ""}[ps.consumer != ""])
+	}
+	return ids, nil
+}
+
 func (a *app) pendingDeadCommand() *cobra.Command {
 	var af actionFlags
+	var ps pendingSel
 	var to string
 	c := &cobra.Command{
 		Use:   "dead KEY GROUP ID... --to DLQ",
@@ -62,8 +99,9 @@ headers kept, the retry count set to the attempts spent, reason "` + admin.Reaso
 and acknowledged, in one script, so the consumer holding it settles nothing more. An
 entry not in the stream or not pending is refused, and nothing changes; an entry
 settled meanwhile is reported gone.`,
-		Example: `  settle pending dead '{refunds}' refunds 1700000000000-0 --to '{refunds}.dlq'`,
-		Args:    keyGroupIDs,
+		Example: `  settle pending dead '{refunds}' refunds 1700000000000-0 --to '{refunds}.dlq'
+  settle pending dead '{refunds}' refunds --consumer worker-7 --to '{refunds}.dlq'`,
+		Args: keyGroupIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if to == "" {
 				return usagef("%s needs --to DLQ: the dead-letter stream", cmd.CommandPath())
@@ -71,7 +109,11 @@ settled meanwhile is reported gone.`,
 			if err := a.connect(cmd.Context()); err != nil {
 				return err
 			}
-			key, grp, ids := args[0], args[1], args[2:]
+			key, grp := args[0], args[1]
+			ids, err := ps.ids(cmd, a, key, grp, args[2:])
+			if err != nil {
+				return err
+			}
 			return twoPass(a, af,
 				func() (*admin.DeadLetterPendingResult, int, string, error) {
 					dry, err := a.insp.DeadLetterPending(cmd.Context(), key, grp, ids, to, admin.DryRun())
@@ -80,13 +122,14 @@ settled meanwhile is reported gone.`,
 					}
 					return dry, len(dry.DeadLettered), fmt.Sprintf("dead-letter %d pending entries of %q group %q to %q", len(dry.DeadLettered), key, grp, to), nil
 				},
-				func() (*admin.DeadLetterPendingResult, error) {
+				func(*admin.DeadLetterPendingResult) (*admin.DeadLetterPendingResult, error) {
 					return a.insp.DeadLetterPending(cmd.Context(), key, grp, ids, to)
 				},
 				func(r *admin.DeadLetterPendingResult) error { return a.printPendingDead(key, grp, r) })
 		},
 	}
 	af.add(c)
+	ps.add(c)
 	c.Flags().StringVar(&to, "to", "", "the dead-letter stream `DLQ` (made when missing)")
 	return c
 }
@@ -120,6 +163,7 @@ func (a *app) printPendingDead(key, grp string, r *admin.DeadLetterPendingResult
 
 func (a *app) pendingReleaseCommand() *cobra.Command {
 	var af actionFlags
+	var ps pendingSel
 	c := &cobra.Command{
 		Use:   "release KEY GROUP ID...",
 		Short: "Release pending entries of KEY's group GROUP to the group, no attempt spent",
@@ -128,13 +172,18 @@ entry, the entries of a consumer that died): each stays pending with one deliver
 off its count and an idle time past any reclaim's, so that the group's next reclaim
 takes it at once, without an attempt spent. An entry released already and not
 delivered since is left alone; an entry not in the stream or not pending is refused.`,
-		Example: `  settle pending release '{refunds}' refunds 1700000000000-0 --yes`,
-		Args:    keyGroupIDs,
+		Example: `  settle pending release '{refunds}' refunds 1700000000000-0 --yes
+  settle pending release '{refunds}' refunds --consumer worker-7 --yes`,
+		Args: keyGroupIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.connect(cmd.Context()); err != nil {
 				return err
 			}
-			key, grp, ids := args[0], args[1], args[2:]
+			key, grp := args[0], args[1]
+			ids, err := ps.ids(cmd, a, key, grp, args[2:])
+			if err != nil {
+				return err
+			}
 			return twoPass(a, af,
 				func() (*admin.ReleaseResult, int, string, error) {
 					dry, err := a.insp.ReleasePending(cmd.Context(), key, grp, ids, admin.DryRun())
@@ -143,11 +192,14 @@ delivered since is left alone; an entry not in the stream or not pending is refu
 					}
 					return dry, len(dry.Released), fmt.Sprintf("release %d pending entries of %q group %q", len(dry.Released), key, grp), nil
 				},
-				func() (*admin.ReleaseResult, error) { return a.insp.ReleasePending(cmd.Context(), key, grp, ids) },
+				func(*admin.ReleaseResult) (*admin.ReleaseResult, error) {
+					return a.insp.ReleasePending(cmd.Context(), key, grp, ids)
+				},
 				func(r *admin.ReleaseResult) error { return a.printRelease(key, grp, r) })
 		},
 	}
 	af.add(c)
+	ps.add(c)
 	return c
 }
 

@@ -45,7 +45,7 @@ the Redis server's clock (2h, 90m) or an RFC 3339 time; a time stands for the id
 					}
 					return dry, 1, fmt.Sprintf("move group %q of %q from %s to %s", grp, key, dry.From, dry.To), nil
 				},
-				func() (*admin.SeekResult, error) { return a.insp.Seek(cmd.Context(), key, grp, to) },
+				func(*admin.SeekResult) (*admin.SeekResult, error) { return a.insp.Seek(cmd.Context(), key, grp, to) },
 				func(r *admin.SeekResult) error {
 					if r == nil {
 						return nil

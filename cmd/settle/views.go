@@ -57,6 +57,9 @@ func streamJSONOf(s *admin.StreamInfo) streamJSON {
 
 func (a *app) pendingCommand() *cobra.Command {
 	var reclaim time.Duration
+	var entries bool
+	var pf admin.PendingFilter
+	var limit int
 	ls := &cobra.Command{
 		Use:   "ls KEY GROUP",
 		Short: "Show the stream KEY's group GROUP: lag, pending entries, consumers, dead consumers",
@@ -64,11 +67,25 @@ func (a *app) pendingCommand() *cobra.Command {
 entries and the oldest of them, whether its mounts are paused (settle pause), and each
 consumer's pending count and idle time. A
 consumer that holds pending entries and has been idle past --reclaim-idle (give the
-mount's settle.Reclaim) is dead: its process probably died.`,
+mount's settle.Reclaim) is dead: its process probably died.
+
+With --entries, list the pending entries instead, a page at a time (--limit, --after the
+last id shown), each with the consumer holding it, its idle time and its deliveries;
+--consumer lists one consumer's. pending release and pending dead take these ids, or
+--consumer / --all.`,
+		Example: `  settle pending ls '{refunds}' refunds
+  settle pending ls '{refunds}' refunds --entries --consumer worker-7 --limit 50`,
 		Args: exactArgs("KEY", "GROUP"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.connect(cmd.Context()); err != nil {
 				return err
+			}
+			if entries {
+				ps, err := a.insp.PendingEntries(cmd.Context(), args[0], args[1], pf, limit)
+				if err != nil {
+					return err
+				}
+				return a.printPendingEntries(ps, limit)
 			}
 			s, err := a.insp.Stream(cmd.Context(), args[0], args[1], admin.ReclaimIdle(reclaim))
 			if err != nil {
@@ -78,6 +95,10 @@ mount's settle.Reclaim) is dead: its process probably died.`,
 		},
 	}
 	ls.Flags().DurationVar(&reclaim, "reclaim-idle", settle.DefaultReclaim, "idle past which a consumer holding entries counts as dead")
+	ls.Flags().BoolVar(&entries, "entries", false, "list the pending entries (a page) instead of the group")
+	ls.Flags().StringVar(&pf.Consumer, "consumer", "", "with --entries, only those pending at this `CONSUMER`")
+	ls.Flags().StringVar(&pf.After, "after", "", "with --entries, the page after this entry `ID`")
+	ls.Flags().IntVar(&limit, "limit", 50, fmt.Sprintf("with --entries, at most `N` (up to %d)", admin.MaxPendingPage))
 	return group("pending", "A stream's consumer group and its pending entries", ls, a.pendingReleaseCommand(), a.pendingDeadCommand())
 }
 
@@ -376,4 +397,28 @@ func deadDetails(d *summaryJSON) string {
 		details += fmt.Sprintf("; %d × %q", d.ByError[0].Count, d.ByError[0].Value)
 	}
 	return details
+}
+
+// printPendingEntries prints a page of pending entries, and how to ask for the next.
+func (a *app) printPendingEntries(ps []admin.PendingEntry, limit int) error {
+	if a.json {
+		for _, p := range ps {
+			if err := a.printJSON(pendingEntryJSONOf(p, "")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	w := a.table()
+	fmt.Fprintln(w, "ENTRY\tCONSUMER\tIDLE\tDELIVERIES")
+	for _, p := range ps {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.ID, p.Consumer, dur(p.Idle), p.Deliveries)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(ps) > 0 && len(ps) == limit {
+		fmt.Fprintf(a.stdout, "more: --after %s\n", ps[len(ps)-1].ID)
+	}
+	return nil
 }

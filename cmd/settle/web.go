@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,12 +20,26 @@ import (
 
 // webFlags are the flags of settle web.
 type webFlags struct {
-	addr     string
-	dsn      string
-	prefix   string
-	readOnly bool
-	reclaim  time.Duration
+	addr       string
+	allowHosts []string
+	authFile   string
+	dsn        string
+	prefix     string
+	readOnly   bool
+	reclaim    time.Duration
 }
+
+// EnvWebAuth names the environment variable settle web reads its credentials from
+// when --auth-file is not given: a token, or user:password for basic auth.
+const EnvWebAuth = "SETTLE_WEB_AUTH"
+
+// The server's timeouts: a slow client cannot hold a connection, a page cannot be
+// written for ever.
+const (
+	webReadTimeout  = 30 * time.Second
+	webWriteTimeout = 60 * time.Second
+	webIdleTimeout  = 2 * time.Minute
+)
 
 // webShutdown bounds how long settle web waits for requests in flight when it stops.
 const webShutdown = 5 * time.Second
@@ -38,10 +55,15 @@ and dead letters (filter, replay with a rate, purge, each confirmed first), each
 groups and dead rows, pause and resume. It prints the address it serves on, then serves
 until interrupted (SIGINT, SIGTERM), letting requests in flight finish.
 
-The console has no authentication of its own: it listens on the loopback interface by
-default; put it behind a proxy that authenticates before exposing it. --read-only hides
-and refuses every action.`,
+It listens on the loopback interface by default. Credentials come from --auth-file or
+$` + EnvWebAuth + ` (never a flag value, which other users of the host see): a token (a person
+signs in once on the login page; a script sends "Authorization: Bearer TOKEN"), or
+"user:password" for HTTP basic auth. Without credentials it refuses a non-loopback
+--addr, unless --read-only (then it warns). It answers only requests whose Host is an
+IP address, localhost or a name --allow-host gives (a DNS-rebinding page reaches
+nothing), and refuses cross-origin POSTs. --read-only hides and refuses every action.`,
 		Example: `  settle web --config settle.json --addr 127.0.0.1:8080
+  SETTLE_WEB_AUTH="$(cat /run/secrets/console-token)" settle web --config settle.json --addr 0.0.0.0:8080 --allow-host console.internal
   settle web --config settle.json --read-only --prefix /settle`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,6 +75,8 @@ and refuses every action.`,
 	}
 	fs := c.Flags()
 	fs.StringVar(&wf.addr, "addr", "127.0.0.1:8080", "the `ADDRESS` to listen on (host:port; port 0 picks a free one)")
+	fs.StringArrayVar(&wf.allowHosts, "allow-host", nil, "also answer requests for this host `NAME` (repeatable; IP addresses and localhost always)")
+	fs.StringVar(&wf.authFile, "auth-file", "", "read the credentials from `FILE`: a token, or user:password (default $"+EnvWebAuth+")")
 	fs.StringVar(&wf.dsn, "dsn", "", "database `DSN` of the inboxes (default $"+EnvDSN+", else the dsn of --config)")
 	fs.StringVar(&wf.prefix, "prefix", "", "serve the console under this `PATH` (e.g. /settle)")
 	fs.BoolVar(&wf.readOnly, "read-only", false, "hide every action and refuse every POST")
@@ -66,7 +90,14 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 	if err != nil {
 		return err
 	}
-	o := console.Options{Prefix: wf.prefix, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, nil))}
+	auth, err := webAuth(wf.authFile)
+	if err != nil {
+		return err
+	}
+	o := console.Options{AllowedHosts: wf.allowHosts, Auth: auth, Prefix: wf.prefix, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{ReplaceAttr: scrubAttr}))}
+	if err := exposure(wf, auth, a.stderr); err != nil {
+		return err
+	}
 	if len(fc.Mounts) > 0 {
 		if err := a.connect(ctx); err != nil {
 			return err
@@ -104,7 +135,8 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(wf.prefix+"/", c)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: webReadTimeout,
+		WriteTimeout: webWriteTimeout, IdleTimeout: webIdleTimeout}
 	fmt.Fprintf(a.stdout, "settle console on http://%s%s/\n", ln.Addr(), wf.prefix)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -119,4 +151,71 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 		return fmt.Errorf("stop serving %s: %w", ln.Addr(), err)
 	}
 	return nil
+}
+
+// webAuth reads the console's credentials from file, else $SETTLE_WEB_AUTH: one line,
+// a token or user:password. None is the zero Auth.
+func webAuth(file string) (console.Auth, error) {
+	raw, from := os.Getenv(EnvWebAuth), "$"+EnvWebAuth
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return console.Auth{}, fmt.Errorf("--auth-file: %w", err)
+		}
+		raw, from = string(b), "--auth-file "+file
+	}
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		if file != "" {
+			return console.Auth{}, fmt.Errorf("%s is empty: write a token, or user:password", from)
+		}
+		return console.Auth{}, nil
+	}
+	if user, pass, ok := strings.Cut(raw, ":"); ok {
+		if user == "" || pass == "" {
+			return console.Auth{}, fmt.Errorf("%s: user:password needs both", from)
+		}
+		return console.Auth{User: user, Password: pass}, nil
+	}
+	if len(raw) < 16 {
+		return console.Auth{}, fmt.Errorf("%s: a token must be at least 16 characters (got %d)", from, len(raw))
+	}
+	return console.Auth{Token: raw}, nil
+}
+
+// exposure refuses to serve a console without credentials on an address other hosts
+// reach, unless it is read-only (then it warns on stderr).
+func exposure(wf webFlags, auth console.Auth, stderr io.Writer) error {
+	if auth != (console.Auth{}) || loopback(wf.addr) {
+		return nil
+	}
+	if !wf.readOnly {
+		return fmt.Errorf("refusing to serve a read-write console without authentication on %s, which other hosts can reach: give credentials (--auth-file, $%s), --read-only, or a loopback --addr", wf.addr, EnvWebAuth)
+	}
+	fmt.Fprintf(stderr, "settle web: warning: serving a read-only console without authentication on %s: anyone who reaches it sees every dead letter's payload\n", wf.addr)
+	return nil
+}
+
+// loopback reports whether addr (host:port) listens on the loopback interface only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// scrubAttr hides the secrets of every string and error a console log line carries.
+func scrubAttr(_ []string, at slog.Attr) slog.Attr {
+	switch v := at.Value.Any().(type) {
+	case string:
+		at.Value = slog.StringValue(scrub(v))
+	case error:
+		at.Value = slog.StringValue(scrub(v.Error()))
+	}
+	return at
 }

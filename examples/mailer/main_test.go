@@ -172,3 +172,17 @@ func TestDeadMailsCarryTheirLastErrorAndWhenTheyDied(t *testing.T) {
 		})
 	}
 }
+
+// TestTheMailerCreatesTheDueIndexSoTheInboxDoesNotWarn: the index the README
+// recommends is made, so the inbox's warning of a missing one (a Warn when a mount
+// starts) is not in the mailer's log.
+func TestTheMailerCreatesTheDueIndexSoTheInboxDoesNotWarn(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	dsn := "file:" + filepath.Join(t.TempDir(), "mailer.db") // a fresh table, without the index
+	if err := run(context.Background(), []string{"-n", "5", "-dsn", dsn}, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "no index led") {
+		t.Fatalf("the inbox warns of a missing index:\n%s", stderr.String())
+	}
+}
