@@ -22,19 +22,19 @@ import (
 	"github.com/settlekit/settle/internal/timerq"
 )
 
-// Log attribute keys, shared by every transport.
+// Log attribute keys: source's, shared by the engine, every transport and the inbox.
 const (
-	attrAction  = "action"
-	attrAttempt = "attempt"
-	attrDelay   = "delay"
-	attrError   = "error"
-	attrGroup   = "group"
-	attrKey     = "key"
-	attrMount   = "mount"
-	attrMsgID   = "msg_id"
-	attrMsgKey  = "msg_key"
-	attrOutcome = "outcome"
-	attrReason  = "reason"
+	attrAction  = source.AttrAction
+	attrAttempt = source.AttrAttempt
+	attrDelay   = source.AttrDelay
+	attrError   = source.AttrError
+	attrGroup   = source.AttrGroup
+	attrKey     = source.AttrKey
+	attrMount   = source.AttrMount
+	attrMsgID   = source.AttrMsgID
+	attrMsgKey  = source.AttrMsgKey
+	attrOutcome = source.AttrOutcome
+	attrReason  = source.AttrReason
 )
 
 // Source is where a mount's deliveries come from: Stream, and the sources of settle's
@@ -181,7 +181,7 @@ func (m *mount) prepare(e *engine) {
 	}
 	m.transport = m.src.Transport(env)
 	m.info = m.transport.Info()
-	if _, ok := m.transport.(replicaWaiter); ok && m.cfg.replicas.set {
+	if _, ok := m.transport.(source.ReplicaWaiter); ok && m.cfg.replicas.set {
 		m.transport = replicaTransport{Transport: m.transport, w: m.cfg.replicas}
 	}
 	m.logger = e.logger.With(slog.String(attrMount, m.name))

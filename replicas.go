@@ -50,16 +50,6 @@ func (w replicaWait) problems(t source.Transport) []string {
 	return ps
 }
 
-// replicaWaiter is a transport whose settlements are Redis writes: it can wait for
-// replicas to acknowledge them.
-type replicaWaiter interface {
-	// waitReplicas returns how many replicas acknowledged every write made so far on
-	// the transport's server, waiting at most timeout for n.
-	waitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error)
-	// replicaPerms checks that the client's user may run what waitReplicas runs.
-	replicaPerms(ctx context.Context) error
-}
-
 // replicaTransport applies a transport's settlements, then waits for replicas.
 type replicaTransport struct {
 	source.Transport
@@ -70,7 +60,7 @@ type replicaTransport struct {
 // checks its own, then opens the transport: first, since a transport that opened has
 // started what only Close stops.
 func (t replicaTransport) Open(ctx context.Context) error {
-	if err := t.Transport.(replicaWaiter).replicaPerms(ctx); err != nil {
+	if err := t.Transport.(source.ReplicaWaiter).ReplicaPerms(ctx); err != nil {
 		return err
 	}
 	return t.Transport.Open(ctx)
@@ -106,7 +96,7 @@ func (t replicaTransport) Moves(ctx context.Context, ms []source.Move) []error {
 }
 
 func (t replicaTransport) wait(ctx context.Context) error {
-	got, err := t.Transport.(replicaWaiter).waitReplicas(ctx, t.w.n, t.w.timeout)
+	got, err := t.Transport.(source.ReplicaWaiter).WaitReplicas(ctx, t.w.n, t.w.timeout)
 	if err != nil {
 		return fmt.Errorf("settlement written on the primary; waiting for %d replicas: %w", t.w.n, err)
 	}
@@ -150,18 +140,18 @@ func checkReplicaPerms(ctx context.Context, rdb redis.UniversalClient, key strin
 	return checkPerms(ctx, rdb, []perm{{"SET", replicaMarker(key), "1", "PX", "60000"}, {"WAIT", "1", "100"}})
 }
 
-func (t *streamTransport) replicaPerms(ctx context.Context) error {
+func (t *streamTransport) ReplicaPerms(ctx context.Context) error {
 	return checkReplicaPerms(ctx, t.src.rdb, t.src.key)
 }
 
-func (t *reliableTransport) replicaPerms(ctx context.Context) error {
+func (t *reliableTransport) ReplicaPerms(ctx context.Context) error {
 	return checkReplicaPerms(ctx, t.src.rdb, t.src.key)
 }
 
-func (t *streamTransport) waitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
+func (t *streamTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
 	return waitReplicas(ctx, t.src.rdb, t.src.key, n, timeout)
 }
 
-func (t *reliableTransport) waitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
+func (t *reliableTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
 	return waitReplicas(ctx, t.src.rdb, t.src.key, n, timeout)
 }
