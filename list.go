@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
@@ -44,18 +46,18 @@ func List(rdb redis.UniversalClient, key string, opts ...ListOption) *ListSource
 
 // Transport is for settle's own use and may change in any release.
 func (s *ListSource) Transport(env source.Env) source.Transport {
-	t := &listTransport{env: env, ids: newDeliveryIDs(""), reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
-	t.delays, t.parks = delaySetOf(env)
+	t := &listTransport{env: env, ids: redisbase.NewDeliveryIDs(""), reader: redisbase.EnvelopeReader{Logger: env.Logger, Mount: env.Mount}, src: s}
+	t.delays, t.parks = redisbase.DelaySetOf(env)
 	return t
 }
 
 // listTransport is one mount's consumer on a plain list.
 type listTransport struct {
-	delays    delaySet // the mount's durable delay set, when parks
+	delays    redisbase.DelaySet // the mount's durable delay set, when parks
 	env       source.Env
-	ids       *deliveryIDs
+	ids       *redisbase.DeliveryIDs
 	parks     bool
-	reader    envelopeReader
+	reader    redisbase.EnvelopeReader
 	src       *ListSource
 	unsettled atomic.Int64 // deliveries handed out and not settled yet
 }
@@ -72,7 +74,7 @@ func (t *listTransport) Info() source.Info {
 
 func (t *listTransport) Validate(p source.Policy) []error {
 	errs := validateList("list", t.src.rdb, t.src.key, t.src.cfg.batch, t.src.cfg.block, p)
-	return append(errs, delaySetProblems(p, t.src.rdb, "list", t.src.key, t.src.key)...)
+	return append(errs, redisbase.DelaySetProblems(p, t.src.rdb, "list", t.src.key, t.src.key)...)
 }
 
 // validateList checks what List and ReliableList share.
@@ -106,15 +108,15 @@ func validateList(kind string, rdb redis.UniversalClient, key string, batch int,
 //
 // A wait that is not whole seconds was shortened by a delay coming due (listBlock makes
 // every other wait whole seconds). Redis times a block out only on its cron tick (see
-// minServerBlock), so such a read blocks whole seconds ending at least a tick before due,
+// redisbase.MinServerBlock), so such a read blocks whole seconds ending at least a tick before due,
 // and under that does not block in Redis at all: it waits on the client and returns
 // redis.Nil, and the caller's next read sweeps the delay set again (callers pop without
 // blocking before they call this).
 func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
 	if wait%time.Second != 0 {
-		block := (wait - minServerBlock).Truncate(time.Second)
+		block := (wait - redisbase.MinServerBlock).Truncate(time.Second)
 		if block < time.Second {
-			pollWait(ctx, min(wait, minServerBlock))
+			redisbase.PollWait(ctx, min(wait, redisbase.MinServerBlock))
 			return "", redis.Nil
 		}
 		wait = block
@@ -150,7 +152,9 @@ func listBlock(d time.Duration) time.Duration {
 	return time.Duration(math.Ceil(d.Seconds())) * time.Second
 }
 
-func (t *listTransport) Open(ctx context.Context) error { return checkPerms(ctx, t.src.rdb, t.perms()) }
+func (t *listTransport) Open(ctx context.Context) error {
+	return redisbase.CheckPerms(ctx, t.src.rdb, t.perms())
+}
 
 func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	s := t.src
@@ -186,12 +190,12 @@ func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) 
 	}
 	ds := make([]*source.Delivery, len(vals))
 	for i, v := range vals {
-		payload, headers, ok, rc := t.reader.read(ctx, s.key, []byte(v))
+		payload, headers, ok, rc := t.reader.Read(ctx, s.key, []byte(v))
 		ds[i] = &source.Delivery{
 			Attempt:    rc + 1,
 			HasPayload: ok,
 			Headers:    headers,
-			ID:         t.ids.next(),
+			ID:         t.ids.Next(),
 			Key:        s.key,
 			Payload:    payload,
 			RetryCount: rc,
@@ -202,9 +206,9 @@ func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) 
 }
 
 // sweepDelays pushes the due copies of the mount's delay set to the tail of the list
-// and returns how long the next read may block (see delaySet.sweep).
+// and returns how long the next read may block (see redisbase.DelaySet.sweep).
 func (t *listTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	wait, _, err := t.delays.sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
+	wait, _, err := t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
 		return script.SweepList(ctx, t.src.rdb, t.delays.Key, t.src.key, now, script.SweepBatch)
 	})
 	if err != nil {
@@ -238,7 +242,7 @@ func (t *listTransport) Moves(ctx context.Context, ms []source.Move) []error {
 				err = fmt.Errorf("list %q: dead letter of %s to %q: rpush: %w", t.src.key, d.ID, m.Dest, err)
 			}
 		case source.ActionPark:
-			if err = t.delays.parkValue(ctx, t.src.rdb, m); err != nil {
+			if err = t.delays.ParkValue(ctx, t.src.rdb, m); err != nil {
 				err = fmt.Errorf("list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
 			}
 		default:
@@ -280,4 +284,24 @@ func blmoveOnce(ctx context.Context, rdb redis.UniversalClient, key, dest string
 	}
 	_ = rdb.Process(ctx, stringOnce{cmd})
 	return cmd.Result()
+}
+
+// perms are the commands a plain list consumer runs: its pops, its copies and dead
+// letters, the pause key and the delay set.
+func (t *listTransport) perms() []redisbase.Perm {
+	key := t.src.key
+	ps := []redisbase.Perm{{"BLPOP", key, "0"}, {"LPOP", key, "1"}, {"RPUSH", key, "v"}, {"EXISTS", keys.Paused(key, "")}}
+	if dl := t.env.Policy.DeadLetter; dl != "" {
+		ps = append(ps, redisbase.Perm{"RPUSH", dl, "v"})
+	}
+	if t.parks {
+		ps = append(append(ps, redisbase.ScriptPerms()...), redisbase.Perm{"TYPE", key})
+	}
+	return append(ps, redisbase.DelayPerms(t.delays, t.parks)...)
+}
+
+// Paused reports whether the list is paused: its control key (keys.Paused(list, ""))
+// exists.
+func (t *listTransport) Paused(ctx context.Context) (bool, error) {
+	return redisbase.Paused(ctx, t.src.rdb, t.src.key, "")
 }

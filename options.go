@@ -1,9 +1,12 @@
 package settle
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/source"
 )
 
 // MountOption configures one mount (App.Mount). Options never fail: App.Validate
@@ -338,4 +341,24 @@ const DefaultBuffer = 1000
 type publisherConfig struct {
 	codec Codec
 	hook  PublishHook
+}
+
+// delayProblems returns the refusals of a mount's delay strategy that hold for any
+// source: a DurableZset needs a key, a TTL that is not negative, and a source that parks.
+func delayProblems(strategy delayed.Strategy, info source.Info) []error {
+	dz, ok := strategy.(delayed.DurableZset)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	if dz.Key == "" {
+		errs = append(errs, errors.New("DelayIn(delayed.DurableZset{}): Key is empty; name the sorted set, e.g. \"{orders}:delayed\""))
+	}
+	if dz.TTL < 0 {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{TTL: %s}): TTL must not be negative (0: the set never expires)", dz.TTL))
+	}
+	if !info.Caps.Parks {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): a %s source cannot keep delays in a sorted set; use delayed.InProcess{}", dz.Key, info.Kind))
+	}
+	return errs
 }

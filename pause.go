@@ -4,10 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/settlekit/settle/internal/keys"
 )
 
 // pauseCheck is how often, at most, a mount asks its transport whether an operator
@@ -70,36 +66,3 @@ func (m *mount) waitPaused(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
-
-// redisPaused reports whether the control key of key (and group) exists: one EXISTS.
-func redisPaused(ctx context.Context, rdb redis.UniversalClient, key, group string) (bool, error) {
-	n, err := rdb.Exists(ctx, keys.Paused(key, group)).Result()
-	if err != nil {
-		return false, err
-	}
-	return n > 0, nil
-}
-
-// Paused reports whether the stream's group is paused: its control key
-// (keys.Paused(stream, group)) exists. A ClaimingStream on the same group shares it.
-func (t *streamTransport) Paused(ctx context.Context) (bool, error) {
-	return redisPaused(ctx, t.src.rdb, t.src.key, t.src.group)
-}
-
-// Paused reports whether the list is paused: its control key (keys.Paused(list, ""))
-// exists.
-func (t *listTransport) Paused(ctx context.Context) (bool, error) {
-	return redisPaused(ctx, t.src.rdb, t.src.key, "")
-}
-
-// Paused reports whether the list is paused: its control key (keys.Paused(list, ""))
-// exists; a List and a ReliableList on one key share it.
-func (t *reliableTransport) Paused(ctx context.Context) (bool, error) {
-	return redisPaused(ctx, t.src.rdb, t.src.key, "")
-}
-
-// Paused is always false: a Pub/Sub subscriber cannot be paused. Redis keeps nothing
-// for it, so a paused subscriber would only lose what is published meanwhile (beyond
-// its Buffer); stop the App instead. settle/admin refuses to pause a channel that has
-// subscribers.
-func (t *pubsubTransport) Paused(context.Context) (bool, error) { return false, nil }

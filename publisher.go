@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/wire"
 )
 
@@ -97,7 +98,7 @@ func (p *Publisher) PublishListBytes(ctx context.Context, key string, payload []
 	}
 	value := wire.Envelope(payload, c.Headers)
 	if c.Delayed() || c.DelaySet != nil {
-		return published(done, "", p.delay(ctx, c, key, "list", valueMember(value)))
+		return published(done, "", p.delay(ctx, c, key, "list", redisbase.ValueMember(value)))
 	}
 	if err := p.rdb.RPush(ctx, key, value).Err(); err != nil {
 		return published(done, "", fmt.Errorf("settle: publish to list %q: rpush: %w", key, err))
@@ -132,7 +133,7 @@ func (p *Publisher) PublishChannelBytes(ctx context.Context, channel string, pay
 	}
 	value := wire.Envelope(payload, c.Headers)
 	if c.Delayed() || c.DelaySet != nil {
-		return 0, published(done, "", p.delay(ctx, c, "", "channel", valueMember(value)))
+		return 0, published(done, "", p.delay(ctx, c, "", "channel", redisbase.ValueMember(value)))
 	}
 	n, err := p.rdb.Publish(ctx, channel, value).Result()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
@@ -54,19 +55,19 @@ func newPubSub(rdb redis.UniversalClient, name string, pattern bool, opts []PubS
 
 // Transport is for settle's own use and may change in any release.
 func (s *PubSubSource) Transport(env source.Env) source.Transport {
-	t := &pubsubTransport{env: env, ids: newDeliveryIDs(""), reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
-	t.delays, t.parks = delaySetOf(env)
+	t := &pubsubTransport{env: env, ids: redisbase.NewDeliveryIDs(""), reader: redisbase.EnvelopeReader{Logger: env.Logger, Mount: env.Mount}, src: s}
+	t.delays, t.parks = redisbase.DelaySetOf(env)
 	return t
 }
 
 // pubsubTransport is one mount's subscription.
 type pubsubTransport struct {
 	ch        <-chan *redis.Message
-	delays    delaySet // the mount's durable delay set, when parks
+	delays    redisbase.DelaySet // the mount's durable delay set, when parks
 	env       source.Env
-	ids       *deliveryIDs
+	ids       *redisbase.DeliveryIDs
 	parks     bool
-	reader    envelopeReader
+	reader    redisbase.EnvelopeReader
 	src       *PubSubSource
 	sub       *redis.PubSub
 	unsettled atomic.Int64 // deliveries handed out and not settled yet
@@ -119,7 +120,7 @@ func (t *pubsubTransport) Validate(p source.Policy) []error {
 // published after Open returns is received.
 func (t *pubsubTransport) Open(ctx context.Context) error {
 	s := t.src
-	if err := checkPerms(ctx, s.rdb, t.perms()); err != nil {
+	if err := redisbase.CheckPerms(ctx, s.rdb, t.perms()); err != nil {
 		return err
 	}
 	if s.pattern {
@@ -187,10 +188,10 @@ func (t *pubsubTransport) retryChannel() string {
 }
 
 // sweepDelays publishes the due copies of the mount's delay set to the retry channel
-// and returns how long the next wait may last (see delaySet.sweep).
+// and returns how long the next wait may last (see redisbase.DelaySet.sweep).
 func (t *pubsubTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
 	dest, unheard := t.retryChannel(), 0
-	wait, _, err := t.delays.sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
+	wait, _, err := t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
 		res, err := script.SweepChannel(ctx, t.src.rdb, t.delays.Key, dest, now, script.SweepBatch)
 		unheard += res.Unheard
 		return res, err
@@ -207,12 +208,12 @@ func (t *pubsubTransport) sweepDelays(ctx context.Context, wait time.Duration) (
 
 func (t *pubsubTransport) delivery(ctx context.Context, m *redis.Message) *source.Delivery {
 	t.unsettled.Add(1)
-	payload, headers, ok, rc := t.reader.read(ctx, m.Channel, []byte(m.Payload))
+	payload, headers, ok, rc := t.reader.Read(ctx, m.Channel, []byte(m.Payload))
 	return &source.Delivery{
 		Attempt:    rc + 1,
 		HasPayload: ok,
 		Headers:    headers,
-		ID:         t.ids.next(),
+		ID:         t.ids.Next(),
 		Key:        m.Channel,
 		Payload:    payload,
 		RetryCount: rc,
@@ -243,7 +244,7 @@ func (t *pubsubTransport) Moves(ctx context.Context, ms []source.Move) []error {
 		case source.ActionDeadLetter:
 			return t.publish(ctx, m.Delivery, m.Dest, m.Headers, "dead letter")
 		case source.ActionPark:
-			if err := t.delays.parkValue(ctx, t.src.rdb, m); err != nil {
+			if err := t.delays.ParkValue(ctx, t.src.rdb, m); err != nil {
 				return fmt.Errorf("channel %q: park of %s in %q: %w", m.Delivery.Key, m.Delivery.ID, t.delays.Key, err)
 			}
 			return nil
@@ -280,3 +281,27 @@ func (t *pubsubTransport) Close(context.Context) error {
 	}
 	return t.sub.Close()
 }
+
+// perms are the commands a pub/sub consumer runs: its subscription, its retry copies and
+// dead letters, and the delay set.
+func (t *pubsubTransport) perms() []redisbase.Perm {
+	s := t.src
+	sub := redisbase.Perm{"SUBSCRIBE", s.name}
+	if s.pattern {
+		sub = redisbase.Perm{"PSUBSCRIBE", s.name}
+	}
+	ps := []redisbase.Perm{sub, {"PUBLISH", t.retryChannel(), "v"}}
+	if dl := t.env.Policy.DeadLetter; dl != "" {
+		ps = append(ps, redisbase.Perm{"PUBLISH", dl, "v"})
+	}
+	if t.parks {
+		ps = append(ps, redisbase.ScriptPerms()...)
+	}
+	return append(ps, redisbase.DelayPerms(t.delays, t.parks)...)
+}
+
+// Paused is always false: a Pub/Sub subscriber cannot be paused. Redis keeps nothing
+// for it, so a paused subscriber would only lose what is published meanwhile (beyond
+// its Buffer); stop the App instead. settle/admin refuses to pause a channel that has
+// subscribers.
+func (t *pubsubTransport) Paused(context.Context) (bool, error) { return false, nil }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
@@ -57,21 +58,21 @@ func ProcessingList(key, consumer string) string { return keys.ListProcessing(ke
 func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 	consumer := s.cfg.consumer
 	if consumer == "" {
-		consumer = defaultConsumerName()
+		consumer = redisbase.DefaultConsumerName()
 	}
 	t := &reliableTransport{
 		consumer:   consumer,
 		consumers:  keys.ListConsumers(s.key),
 		env:        env,
 		heartbeat:  keys.ListHeartbeat(s.key, consumer),
-		ids:        newDeliveryIDs(consumer),
+		ids:        redisbase.NewDeliveryIDs(consumer),
 		inflight:   map[string]int{},
 		lot:        newTakeoverLot(),
 		processing: keys.ListProcessing(s.key, consumer),
-		reader:     envelopeReader{logger: env.Logger, mount: env.Mount},
+		reader:     redisbase.EnvelopeReader{Logger: env.Logger, Mount: env.Mount},
 		src:        s,
 	}
-	t.delays, t.parks = delaySetOf(env)
+	t.delays, t.parks = redisbase.DelaySetOf(env)
 	return t
 }
 
@@ -82,15 +83,15 @@ var errItemGone = script.ErrItemGone
 // reliableTransport is one mount's consumer on a reliable list.
 type reliableTransport struct {
 	consumer   string
-	consumers  string   // the set of consumer names of the list
-	delays     delaySet // the mount's durable delay set, when parks
+	consumers  string             // the set of consumer names of the list
+	delays     redisbase.DelaySet // the mount's durable delay set, when parks
 	env        source.Env
 	heartbeat  string // this consumer's heartbeat key
-	ids        *deliveryIDs
+	ids        *redisbase.DeliveryIDs
 	keeper     *listKeeper
 	parks      bool
 	processing string // this consumer's processing list
-	reader     envelopeReader
+	reader     redisbase.EnvelopeReader
 	src        *ReliableListSource
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
 
@@ -136,14 +137,14 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 		}
 	}
 	errs = append(errs, replyProblems(p, s.rdb, "reliable list", s.key, t.processing)...)
-	return append(errs, delaySetProblems(p, s.rdb, "reliable list", s.key, s.key, t.processing)...)
+	return append(errs, redisbase.DelaySetProblems(p, s.rdb, "reliable list", s.key, s.key, t.processing)...)
 }
 
 // Open reads the consumer's own processing list (left by an earlier process with the
 // same Consumer name), registers the consumer, takes a first lot of what an earlier
 // process or dead consumers left (see takeoverLot) and starts the heartbeat.
 func (t *reliableTransport) Open(ctx context.Context) error {
-	if err := checkPerms(ctx, t.src.rdb, t.perms()); err != nil {
+	if err := redisbase.CheckPerms(ctx, t.src.rdb, t.perms()); err != nil {
 		return err
 	}
 	t.keeper = &listKeeper{
@@ -191,8 +192,8 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 	}
 	if ready, pending := t.takeoverPending(); pending {
 		// A takeover goes on lot by lot: wait for the next lot rather than in Redis,
-		// looking at the list again within minServerBlock.
-		pollReady(ctx, ready, min(wait, minServerBlock))
+		// looking at the list again within redisbase.MinServerBlock.
+		pollReady(ctx, ready, min(wait, redisbase.MinServerBlock))
 		return t.deliverTaken(ctx, max), nil
 	}
 	// Idle: block for one item, then take what else came with it.
@@ -317,7 +318,7 @@ func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*so
 	t.mu.Unlock()
 	ds := make([]*source.Delivery, len(vals))
 	for i, v := range vals {
-		ds[i] = t.delivery(ctx, v, t.ids.next())
+		ds[i] = t.delivery(ctx, v, t.ids.Next())
 	}
 	t.unsettled.Add(int64(len(ds)))
 	return ds
@@ -325,7 +326,7 @@ func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*so
 
 // delivery decodes the item v into a delivery named id.
 func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.Delivery {
-	payload, headers, ok, rc := t.reader.read(ctx, t.src.key, []byte(v))
+	payload, headers, ok, rc := t.reader.Read(ctx, t.src.key, []byte(v))
 	return &source.Delivery{
 		Attempt:    rc + 1,
 		HasPayload: ok,
@@ -339,9 +340,9 @@ func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.
 }
 
 // sweepDelays moves the due copies of the mount's delay set to the tail of the list and
-// returns how long the next read may block (see delaySet.sweep).
+// returns how long the next read may block (see redisbase.DelaySet.sweep).
 func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	wait, _, err := t.delays.sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
+	wait, _, err := t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
 		return script.SweepList(ctx, t.src.rdb, t.delays.Key, t.src.key, now, script.SweepBatch)
 	})
 	if err != nil {
@@ -413,7 +414,7 @@ func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error
 		case source.ActionDeadLetter:
 			mv.Dest, mv.Value = m.Dest, wire.Envelope(m.Delivery.Payload, m.Headers)
 		case source.ActionPark:
-			member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
+			member := redisbase.ValueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
 			parks, parkIdx = append(parks, script.ValuePark{Delay: m.Delay, Item: item, Member: member}), append(parkIdx, i)
 			continue
 		case source.ActionReply:
@@ -432,7 +433,7 @@ func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error
 		flush()
 	}
 	if len(parks) > 0 {
-		for k, err := range script.ValueParks(ctx, t.src.rdb, t.delays.Key, t.processing, t.delays.TTL, t.delays.now(), parks) {
+		for k, err := range script.ValueParks(ctx, t.src.rdb, t.delays.Key, t.processing, t.delays.TTL, t.delays.Now(), parks) {
 			errs[parkIdx[k]] = err
 		}
 	}
@@ -474,4 +475,37 @@ func (t *reliableTransport) Close(ctx context.Context) error {
 		return nil
 	}
 	return t.keeper.close(ctx)
+}
+
+// perms are the commands a reliable list consumer runs: its moves into and out of its
+// processing list, its heartbeat and consumer set, the recovery of dead consumers'
+// lists, the pause key, the dead letter and the delay set.
+func (t *reliableTransport) perms() []redisbase.Perm {
+	key, proc := t.src.key, t.processing
+	ps := append(redisbase.ScriptPerms(),
+		redisbase.Perm{"LMOVE", key, proc, "LEFT", "RIGHT"}, redisbase.Perm{"BLMOVE", key, proc, "LEFT", "RIGHT", "0"},
+		redisbase.Perm{"LREM", proc, "1", "v"}, redisbase.Perm{"RPUSH", key, "v"}, redisbase.Perm{"LRANGE", proc, "0", "-1"}, redisbase.Perm{"LLEN", proc},
+		redisbase.Perm{"TYPE", key}, redisbase.Perm{"MULTI"}, redisbase.Perm{"EXEC"},
+		redisbase.Perm{"SET", t.heartbeat, "1", "PX", "1"}, redisbase.Perm{"EXISTS", t.heartbeat}, redisbase.Perm{"DEL", t.heartbeat},
+		redisbase.Perm{"SADD", t.consumers, "c"}, redisbase.Perm{"SREM", t.consumers, "c"}, redisbase.Perm{"SMEMBERS", t.consumers},
+		redisbase.Perm{"EXISTS", keys.Paused(key, "")},
+	)
+	if dl := t.env.Policy.DeadLetter; dl != "" {
+		ps = append(ps, redisbase.Perm{"RPUSH", dl, "v"}, redisbase.Perm{"TYPE", dl})
+	}
+	return append(ps, redisbase.DelayPerms(t.delays, t.parks)...)
+}
+
+func (t *reliableTransport) ReplicaPerms(ctx context.Context) error {
+	return redisbase.CheckReplicaPerms(ctx, t.src.rdb, t.src.key)
+}
+
+func (t *reliableTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
+	return redisbase.WaitReplicas(ctx, t.src.rdb, t.src.key, n, timeout)
+}
+
+// Paused reports whether the list is paused: its control key (keys.Paused(list, ""))
+// exists; a List and a ReliableList on one key share it.
+func (t *reliableTransport) Paused(ctx context.Context) (bool, error) {
+	return redisbase.Paused(ctx, t.src.rdb, t.src.key, "")
 }

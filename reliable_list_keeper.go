@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
@@ -35,7 +36,7 @@ type listKeeper struct {
 	own        []string
 	processing string // this consumer's processing list
 	rdb        redis.UniversalClient
-	reader     *envelopeReader
+	reader     *redisbase.EnvelopeReader
 	ttl        time.Duration   // the heartbeat's
 	wake       <-chan struct{} // signalled when a lot has settled and more may be left
 	// beatFailed: the last heartbeat failed, and it was logged (touched only by the loop).
@@ -191,7 +192,7 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool,
 	}
 	values := make([]string, len(items))
 	for i, item := range items {
-		payload, headers, _, rc := k.reader.read(ctx, k.key, []byte(item))
+		payload, headers, _, rc := k.reader.Read(ctx, k.key, []byte(item))
 		values[i] = string(wire.Envelope(payload, withRetryCount(headers, rc+1)))
 	}
 	// Held before they appear in the processing list: a re-read must not deliver them.

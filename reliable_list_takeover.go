@@ -154,7 +154,7 @@ func (t *reliableTransport) deliverTaken(ctx context.Context, n int) []*source.D
 	t.lot.queued = t.lot.queued[n:]
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = t.ids.next()
+		ids[i] = t.ids.Next()
 		t.lot.held[ids[i]] = struct{}{}
 	}
 	t.mu.Unlock()

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -104,54 +101,4 @@ func (t replicaTransport) wait(ctx context.Context) error {
 		return fmt.Errorf("settlement written on the primary but acknowledged by %d of %d replicas within %s", got, t.w.n, t.w.timeout)
 	}
 	return nil
-}
-
-// waitReplicas runs WAIT n timeout on key's server, after a write of its own there (a
-// short-lived marker key in key's slot): WAIT counts the replicas that have the writes
-// of its own connection, and that write, made after the settlements the caller saw
-// applied, comes after them in the replication stream.
-func waitReplicas(ctx context.Context, rdb redis.UniversalClient, key string, n int, timeout time.Duration) (int, error) {
-	var c redis.Cmdable = rdb
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			return 0, err
-		}
-		c = node // WAIT names no key: it must go to the node the marker was written on
-	}
-	var wait *redis.Cmd
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, replicaMarker(key), "1", time.Minute)
-		wait = p.Do(ctx, "wait", n, timeout.Milliseconds()) // not in Pipeliner's method set
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	got, err := wait.Int()
-	return got, err
-}
-
-// replicaMarker is the key waitReplicas writes before its WAIT, in key's slot.
-func replicaMarker(key string) string { return keys.Derived(key, "replicas") }
-
-// checkReplicaPerms checks that rdb's user may run waitReplicas's commands for key.
-func checkReplicaPerms(ctx context.Context, rdb redis.UniversalClient, key string) error {
-	return checkPerms(ctx, rdb, []perm{{"SET", replicaMarker(key), "1", "PX", "60000"}, {"WAIT", "1", "100"}})
-}
-
-func (t *streamTransport) ReplicaPerms(ctx context.Context) error {
-	return checkReplicaPerms(ctx, t.src.rdb, t.src.key)
-}
-
-func (t *reliableTransport) ReplicaPerms(ctx context.Context) error {
-	return checkReplicaPerms(ctx, t.src.rdb, t.src.key)
-}
-
-func (t *streamTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
-	return waitReplicas(ctx, t.src.rdb, t.src.key, n, timeout)
-}
-
-func (t *reliableTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
-	return waitReplicas(ctx, t.src.rdb, t.src.key, n, timeout)
 }

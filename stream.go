@@ -2,12 +2,9 @@ package settle
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
@@ -50,7 +48,7 @@ func Stream(rdb redis.UniversalClient, key, group string, opts ...StreamOption) 
 func (s *StreamSource) Transport(env source.Env) source.Transport {
 	consumer := s.cfg.consumer
 	if consumer == "" {
-		consumer = defaultConsumerName()
+		consumer = redisbase.DefaultConsumerName()
 	}
 	t := &streamTransport{
 		consumer: consumer,
@@ -60,7 +58,7 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 		rescan:   true,
 		src:      s,
 	}
-	t.delays, t.parks = delaySetOf(env)
+	t.delays, t.parks = redisbase.DelaySetOf(env)
 	t.claim = newClaimer(t.claimStream(), "Reclaim", s.cfg.reclaim, s.cfg.block, false, nil) // retries are copies
 	return t
 }
@@ -68,17 +66,6 @@ func (s *StreamSource) Transport(env source.Env) source.Transport {
 // claimStream is what a claimer of this consumer's group needs of it.
 func (t *streamTransport) claimStream() claimStream {
 	return claimStream{consumer: t.consumer, env: t.env, group: t.src.group, key: t.src.key, owner: t, rdb: t.src.rdb}
-}
-
-// defaultConsumerName is unique per process: host, pid and a random suffix.
-func defaultConsumerName() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "settle"
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // Seek moves the consumer group's position back (or forward) to id (XGROUP SETID): the
@@ -113,7 +100,7 @@ func (s *StreamSource) Seek(ctx context.Context, id string) error {
 type streamTransport struct {
 	claim       *claimer // takes idle pending entries over (Reclaim, ClaimingStream); nil: none
 	consumer    string
-	delays      delaySet // the mount's durable delay set, when parks
+	delays      redisbase.DelaySet // the mount's durable delay set, when parks
 	env         source.Env
 	garbledOnce sync.Once
 	nextTrim    time.Time // when Fetch trims next (see trim); Fetch's goroutine only
@@ -171,7 +158,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	if p.DeadLetter != "" {
 		slotKeys = append(slotKeys, p.DeadLetter)
 	}
-	errs = append(errs, delaySetProblems(p, s.rdb, "stream", s.key, slotKeys...)...)
+	errs = append(errs, redisbase.DelaySetProblems(p, s.rdb, "stream", s.key, slotKeys...)...)
 	errs = append(errs, replyProblems(p, s.rdb, "stream", s.key, s.key)...)
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
 		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
@@ -182,7 +169,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 }
 
 func (t *streamTransport) Open(ctx context.Context) error {
-	if err := checkPerms(ctx, t.src.rdb, t.perms()); err != nil {
+	if err := redisbase.CheckPerms(ctx, t.src.rdb, t.perms()); err != nil {
 		return err
 	}
 	if err := t.createGroup(ctx); err != nil {
@@ -228,7 +215,7 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 
 // read reads entries after id (">" for new ones), blocking up to wait (-1: not at all).
 //
-// Redis times a block out only on its cron tick (see minServerBlock), so a wait that
+// Redis times a block out only on its cron tick (see redisbase.MinServerBlock), so a wait that
 // something shortened below the mount's Block (a delay coming due, a claim coming idle)
 // blocks in Redis one tick less, and a wait shorter than a tick reads without blocking,
 // then waits on the client: a due delay is swept within milliseconds of due rather than
@@ -236,9 +223,9 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 func (t *streamTransport) read(ctx context.Context, id string, max int, wait time.Duration) ([]*source.Delivery, error) {
 	block := wait
 	if wait >= 0 && wait < t.src.cfg.block {
-		block = wait - minServerBlock // Redis may answer up to a tick late: wake a tick early
+		block = wait - redisbase.MinServerBlock // Redis may answer up to a tick late: wake a tick early
 	}
-	short := wait >= 0 && block < minServerBlock
+	short := wait >= 0 && block < redisbase.MinServerBlock
 	if short {
 		block = -1
 	}
@@ -247,7 +234,7 @@ func (t *streamTransport) read(ctx context.Context, id string, max int, wait tim
 		return nil, err
 	}
 	if short && len(msgs) == 0 {
-		pollWait(ctx, min(wait, minServerBlock))
+		redisbase.PollWait(ctx, min(wait, redisbase.MinServerBlock))
 		return nil, nil
 	}
 	return t.deliveries(ctx, msgs, false), nil
@@ -454,7 +441,7 @@ func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) (
 	t.mu.Lock()
 	inflight := len(t.inflight) > 0
 	t.mu.Unlock()
-	wait, _, err := dz.sweep(ctx, wait, inflight, func(ctx context.Context, now int64) (script.SweepResult, error) {
+	wait, _, err := dz.Sweep(ctx, wait, inflight, func(ctx context.Context, now int64) (script.SweepResult, error) {
 		return script.Sweep(ctx, t.src.rdb, dz.Key, t.src.key, now, script.SweepBatch, wire.FieldPayload)
 	})
 	if err != nil {
@@ -558,7 +545,7 @@ func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs
 	}
 	if len(parks) > 0 {
 		dz := t.delays
-		for k, err := range script.Parks(ctx, t.src.rdb, dz.Key, t.src.key, t.src.group, t.consumer, dz.TTL, dz.now(), parks) {
+		for k, err := range script.Parks(ctx, t.src.rdb, dz.Key, t.src.key, t.src.group, t.consumer, dz.TTL, dz.Now(), parks) {
 			if err != nil {
 				errs[parkIdx[k]] = fmt.Errorf("stream %q: park of %s in %q: %w", t.src.key, ms[parkIdx[k]].Delivery.ID, dz.Key, err)
 			}
@@ -607,24 +594,46 @@ func xreadGroupOnce(ctx context.Context, rdb redis.UniversalClient, a *redis.XRe
 	return cmd
 }
 
-// minServerBlock is the shortest block a Redis server times out with any precision: it
-// checks blocked clients' timeouts on its cron (hz 10 by default, every 100 ms), so a
-// short BLOCK returns up to a tick late. A read bounded by a delay coming due sooner
-// than this does not block in Redis: it reads without blocking and then waits on the
-// client.
-const minServerBlock = 100 * time.Millisecond
+// perms are the commands a stream consumer runs: reads, settlement scripts and what
+// they run, the take-over of idle entries (claim, touch, prune), the trim of what every
+// group acknowledged (unless NoTrim), the pause key, the dead letter and the delay set.
+func (t *streamTransport) perms() []redisbase.Perm {
+	key, group, c := t.src.key, t.src.group, t.consumer
+	ps := append(redisbase.ScriptPerms(),
+		redisbase.Perm{"XGROUP", "CREATE", key, group, "0", "MKSTREAM"},
+		redisbase.Perm{"XREADGROUP", "GROUP", group, c, "COUNT", "1", "STREAMS", key, "0"},
+		redisbase.Perm{"XACK", key, group, "0-1"},
+		redisbase.Perm{"XADD", key, "*", "f", "v"},
+		redisbase.Perm{"XPENDING", key, group, "-", "+", "1", c},
+		redisbase.Perm{"XCLAIM", key, group, c, "0", "0-1"},
+		redisbase.Perm{"TYPE", key},
+		redisbase.Perm{"EXISTS", keys.Paused(key, group)},
+	)
+	if t.claim != nil {
+		ps = append(ps, redisbase.Perm{"XAUTOCLAIM", key, group, c, "0", "0-0"}, redisbase.Perm{"XINFO", "CONSUMERS", key, group},
+			redisbase.Perm{"XGROUP", "DELCONSUMER", key, group, c})
+		gate := keys.Derived(key, "claim-scan:"+group)
+		ps = append(ps, redisbase.Perm{"HGET", gate, "at"}, redisbase.Perm{"HSET", gate, "at", "0"}, redisbase.Perm{"PEXPIRE", gate, "1"})
+	}
+	if !t.src.cfg.trimOff {
+		ps = append(ps, redisbase.Perm{"XINFO", "GROUPS", key}, redisbase.Perm{"XPENDING", key, group}, redisbase.Perm{"XTRIM", key, "MINID", "0-1"})
+	}
+	if dl := t.env.Policy.DeadLetter; dl != "" {
+		ps = append(ps, redisbase.Perm{"XADD", dl, "*", "f", "v"}, redisbase.Perm{"TYPE", dl})
+	}
+	return append(ps, redisbase.DelayPerms(t.delays, t.parks)...)
+}
 
-// pollWait waits d on the wall clock, or until ctx ends. It stands in for a short Redis
-// block (a poll bound, never a settlement delay), so it runs on real time like the
-// Redis-side block it replaces.
-func pollWait(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+func (t *streamTransport) ReplicaPerms(ctx context.Context) error {
+	return redisbase.CheckReplicaPerms(ctx, t.src.rdb, t.src.key)
+}
+
+func (t *streamTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
+	return redisbase.WaitReplicas(ctx, t.src.rdb, t.src.key, n, timeout)
+}
+
+// Paused reports whether the stream's group is paused: its control key
+// (keys.Paused(stream, group)) exists. A ClaimingStream on the same group shares it.
+func (t *streamTransport) Paused(ctx context.Context) (bool, error) {
+	return redisbase.Paused(ctx, t.src.rdb, t.src.key, t.src.group)
 }

@@ -1,9 +1,8 @@
-package settle
+package redisbase
 
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -34,44 +33,24 @@ const parkPoll = 25 * time.Millisecond
 // advance the clock at any moment, and the next sweep must see it soon.
 const testPoll = 5 * time.Millisecond
 
-// delaySet is a mount's durable delay set as its transport uses it.
-type delaySet struct {
+// DelaySet is a mount's durable delay set as its transport uses it.
+type DelaySet struct {
 	delayed.DurableZset
 	env       source.Env  // for its sweep events
 	testClock clock.Clock // a test's fake clock, nil in production
 }
 
-// delaySetOf returns the mount's durable delay set, if it has one.
-func delaySetOf(env source.Env) (delaySet, bool) {
+// DelaySetOf returns the mount's durable delay set, if it has one.
+func DelaySetOf(env source.Env) (DelaySet, bool) {
 	dz, ok := env.Policy.Delay.(delayed.DurableZset)
-	return delaySet{DurableZset: dz, env: env, testClock: env.TestClock}, ok
+	return DelaySet{DurableZset: dz, env: env, testClock: env.TestClock}, ok
 }
 
-// delayProblems returns the refusals of a mount's delay strategy that hold for any
-// source: a DurableZset needs a key, a TTL that is not negative, and a source that parks.
-func delayProblems(strategy delayed.Strategy, info source.Info) []error {
-	dz, ok := strategy.(delayed.DurableZset)
-	if !ok {
-		return nil
-	}
-	var errs []error
-	if dz.Key == "" {
-		errs = append(errs, errors.New("DelayIn(delayed.DurableZset{}): Key is empty; name the sorted set, e.g. \"{orders}:delayed\""))
-	}
-	if dz.TTL < 0 {
-		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{TTL: %s}): TTL must not be negative (0: the set never expires)", dz.TTL))
-	}
-	if !info.Caps.Parks {
-		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): a %s source cannot keep delays in a sorted set; use delayed.InProcess{}", dz.Key, info.Kind))
-	}
-	return errs
-}
-
-// delaySetProblems refuses a durable delay set a Redis source cannot use: one whose key
+// DelaySetProblems refuses a durable delay set a Redis source cannot use: one whose key
 // is the source's (kind names it: "stream", "list", "reliable list") or its dead
 // letter's, or, on Redis Cluster, one outside the slot of slotKeys (the keys its park and
 // sweep scripts touch besides the set).
-func delaySetProblems(p source.Policy, rdb redis.UniversalClient, kind, key string, slotKeys ...string) []error {
+func DelaySetProblems(p source.Policy, rdb redis.UniversalClient, kind, key string, slotKeys ...string) []error {
 	dz, ok := p.Delay.(delayed.DurableZset)
 	if !ok || dz.Key == "" {
 		return nil // delayProblems refuses an empty Key for every source
@@ -92,41 +71,41 @@ func delaySetProblems(p source.Policy, rdb redis.UniversalClient, kind, key stri
 	return errs
 }
 
-// now is the "now" argument of the delay scripts: the test's fake clock, or -1 for the
+// Now is the "now" argument of the delay scripts: the test's fake clock, or -1 for the
 // Redis server's TIME.
-func (s delaySet) now() int64 {
+func (s DelaySet) Now() int64 {
 	if s.testClock != nil {
 		return s.testClock.Now().UnixMilli()
 	}
 	return -1
 }
 
-// parkValue parks the retry copy of a list item or channel message m (its envelope) in
+// ParkValue parks the retry copy of a list item or channel message m (its envelope) in
 // the set, due once m.Delay has passed on the Redis server's clock. The pop or the
 // receive already took the original: there is nothing to complete.
-func (s delaySet) parkValue(ctx context.Context, rdb redis.Scripter, m source.Move) error {
-	member := valueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
-	_, _, err := script.ParkValue(ctx, rdb, s.Key, "", "", member, m.Delay, s.TTL, s.now())
+func (s DelaySet) ParkValue(ctx context.Context, rdb redis.Scripter, m source.Move) error {
+	member := ValueMember(wire.Envelope(m.Delivery.Payload, m.Headers))
+	_, _, err := script.ParkValue(ctx, rdb, s.Key, "", "", member, m.Delay, s.TTL, s.Now())
 	return err
 }
 
-// sweep calls move (one sweep script: at most script.SweepBatch members) while full
+// Sweep calls move (one sweep script: at most script.SweepBatch members) while full
 // batches move, and returns how long the next read may block: wait, bounded by the
 // time until the earliest member still waiting comes due (see boundedWait). inflight
 // says whether deliveries that may park were in flight before the sweep began (look
 // before sweeping: a delivery that settles between the sweep and the look may have
 // parked a delay the sweep did not see). The last call's result is returned too.
-func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, move func(ctx context.Context, now int64) (script.SweepResult, error)) (time.Duration, script.SweepResult, error) {
+func (s DelaySet) Sweep(ctx context.Context, wait time.Duration, inflight bool, move func(ctx context.Context, now int64) (script.SweepResult, error)) (time.Duration, script.SweepResult, error) {
 	var res script.SweepResult
 	for {
 		var err error
-		if res, err = move(ctx, s.now()); err != nil {
+		if res, err = move(ctx, s.Now()); err != nil {
 			return wait, res, err
 		}
 		if res.Moved > 0 {
 			s.env.Emit(ctx, source.Event{Kind: source.EventSweep, Count: res.Moved})
 			if s.env.Logger != nil && s.env.Logger.Enabled(ctx, slog.LevelDebug) {
-				s.env.Logger.DebugContext(ctx, "settle: delayed copies came due and were moved back", slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.Key), slog.Int("count", res.Moved))
+				s.env.Logger.DebugContext(ctx, "settle: delayed copies came due and were moved back", slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.Key), slog.Int("count", res.Moved))
 			}
 		}
 		if res.Moved < script.SweepBatch {
@@ -136,9 +115,9 @@ func (s delaySet) sweep(ctx context.Context, wait time.Duration, inflight bool, 
 	return boundedWait(wait, res, s.testClock != nil, inflight), res, nil
 }
 
-// valueMember is the delay set member holding the retry copy value of a list item or
+// ValueMember is the delay set member holding the retry copy value of a list item or
 // channel message, under a random token so that equal copies stay distinct members.
-func valueMember(value []byte) string {
+func ValueMember(value []byte) string {
 	return wire.ValueDelayMember(rand.Text(), value)
 }
 
