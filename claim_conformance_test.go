@@ -47,12 +47,12 @@ func newClaimingSubject(t *testing.T, minIdle time.Duration, fake bool) *sourcet
 		DeadLetter: dlq,
 		DeadLetters: func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadLetters(t, r.Client, dlq)
+			return sourcetest.ReadStreamDead(t, r.Client, dlq)
 		},
 		ReplyTo: r.Key("replies"),
 		Replies: func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadLetters(t, r.Client, r.Key("replies"))
+			return sourcetest.ReadStreamDead(t, r.Client, r.Key("replies"))
 		},
 		Pending: func(t testing.TB) int64 {
 			t.Helper()

@@ -26,7 +26,7 @@ var valueKinds = []string{"List", "ReliableList", "PubSub", "PubSubPattern"}
 type valueMount struct {
 	h    *settletest.Harness
 	kind string
-	sink *logSink
+	sink *sourcetest.LogSink
 	in   string // the list, or the channel messages are published to
 	set  string
 	dlq  string
@@ -34,7 +34,7 @@ type valueMount struct {
 
 func newValueMount(t *testing.T, kind string, opts ...settletest.Option) *valueMount {
 	t.Helper()
-	sink := newLogSink(subscribedText)
+	sink := sourcetest.NewLogSink(sourcetest.Subscribed)
 	h := settletest.New(t, append(opts, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))...)
 	return &valueMount{h: h, kind: kind, sink: sink, in: h.Redis.Key("ev.in"), set: h.Redis.Key("delayed"), dlq: h.Redis.Key("dlq")}
 }
@@ -67,7 +67,7 @@ func (v *valueMount) start(t *testing.T) {
 	t.Helper()
 	v.h.Start()
 	if v.channel() {
-		waitSubscribed(t, v.sink)
+		sourcetest.WaitSubscribed(t, v.sink)
 	}
 }
 
@@ -198,7 +198,7 @@ func TestDurableZsetOnValueTransportsCopyCarriesCountToTheDeadLetter(t *testing.
 				}
 				value = vals[0]
 			}
-			d := readDeadEnvelope(t, value)
+			d := sourcetest.ReadDeadEnvelope(t, value)
 			if d.Headers[settle.HeaderRetryCount] != "3" || d.Headers["tenant"] != "a" || !strings.HasSuffix(d.Headers[settle.HeaderDeadError], "busy") {
 				t.Fatalf("dead letter headers = %v; want retry count 3, the message's own and the last error", d.Headers)
 			}
@@ -294,7 +294,7 @@ func TestDurableZsetOnValueTransportsReadBlocksOnlyUntilDue(t *testing.T) {
 	for _, kind := range valueKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			sink := newLogSink(subscribedText)
+			sink := sourcetest.NewLogSink(sourcetest.Subscribed)
 			h := settletest.New(t, settletest.Live(), settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
 			v := &valueMount{h: h, kind: kind, sink: sink, in: h.Redis.Key("ev.in"), set: h.Redis.Key("delayed")}
 			r := &recorder{clock: time.Now, fn: func(m *settle.Message) error {
@@ -401,7 +401,7 @@ func TestClusterDurableZsetOnValueTransportsRoundTrip(t *testing.T) {
 			case "PubSubPattern":
 				src = settle.PubSubPattern(c.Client, c.Key("ev.*"), block, settle.OutRetry(c.Key("ev.retry")))
 			}
-			sink := newLogSink(subscribedText)
+			sink := sourcetest.NewLogSink(sourcetest.Subscribed)
 			s := &sourcetest.Subject{Config: settle.Config{Logger: sink.Logger()}, Source: src}
 			attempts := make(chan int, 4)
 			run := sourcetest.Start(t, s, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -414,7 +414,7 @@ func TestClusterDurableZsetOnValueTransportsRoundTrip(t *testing.T) {
 
 			ctx, pub := context.Background(), settle.NewPublisher(c.Client)
 			if strings.HasPrefix(kind, "PubSub") {
-				waitSubscribed(t, sink)
+				sourcetest.WaitSubscribed(t, sink)
 				// On a cluster PUBLISH counts only the receiving node's subscribers.
 				if _, err := pub.PublishChannel(ctx, in, "later"); err != nil {
 					t.Fatalf("publish: %v", err)

@@ -16,9 +16,9 @@ import (
 func firstDeliveryID(t *testing.T, src settle.Source, publish func()) string {
 	t.Helper()
 	rec := sourcetest.NewRecorder()
-	app := newListApp(t, rec, nil)
+	app := sourcetest.NewApp(t, rec, nil)
 	app.Mount(src, settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
-	stop := startApp(t, app)
+	stop := sourcetest.StartApp(t, app)
 	publish()
 	evs := rec.WaitFor(t, waitTimeout, "the ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 	if err := stop(); err != nil {
@@ -69,14 +69,14 @@ func TestReliableListDeliversAnItemPushedIntoItsLiveProcessingList(t *testing.T)
 	ctx := context.Background()
 	key := r.Key("jobs")
 	rec := sourcetest.NewRecorder()
-	app := newListApp(t, rec, nil)
+	app := sourcetest.NewApp(t, rec, nil)
 	got := make(chan string, 2)
 	app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("live"), settle.Heartbeat(200*time.Millisecond)),
 		settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			got <- string(m.Payload)
 			return nil
 		}))
-	startApp(t, app)
+	sourcetest.StartApp(t, app)
 	// The consumer is running once it has acked a first item.
 	if err := settle.NewPublisher(r.Client).PublishListBytes(ctx, key, []byte("first")); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
-	"github.com/settlekit/settle/internal/wire"
 )
 
 // TestListConformance runs the conformance suite on List (which loses a retry without
@@ -31,7 +30,7 @@ func TestListConformance(t *testing.T) {
 			t.Run("FakeClock", func(t *testing.T) {
 				t.Parallel()
 				sourcetest.Run(t, f, func(t *testing.T) *sourcetest.Subject {
-					return newListSubject(t, reliable, newConformanceClock())
+					return newListSubject(t, reliable, sourcetest.NewClock())
 				})
 			})
 		})
@@ -40,7 +39,7 @@ func TestListConformance(t *testing.T) {
 
 // newListSubject returns a List (or a ReliableList with consumer "c") on a fresh key of
 // t's own Redis, with its dead-letter list beside it; c, when not nil, is the App's clock.
-func newListSubject(t *testing.T, reliable bool, c *conformanceClock) *sourcetest.Subject {
+func newListSubject(t *testing.T, reliable bool, c *sourcetest.Clock) *sourcetest.Subject {
 	r := redistest.New(t)
 	in, dlq := r.Key("in"), r.Key("dlq")
 	pub := settle.NewPublisher(r.Client)
@@ -91,21 +90,7 @@ func readDeadList(t testing.TB, rdb redis.UniversalClient, key string) []sourcet
 	}
 	var out []sourcetest.Dead
 	for _, v := range vals {
-		out = append(out, readDeadEnvelope(t, v))
+		out = append(out, sourcetest.ReadDeadEnvelope(t, v))
 	}
 	return out
-}
-
-// readDeadEnvelope decodes one dead letter of a list or channel, which must be an
-// envelope.
-func readDeadEnvelope(t testing.TB, v string) sourcetest.Dead {
-	t.Helper()
-	payload, headers, ok, err := wire.FromEnvelope([]byte(v))
-	if err != nil || !ok {
-		t.Fatalf("dead letter %q is not an envelope (%v)", v, err)
-	}
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	return sourcetest.Dead{Headers: headers, Payload: payload}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,43 +16,7 @@ import (
 )
 
 // waitTimeout bounds every wait on an event in these tests.
-const waitTimeout = 15 * time.Second
-
-// startApp runs app until the test ends (or stop is called) and returns stop, which
-// cancels Run and returns its error.
-func startApp(t *testing.T, app *settle.App) (stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- app.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-errc:
-			case <-time.After(waitTimeout):
-				err = errors.New("Run did not return")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
-}
-
-func newListApp(t *testing.T, rec *sourcetest.Recorder, logger *slog.Logger) *settle.App {
-	t.Helper()
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	app, err := settle.New(settle.Config{Logger: logger, OnSettled: rec.OnSettled, DrainTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return app
-}
+const waitTimeout = sourcetest.WaitTimeout
 
 func TestList(t *testing.T) {
 	t.Parallel()
@@ -70,7 +33,7 @@ func TestList(t *testing.T) {
 			}
 		}
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		var mu sync.Mutex
 		var got []int
 		app.Mount(settle.List(r.Client, key, settle.Batch(3)), settle.Typed(func(_ context.Context, m *settle.Message, v int) error {
@@ -79,7 +42,7 @@ func TestList(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}), settle.Concurrency(1))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		rec.WaitFor(t, waitTimeout, "7 acks", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 7 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -97,13 +60,13 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		got := make(chan *settle.Message, 1)
 		app.Mount(settle.List(r.Client, key), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			got <- m
 			return nil
 		}), settle.WithCodec(settle.Raw))
-		startApp(t, app)
+		sourcetest.StartApp(t, app)
 		var m *settle.Message
 		select {
 		case m = <-got:
@@ -130,7 +93,7 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		var mu sync.Mutex
 		var decodeErrs []error
 		app.Mount(settle.List(r.Client, key), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -144,7 +107,7 @@ func TestList(t *testing.T) {
 			}
 			return err
 		}), settle.MaxAttempts(2), settle.DeadLetter(dlq))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		rec.WaitFor(t, waitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -186,12 +149,12 @@ func TestList(t *testing.T) {
 			}
 		}
 		rec := sourcetest.NewRecorder()
-		sink := newLogSink()
-		app := newListApp(t, rec, sink.Logger())
+		sink := sourcetest.NewLogSink()
+		app := sourcetest.NewApp(t, rec, sink.Logger())
 		app.Mount(settle.List(r.Client, key), settle.HandlerFunc(func(context.Context, *settle.Message) error {
 			return errors.New("boom")
 		}))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		evs := rec.WaitFor(t, waitTimeout, "3 losses", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 3 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -223,11 +186,11 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		app.Mount(settle.List(r.Client, key), settle.HandlerFunc(func(context.Context, *settle.Message) error {
 			return errors.New("bad input")
 		}), settle.MaxAttempts(3), settle.DeadLetter(dlq))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		rec.WaitFor(t, waitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -246,82 +209,3 @@ func TestList(t *testing.T) {
 		}
 	})
 }
-
-// logSink is a slog.Handler that keeps every record and signals the first record whose
-// message contains a watched text.
-type logSink struct {
-	mu      sync.Mutex
-	recs    []slog.Record
-	watches map[string]chan struct{}
-}
-
-func newLogSink(watch ...string) *logSink {
-	s := &logSink{watches: map[string]chan struct{}{}}
-	for _, w := range watch {
-		s.watches[w] = make(chan struct{})
-	}
-	return s
-}
-
-// Logger returns a logger writing to s.
-func (s *logSink) Logger() *slog.Logger { return slog.New(s) }
-
-// Seen returns a channel closed once a record containing text (given to newLogSink) is
-// logged.
-func (s *logSink) Seen(text string) <-chan struct{} { return s.watches[text] }
-
-// Count counts records at level whose message contains text.
-func (s *logSink) Count(level slog.Level, text string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.recs {
-		if r.Level == level && strings.Contains(r.Message, text) {
-			n++
-		}
-	}
-	return n
-}
-
-// Attr returns the value of attribute key in the last record whose message contains text.
-func (s *logSink) Attr(text, key string) (slog.Value, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := len(s.recs) - 1; i >= 0; i-- {
-		if !strings.Contains(s.recs[i].Message, text) {
-			continue
-		}
-		var v slog.Value
-		found := false
-		s.recs[i].Attrs(func(a slog.Attr) bool {
-			if a.Key == key {
-				v, found = a.Value, true
-				return false
-			}
-			return true
-		})
-		return v, found
-	}
-	return slog.Value{}, false
-}
-
-func (s *logSink) Enabled(context.Context, slog.Level) bool { return true }
-
-func (s *logSink) Handle(_ context.Context, r slog.Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.recs = append(s.recs, r.Clone())
-	for w, ch := range s.watches {
-		if strings.Contains(r.Message, w) {
-			select {
-			case <-ch:
-			default:
-				close(ch)
-			}
-		}
-	}
-	return nil
-}
-
-func (s *logSink) WithAttrs([]slog.Attr) slog.Handler { return s }
-func (s *logSink) WithGroup(string) slog.Handler      { return s }

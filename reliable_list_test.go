@@ -146,13 +146,13 @@ func TestReliableList(t *testing.T) {
 		expireHeartbeats(r, hb)
 
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		got := make(chan *settle.Message, 1)
 		app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("b"), settle.Heartbeat(hb)), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			got <- m
 			return nil
 		}), settle.MaxAttempts(3))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		rec.WaitFor(t, waitTimeout, "the recovered item's ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -192,12 +192,12 @@ func TestReliableList(t *testing.T) {
 		expireHeartbeats(r, hb)
 
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("b"), settle.Heartbeat(hb)), settle.HandlerFunc(func(context.Context, *settle.Message) error {
 			t.Error("the item at its cap was delivered again")
 			return nil
 		}), settle.MaxAttempts(2), settle.DeadLetter(dlq))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		kv, err := r.Client.BLPop(ctx, waitTimeout, dlq).Result()
 		if err != nil {
 			t.Fatalf("no dead letter: %v", err)
@@ -237,9 +237,9 @@ func TestReliableList(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("c")), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		evs := rec.WaitFor(t, waitTimeout, "an ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -259,7 +259,7 @@ func TestReliableList(t *testing.T) {
 		}
 		before, _ := r.Client.LIndex(ctx, key, 0).Result()
 		rec := sourcetest.NewRecorder()
-		app := newListApp(t, rec, nil)
+		app := sourcetest.NewApp(t, rec, nil)
 		seen := make(chan string, 2)
 		app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("c")), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			// The second delivery is checked against the bytes the first one left.
@@ -270,7 +270,7 @@ func TestReliableList(t *testing.T) {
 			}
 			return nil
 		}))
-		stop := startApp(t, app)
+		stop := sourcetest.StartApp(t, app)
 		evs := rec.WaitFor(t, waitTimeout, "put back and ack", func(evs []settle.Settled) bool { return len(evs) == 2 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -385,7 +385,7 @@ func TestReliableListRunsEachItemTakenOverFromADeadConsumerAlone(t *testing.T) {
 	}
 
 	rec := sourcetest.NewRecorder()
-	app := newListApp(t, rec, nil)
+	app := sourcetest.NewApp(t, rec, nil)
 	var mu sync.Mutex
 	var running sourcetest.Concurrent
 	var problems []string
@@ -410,7 +410,7 @@ func TestReliableListRunsEachItemTakenOverFromADeadConsumerAlone(t *testing.T) {
 		attempts[m.Attempt]++
 		return nil
 	}), settle.Concurrency(concurrency), settle.MaxAttempts(5))
-	stop := startApp(t, app)
+	stop := sourcetest.StartApp(t, app)
 	rec.WaitFor(t, waitTimeout, "every item acked", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == items+fresh })
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package settle
+package redispubsub
 
 import (
 	"context"
@@ -17,11 +17,10 @@ func TestPubSubDeliveryIDsAreUniqueAcrossRestarts(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{})
 	t.Cleanup(func() { _ = rdb.Close() })
-	src := PubSub(rdb, "events")
 	env := source.Env{Logger: slog.New(slog.DiscardHandler), Mount: "events"}
 	m := &redis.Message{Channel: "events", Payload: "x"}
-	before := src.Transport(env).(*pubsubTransport).delivery(context.Background(), m)
-	after := src.Transport(env).(*pubsubTransport).delivery(context.Background(), m)
+	before := New(env, Config{Client: rdb, Name: "events"}).(*transport).delivery(context.Background(), m)
+	after := New(env, Config{Client: rdb, Name: "events"}).(*transport).delivery(context.Background(), m)
 	if before.ID == after.ID {
 		t.Fatalf("both processes' first deliveries are named %q", after.ID)
 	}

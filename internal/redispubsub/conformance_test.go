@@ -1,4 +1,4 @@
-package settle_test
+package redispubsub_test
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func TestPubSubConformance(t *testing.T) {
 			t.Run("FakeClock", func(t *testing.T) {
 				t.Parallel()
 				sourcetest.Run(t, f, func(t *testing.T) *sourcetest.Subject {
-					return newPubSubSubject(t, pattern, newConformanceClock())
+					return newPubSubSubject(t, pattern, sourcetest.NewClock())
 				})
 			})
 		})
@@ -42,7 +42,7 @@ func TestPubSubConformance(t *testing.T) {
 // newPubSubSubject returns a subscription to a fresh channel (or a pattern matching it
 // and its out-retry channel) of t's own Redis. Its dead letters are published to a
 // channel the subject itself subscribes to before the App starts.
-func newPubSubSubject(t *testing.T, pattern bool, c *conformanceClock) *sourcetest.Subject {
+func newPubSubSubject(t *testing.T, pattern bool, c *sourcetest.Clock) *sourcetest.Subject {
 	r := redistest.New(t)
 	ctx := context.Background()
 	channel, dead := r.Key("ev.in"), r.Key("dead")
@@ -71,7 +71,7 @@ func newPubSubSubject(t *testing.T, pattern bool, c *conformanceClock) *sourcete
 	}()
 	t.Cleanup(func() { _ = watch.Close(); <-collected })
 
-	sink := newLogSink(subscribedText)
+	sink := sourcetest.NewLogSink(sourcetest.Subscribed)
 	pub := settle.NewPublisher(r.Client)
 	s := &sourcetest.Subject{
 		Config:     settle.Config{Logger: sink.Logger()},
@@ -86,22 +86,22 @@ func newPubSubSubject(t *testing.T, pattern bool, c *conformanceClock) *sourcete
 			}
 			select {
 			case <-markers:
-			case <-time.After(waitTimeout):
+			case <-time.After(sourcetest.WaitTimeout):
 				t.Fatal("the marker never came back")
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			var out []sourcetest.Dead
 			for _, v := range deads {
-				out = append(out, readDeadEnvelope(t, v))
+				out = append(out, sourcetest.ReadDeadEnvelope(t, v))
 			}
 			return out
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
 			select {
-			case <-sink.Seen(subscribedText):
-			case <-time.After(waitTimeout):
+			case <-sink.Seen(sourcetest.Subscribed):
+			case <-time.After(sourcetest.WaitTimeout):
 				t.Fatal("the App never subscribed")
 			}
 			if _, err := pub.PublishChannelBytes(ctx, channel, payload, settle.Headers(headers)); err != nil {

@@ -1,4 +1,4 @@
-package settle_test
+package redispubsub_test
 
 import (
 	"context"
@@ -13,19 +13,7 @@ import (
 	"github.com/settlekit/settle/internal/wire"
 )
 
-// subscribedText is what a PubSub transport logs once its subscription is confirmed.
-const subscribedText = "settle: subscribed"
-
-// waitSubscribed waits until the App logged its subscription: a message published after
-// it is received.
-func waitSubscribed(t *testing.T, sink *logSink) {
-	t.Helper()
-	select {
-	case <-sink.Seen(subscribedText):
-	case <-time.After(waitTimeout):
-		t.Fatal("the App never subscribed")
-	}
-}
+// sourcetest.Subscribed is what a PubSub transport logs once its subscription is confirmed.
 
 func TestPubSub(t *testing.T) {
 	t.Parallel()
@@ -33,7 +21,7 @@ func TestPubSub(t *testing.T) {
 	t.Run("PatternWithoutOutRetryRefusesToStartNamingTheMount", func(t *testing.T) {
 		t.Parallel()
 		r := redistest.New(t)
-		app := newListApp(t, sourcetest.NewRecorder(), nil)
+		app := sourcetest.NewApp(t, sourcetest.NewRecorder(), nil)
 		ok := settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil })
 		app.Mount(settle.PubSubPattern(r.Client, "events.*"), ok, settle.Name("events"))
 		app.Mount(settle.PubSubPattern(r.Client, "audit.*"), ok) // unnamed: "channel audit.*"
@@ -62,8 +50,8 @@ func TestPubSub(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		rec := sourcetest.NewRecorder()
-		sink := newLogSink(subscribedText)
-		app := newListApp(t, rec, sink.Logger())
+		sink := sourcetest.NewLogSink(sourcetest.Subscribed)
+		app := sourcetest.NewApp(t, rec, sink.Logger())
 		pattern, retry := r.Key("ev.*"), r.Key("ev.retry")
 		app.Mount(settle.PubSubPattern(r.Client, pattern, settle.OutRetry(retry)), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			if m.Attempt == 1 {
@@ -71,13 +59,13 @@ func TestPubSub(t *testing.T) {
 			}
 			return nil
 		}), settle.MaxAttempts(3))
-		stop := startApp(t, app)
-		waitSubscribed(t, sink)
+		stop := sourcetest.StartApp(t, app)
+		sourcetest.WaitSubscribed(t, sink)
 		if n, err := settle.NewPublisher(r.Client).PublishChannel(ctx, r.Key("ev.signup"), "hi", settle.Headers(map[string]string{"h": "v"})); err != nil || n != 1 {
 			t.Fatalf("publish reached %d subscribers (%v), want 1", n, err)
 		}
 		// The copy's own event may be recorded after the copy's ack: order by attempt.
-		evs := rec.WaitFor(t, waitTimeout, "copy and ack", func(evs []settle.Settled) bool { return len(evs) == 2 })
+		evs := rec.WaitFor(t, sourcetest.WaitTimeout, "copy and ack", func(evs []settle.Settled) bool { return len(evs) == 2 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -104,13 +92,13 @@ func TestPubSub(t *testing.T) {
 		}
 		deadCh := watch.Channel()
 		rec := sourcetest.NewRecorder()
-		sink := newLogSink(subscribedText)
-		app := newListApp(t, rec, sink.Logger())
+		sink := sourcetest.NewLogSink(sourcetest.Subscribed)
+		app := sourcetest.NewApp(t, rec, sink.Logger())
 		app.Mount(settle.PubSub(r.Client, channel), settle.HandlerFunc(func(context.Context, *settle.Message) error {
 			return errors.New("cannot")
 		}), settle.MaxAttempts(2), settle.DeadLetter(dead))
-		stop := startApp(t, app)
-		waitSubscribed(t, sink)
+		stop := sourcetest.StartApp(t, app)
+		sourcetest.WaitSubscribed(t, sink)
 		if _, err := settle.NewPublisher(r.Client).PublishChannel(ctx, channel, 42, settle.Headers(map[string]string{"tenant": "t1"})); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +106,7 @@ func TestPubSub(t *testing.T) {
 		select {
 		case m := <-deadCh:
 			got = m.Payload
-		case <-time.After(waitTimeout):
+		case <-time.After(sourcetest.WaitTimeout):
 			t.Fatal("no dead letter on the dead-letter channel")
 		}
 		if err := stop(); err != nil {
@@ -142,16 +130,16 @@ func TestPubSub(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		rec := sourcetest.NewRecorder()
-		sink := newLogSink(subscribedText)
-		app := newListApp(t, rec, sink.Logger())
+		sink := sourcetest.NewLogSink(sourcetest.Subscribed)
+		app := sourcetest.NewApp(t, rec, sink.Logger())
 		got := make(chan *settle.Message, 1)
 		channel := r.Key("plain")
 		app.Mount(settle.PubSub(r.Client, channel), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			got <- m
 			return nil
 		}))
-		startApp(t, app)
-		waitSubscribed(t, sink)
+		sourcetest.StartApp(t, app)
+		sourcetest.WaitSubscribed(t, sink)
 		if err := r.Client.Publish(ctx, channel, `{"from":"redis-cli"}`).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +148,7 @@ func TestPubSub(t *testing.T) {
 			if string(m.Payload) != `{"from":"redis-cli"}` || len(m.Headers) != 0 || m.Attempt != 1 || m.Key != channel {
 				t.Fatalf("message %+v; want the bare value, no headers, attempt 1", m)
 			}
-		case <-time.After(waitTimeout):
+		case <-time.After(sourcetest.WaitTimeout):
 			t.Fatal("no delivery")
 		}
 	})

@@ -1,0 +1,279 @@
+package sourcetest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/wire"
+)
+
+// WaitTimeout bounds every wait of a test for something asynchronous to happen.
+const WaitTimeout = 15 * time.Second
+
+// ReadStreamDead reads a dead-letter (or reply) stream with XRANGE: the payload field is the
+// payload, every other field a header.
+func ReadStreamDead(t testing.TB, rdb redis.UniversalClient, key string) []Dead {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), key, "-", "+").Result()
+	if err != nil {
+		t.Fatalf("xrange %s: %v", key, err)
+	}
+	var out []Dead
+	for _, m := range msgs {
+		d := Dead{Headers: map[string]string{}}
+		for k, v := range m.Values {
+			s, ok := v.(string)
+			if !ok {
+				t.Fatalf("dead letter %s field %s is a %T, want a string", m.ID, k, v)
+			}
+			if k == "payload" {
+				d.Payload = []byte(s)
+				continue
+			}
+			d.Headers[k] = s
+		}
+		if d.Payload == nil {
+			t.Fatalf("dead letter %s has no payload field: %v", m.ID, m.Values)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Clock is the tests' fake clock: it moves only by Advance, and fires the timers that
+// came due as it moves. It is settle.Clock.
+type Clock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*clockTimer
+}
+
+// NewClock returns a Clock at 2025-06-01 12:00 UTC.
+func NewClock() *Clock {
+	return &Clock{now: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+// Advance moves the clock by d and fires the timers that came due.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if t.due.After(c.now) {
+			kept = append(kept, t)
+			continue
+		}
+		t.ch <- c.now
+	}
+	clear(c.timers[len(kept):])
+	c.timers = kept
+}
+
+// NewTimer returns a timer that fires once the clock has been advanced by d.
+func (c *Clock) NewTimer(d time.Duration) clock.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &clockTimer{c: c, ch: make(chan time.Time, 1), due: c.now.Add(d)}
+	if d <= 0 {
+		t.ch <- c.now
+		return t
+	}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+type clockTimer struct {
+	c   *Clock
+	ch  chan time.Time
+	due time.Time
+}
+
+// C is the timer's channel.
+func (t *clockTimer) C() <-chan time.Time { return t.ch }
+
+// Stop stops the timer; it reports whether the timer was pending.
+func (t *clockTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	for i, o := range t.c.timers {
+		if o == t {
+			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// LogSink is a slog.Handler that keeps every record and signals the first record whose
+// message contains a watched text.
+type LogSink struct {
+	mu      sync.Mutex
+	recs    []slog.Record
+	watches map[string]chan struct{}
+}
+
+// NewLogSink returns a LogSink watching for records whose message contains one of watch.
+func NewLogSink(watch ...string) *LogSink {
+	s := &LogSink{watches: map[string]chan struct{}{}}
+	for _, w := range watch {
+		s.watches[w] = make(chan struct{})
+	}
+	return s
+}
+
+// Logger returns a logger writing to s.
+func (s *LogSink) Logger() *slog.Logger { return slog.New(s) }
+
+// Seen returns a channel closed once a record containing text (given to NewLogSink) is
+// logged.
+func (s *LogSink) Seen(text string) <-chan struct{} { return s.watches[text] }
+
+// Count counts records at level whose message contains text.
+func (s *LogSink) Count(level slog.Level, text string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.recs {
+		if r.Level == level && strings.Contains(r.Message, text) {
+			n++
+		}
+	}
+	return n
+}
+
+// Attr returns the value of attribute key in the last record whose message contains text.
+func (s *LogSink) Attr(text, key string) (slog.Value, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.recs) - 1; i >= 0; i-- {
+		if !strings.Contains(s.recs[i].Message, text) {
+			continue
+		}
+		var v slog.Value
+		found := false
+		s.recs[i].Attrs(func(a slog.Attr) bool {
+			if a.Key == key {
+				v, found = a.Value, true
+				return false
+			}
+			return true
+		})
+		return v, found
+	}
+	return slog.Value{}, false
+}
+
+// Records returns the records kept so far, in order.
+func (s *LogSink) Records() []slog.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]slog.Record(nil), s.recs...)
+}
+
+// Enabled is true: a LogSink keeps every record.
+func (s *LogSink) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle keeps r and signals the watches r's message contains.
+func (s *LogSink) Handle(_ context.Context, r slog.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = append(s.recs, r.Clone())
+	for w, ch := range s.watches {
+		if strings.Contains(r.Message, w) {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+	}
+	return nil
+}
+
+// WithAttrs and WithGroup return s: a LogSink keeps records as logged.
+func (s *LogSink) WithAttrs([]slog.Attr) slog.Handler { return s }
+func (s *LogSink) WithGroup(string) slog.Handler      { return s }
+
+// ReadDeadEnvelope decodes one dead letter of a list or channel, which must be an
+// envelope.
+func ReadDeadEnvelope(t testing.TB, v string) Dead {
+	t.Helper()
+	payload, headers, ok, err := wire.FromEnvelope([]byte(v))
+	if err != nil || !ok {
+		t.Fatalf("dead letter %q is not an envelope (%v)", v, err)
+	}
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	return Dead{Headers: headers, Payload: payload}
+}
+
+// NewApp returns an App reporting its settlements to rec and logging to logger (nil:
+// nowhere), with a 5 s drain.
+func NewApp(t *testing.T, rec *Recorder, logger *slog.Logger) *settle.App {
+	t.Helper()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	app, err := settle.New(settle.Config{Logger: logger, OnSettled: rec.OnSettled, DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
+// StartApp runs app until the test ends (or stop is called) and returns stop, which
+// cancels Run and returns its error.
+func StartApp(t *testing.T, app *settle.App) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(WaitTimeout):
+				err = errors.New("Run did not return")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// Subscribed is what a Pub/Sub mount logs (at Debug) once Redis has confirmed its
+// subscription: a test publishes only after it.
+const Subscribed = "settle: subscribed"
+
+// WaitSubscribed waits until the App logged its subscription: a message published after
+// it is received.
+func WaitSubscribed(t testing.TB, sink *LogSink) {
+	t.Helper()
+	select {
+	case <-sink.Seen(Subscribed):
+	case <-time.After(WaitTimeout):
+		t.Fatal("the App never subscribed")
+	}
+}
