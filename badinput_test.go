@@ -17,7 +17,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/sourcetest"
+	"github.com/settlekit/settle/internal/logtest"
 )
 
 // Misconfiguration and bad input (DESIGN.md "Reliability promises": a clear error and a
@@ -209,7 +209,7 @@ func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 		return nil
 	})
 	const readFailed = "read failed"
-	sink := sourcetest.NewLogSink(readFailed)
+	sink := logtest.New(readFailed)
 	cfg := b.config()
 	cfg.Logger = sink.Logger()
 	app, err := settle.New(cfg)

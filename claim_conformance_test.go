@@ -70,7 +70,7 @@ func newClaimingSubject(t *testing.T, minIdle time.Duration, fake bool) *sourcet
 		},
 		Source: settle.ClaimingStream(r.Client, in, group, minIdle, settle.Block(50*time.Millisecond)),
 	}
-	pauseByKey(s, r.Client, in, group)
+	sourcetest.PauseByKey(s, r.Client, in, group)
 	if fake {
 		c := settletest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 		c.AttachMiniredis(r.Mini)

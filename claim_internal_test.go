@@ -25,7 +25,7 @@ func openTestClaiming(t *testing.T, client *redis.Client, key string, minIdle ti
 // block, on the real clock.
 func openTestClaimingAs(t *testing.T, client *redis.Client, key, consumer string, minIdle, block time.Duration) *claimTransport {
 	t.Helper()
-	return openTestTransport[*claimTransport](t, ClaimingStream(client, key, "g", minIdle, Consumer(consumer), Block(block)), source.Policy{})
+	return redistest.OpenTransport[*claimTransport](t, ClaimingStream(client, key, "g", minIdle, Consumer(consumer), Block(block)).Transport, source.Policy{})
 }
 
 // claimScripts records the touch and claim script calls a client makes, told apart by

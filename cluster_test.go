@@ -207,7 +207,7 @@ func newClusterStreamSubject(t *testing.T, c *sourcetest.Clock, mk func(rdb redi
 		},
 		Source: mk(r.Client, in, group),
 	}
-	pauseByKey(s, r.Client, in, group)
+	sourcetest.PauseByKey(s, r.Client, in, group)
 	if c != nil {
 		s.Advance = c.Advance
 		s.Config.Test.Clock = c
@@ -225,7 +225,7 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 		DeadLetter: dlq,
 		DeadLetters: func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadList(t, r.Client, dlq)
+			return sourcetest.ReadListDead(t, r.Client, dlq)
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
@@ -235,13 +235,13 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 		},
 		Source: settle.List(r.Client, in),
 	}
-	pauseByKey(s, r.Client, in, "")
+	sourcetest.PauseByKey(s, r.Client, in, "")
 	if reliable {
 		s.Source = settle.ReliableList(r.Client, in, settle.Consumer("c"))
 		s.ReplyTo = r.Key("replies")
 		s.Replies = func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadList(t, r.Client, r.Key("replies"))
+			return sourcetest.ReadListDead(t, r.Client, r.Key("replies"))
 		}
 		s.Pending = func(t testing.TB) int64 {
 			t.Helper()

@@ -20,7 +20,7 @@ func firstDeliveryID(t *testing.T, src settle.Source, publish func()) string {
 	app.Mount(src, settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
 	stop := sourcetest.StartApp(t, app)
 	publish()
-	evs := rec.WaitFor(t, waitTimeout, "the ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+	evs := rec.WaitFor(t, sourcetest.WaitTimeout, "the ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +81,12 @@ func TestReliableListDeliversAnItemPushedIntoItsLiveProcessingList(t *testing.T)
 	if err := settle.NewPublisher(r.Client).PublishListBytes(ctx, key, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	rec.WaitFor(t, waitTimeout, "the first ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+	rec.WaitFor(t, sourcetest.WaitTimeout, "the first ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 	processing := settle.ProcessingList(key, "live")
 	if err := r.Client.RPush(ctx, processing, wire.Envelope([]byte("pushed"), nil)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rec.WaitFor(t, waitTimeout, "the pushed item's ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 2 })
+	rec.WaitFor(t, sourcetest.WaitTimeout, "the pushed item's ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 2 })
 	if first, pushed := <-got, <-got; first != "first" || pushed != "pushed" {
 		t.Fatalf("handled %q then %q, want first then pushed", first, pushed)
 	}

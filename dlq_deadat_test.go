@@ -29,7 +29,7 @@ func TestListDeadLetterCarriesDeadAtFromTheAppsClock(t *testing.T) {
 	}), settle.MaxAttempts(1), settle.DeadLetter(dlq))
 	before := time.Now().Truncate(time.Millisecond)
 	stop := sourcetest.StartApp(t, app)
-	rec.WaitFor(t, waitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+	rec.WaitFor(t, sourcetest.WaitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/sourcetest"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/settletest"
 )
 
@@ -98,7 +98,7 @@ func TestAppMiddlewareWrapsEveryMountOutsideItsOwn(t *testing.T) {
 // msg_id changes) and the attributes its handler added.
 func TestSettlementLinesShareTheMessageKeyAcrossCopiesAndCarryTheHandlersAttrs(t *testing.T) {
 	t.Parallel()
-	sink := sourcetest.NewLogSink()
+	sink := logtest.New()
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
 	in := h.Redis.Key("keys.in")
 	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
@@ -131,7 +131,7 @@ func TestSettlementLinesShareTheMessageKeyAcrossCopiesAndCarryTheHandlersAttrs(t
 
 // settlementLines returns the attributes of the records that report a settlement
 // (those with an action and an attempt).
-func settlementLines(s *sourcetest.LogSink) []map[string]string {
+func settlementLines(s *logtest.Sink) []map[string]string {
 	var out []map[string]string
 	for _, r := range s.Records() {
 		attrs := map[string]string{}
@@ -152,7 +152,7 @@ func TestEventHookHearsSweepsOfDueDelays(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var swept int
-	sink := sourcetest.NewLogSink()
+	sink := logtest.New()
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger(), Hooks: settle.Hooks{Event: func(_ context.Context, e settle.Event) {
 		if e.Kind == settle.EventSweep && e.Transport == "stream" && e.Mount != "" {
 			mu.Lock()
@@ -181,7 +181,7 @@ func TestEventHookHearsSweepsOfDueDelays(t *testing.T) {
 // key), as every other settlement has.
 func TestInProcessDelayedCopyWrittenBackIsLogged(t *testing.T) {
 	t.Parallel()
-	sink := sourcetest.NewLogSink()
+	sink := logtest.New()
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
 	in := h.Redis.Key("due.in")
 	h.Mount(settle.Stream(h.Redis.Client, in, "g"), retryOnceAfter(time.Minute), settle.DelayIn(delayed.InProcess{}))

@@ -159,7 +159,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 		slotKeys = append(slotKeys, p.DeadLetter)
 	}
 	errs = append(errs, redisbase.DelaySetProblems(p, s.rdb, "stream", s.key, slotKeys...)...)
-	errs = append(errs, replyProblems(p, s.rdb, "stream", s.key, s.key)...)
+	errs = append(errs, redisbase.ReplyProblems(p, s.rdb, "stream", s.key, s.key)...)
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
 		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
 			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one script): %w", err))

@@ -63,7 +63,7 @@ func newStreamSubject(t *testing.T, c *sourcetest.Clock) *sourcetest.Subject {
 		},
 		Source: settle.Stream(r.Client, in, group, settle.Block(50*time.Millisecond)),
 	}
-	pauseByKey(s, r.Client, in, group)
+	sourcetest.PauseByKey(s, r.Client, in, group)
 	if c != nil {
 		s.Advance = c.Advance
 		s.Config.Test.Clock = c

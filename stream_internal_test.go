@@ -63,7 +63,7 @@ func TestStreamMovesKeepEntriesInFlightUntilWrittenAndAnswerEachOnItsOwn(t *test
 	ctx := context.Background()
 	key, dlq := r.Key("in"), r.Key("dlq")
 	h := &countEvalSha{entered: make(chan struct{}), release: make(chan struct{})}
-	tr := openTestStream(t, hookedClient(t, r, h), key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
+	tr := openTestStream(t, r.Hooked(t, h), key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
 	got := publishAndFetch(t, r.Client, tr, "a", "b", "c")
 	taken := got[2].ID // another consumer took it over: its copy alone must fail
 	if err := r.Client.XClaim(ctx, &redis.XClaimArgs{Stream: key, Group: "g", Consumer: "other", Messages: []string{taken}}).Err(); err != nil {

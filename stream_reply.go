@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
@@ -16,37 +14,9 @@ import (
 // answer, in one script (see stream_reply.lua), fenced on the entry still being
 // pending to this consumer.
 func (t *streamTransport) reply(ctx context.Context, m source.Move) error {
-	dest, replies := t.env.Policy.ReplyTo, encodeOutputs(m.Outputs, wire.StreamValues)
+	dest, replies := t.env.Policy.ReplyTo, redisbase.EncodeOutputs(m.Outputs, wire.StreamValues)
 	if err := script.StreamReply(ctx, t.src.rdb, dest, t.src.key, t.src.group, t.consumer, m.Delivery.ID, replies); err != nil {
 		return fmt.Errorf("stream %q: reply to %s into %q: %w", t.src.key, m.Delivery.ID, dest, err)
 	}
 	return nil
-}
-
-// encodeOutputs encodes each reply with enc (wire.StreamValues, wire.Envelope), in order.
-func encodeOutputs[T any](outs []source.Output, enc func(payload []byte, headers map[string]string) T) []T {
-	vs := make([]T, len(outs))
-	for i, out := range outs {
-		vs[i] = enc(out.Payload, out.Headers)
-	}
-	return vs
-}
-
-// replyProblems returns the refusals of a Redis mount's ReplyTo, which its transport
-// writes in one script with slotKey (the stream, a reliable list's processing list): a
-// key other than the one read (a what, say "stream"), in slotKey's cluster slot.
-func replyProblems(p source.Policy, rdb redis.UniversalClient, what, key, slotKey string) []error {
-	if p.ReplyTo == "" {
-		return nil
-	}
-	var errs []error
-	if p.ReplyTo == key {
-		errs = append(errs, fmt.Errorf("ReplyTo(%q) is the %s the mount reads: replies would be read as requests", p.ReplyTo, what))
-	}
-	if _, cluster := rdb.(*redis.ClusterClient); cluster {
-		if err := keys.SameSlot(slotKey, p.ReplyTo); err != nil {
-			errs = append(errs, fmt.Errorf("a %s and its ReplyTo must share a cluster slot (a reply is one script): %w", what, err))
-		}
-	}
-	return errs
 }

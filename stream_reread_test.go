@@ -3,7 +3,6 @@ package settle
 import (
 	"context"
 	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/source"
 )
@@ -102,22 +100,10 @@ func TestStreamRereadDoesNotRedeliverAnEntrySettledWhileItWasOut(t *testing.T) {
 // closed when the test ends.
 func openTestStream(t *testing.T, client *redis.Client, key string, policy source.Policy) *streamTransport {
 	t.Helper()
-	return openTestTransport[*streamTransport](t, Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)), policy)
+	return redistest.OpenTransport[*streamTransport](t, Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)).Transport, policy)
 }
 
 // openTestTransport opens src's transport on the real clock, logging nothing, under
-// policy; it is closed when the test ends.
-func openTestTransport[T source.Transport](t *testing.T, src Source, policy source.Policy) T {
-	t.Helper()
-	env := source.Env{Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mount: "test", Policy: policy}
-	tr := src.Transport(env).(T)
-	ctx := context.Background()
-	if err := tr.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tr.Close(ctx) })
-	return tr
-}
 
 // publishAndFetch adds one entry per body to tr's stream (through rdb) and fetches them
 // all through tr.
@@ -129,24 +115,7 @@ func publishAndFetch(t *testing.T, rdb *redis.Client, tr *streamTransport, bodie
 			t.Fatal(err)
 		}
 	}
-	return fetchN(t, tr, len(bodies))
-}
-
-// fetchN fetches n deliveries through tr.
-func fetchN(t *testing.T, tr source.Transport, n int) []*source.Delivery {
-	t.Helper()
-	var got []*source.Delivery
-	for deadline := time.Now().Add(10 * time.Second); len(got) < n; {
-		ds, err := tr.Fetch(context.Background(), 10, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, ds...)
-		if time.Now().After(deadline) {
-			t.Fatalf("fetched %d deliveries, want %d", len(got), n)
-		}
-	}
-	return got
+	return redistest.FetchN(t, tr, len(bodies))
 }
 
 // A re-read entry's attempt counts Redis's deliveries of it, also when entries still in

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
@@ -71,7 +72,7 @@ func newPubSubSubject(t *testing.T, pattern bool, c *sourcetest.Clock) *sourcete
 	}()
 	t.Cleanup(func() { _ = watch.Close(); <-collected })
 
-	sink := sourcetest.NewLogSink(sourcetest.Subscribed)
+	sink := logtest.New(sourcetest.Subscribed)
 	pub := settle.NewPublisher(r.Client)
 	s := &sourcetest.Subject{
 		Config:     settle.Config{Logger: sink.Logger()},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/internal/wire"
@@ -50,7 +51,7 @@ func TestPubSub(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		rec := sourcetest.NewRecorder()
-		sink := sourcetest.NewLogSink(sourcetest.Subscribed)
+		sink := logtest.New(sourcetest.Subscribed)
 		app := sourcetest.NewApp(t, rec, sink.Logger())
 		pattern, retry := r.Key("ev.*"), r.Key("ev.retry")
 		app.Mount(settle.PubSubPattern(r.Client, pattern, settle.OutRetry(retry)), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -92,7 +93,7 @@ func TestPubSub(t *testing.T) {
 		}
 		deadCh := watch.Channel()
 		rec := sourcetest.NewRecorder()
-		sink := sourcetest.NewLogSink(sourcetest.Subscribed)
+		sink := logtest.New(sourcetest.Subscribed)
 		app := sourcetest.NewApp(t, rec, sink.Logger())
 		app.Mount(settle.PubSub(r.Client, channel), settle.HandlerFunc(func(context.Context, *settle.Message) error {
 			return errors.New("cannot")
@@ -130,7 +131,7 @@ func TestPubSub(t *testing.T) {
 		r := redistest.New(t)
 		ctx := context.Background()
 		rec := sourcetest.NewRecorder()
-		sink := sourcetest.NewLogSink(sourcetest.Subscribed)
+		sink := logtest.New(sourcetest.Subscribed)
 		app := sourcetest.NewApp(t, rec, sink.Logger())
 		got := make(chan *settle.Message, 1)
 		channel := r.Key("plain")

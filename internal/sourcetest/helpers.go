@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/wire"
 )
 
@@ -121,96 +121,6 @@ func (t *clockTimer) Stop() bool {
 	return false
 }
 
-// LogSink is a slog.Handler that keeps every record and signals the first record whose
-// message contains a watched text.
-type LogSink struct {
-	mu      sync.Mutex
-	recs    []slog.Record
-	watches map[string]chan struct{}
-}
-
-// NewLogSink returns a LogSink watching for records whose message contains one of watch.
-func NewLogSink(watch ...string) *LogSink {
-	s := &LogSink{watches: map[string]chan struct{}{}}
-	for _, w := range watch {
-		s.watches[w] = make(chan struct{})
-	}
-	return s
-}
-
-// Logger returns a logger writing to s.
-func (s *LogSink) Logger() *slog.Logger { return slog.New(s) }
-
-// Seen returns a channel closed once a record containing text (given to NewLogSink) is
-// logged.
-func (s *LogSink) Seen(text string) <-chan struct{} { return s.watches[text] }
-
-// Count counts records at level whose message contains text.
-func (s *LogSink) Count(level slog.Level, text string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.recs {
-		if r.Level == level && strings.Contains(r.Message, text) {
-			n++
-		}
-	}
-	return n
-}
-
-// Attr returns the value of attribute key in the last record whose message contains text.
-func (s *LogSink) Attr(text, key string) (slog.Value, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := len(s.recs) - 1; i >= 0; i-- {
-		if !strings.Contains(s.recs[i].Message, text) {
-			continue
-		}
-		var v slog.Value
-		found := false
-		s.recs[i].Attrs(func(a slog.Attr) bool {
-			if a.Key == key {
-				v, found = a.Value, true
-				return false
-			}
-			return true
-		})
-		return v, found
-	}
-	return slog.Value{}, false
-}
-
-// Records returns the records kept so far, in order.
-func (s *LogSink) Records() []slog.Record {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]slog.Record(nil), s.recs...)
-}
-
-// Enabled is true: a LogSink keeps every record.
-func (s *LogSink) Enabled(context.Context, slog.Level) bool { return true }
-
-// Handle keeps r and signals the watches r's message contains.
-func (s *LogSink) Handle(_ context.Context, r slog.Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.recs = append(s.recs, r.Clone())
-	for w, ch := range s.watches {
-		if strings.Contains(r.Message, w) {
-			select {
-			case <-ch:
-			default:
-				close(ch)
-			}
-		}
-	}
-	return nil
-}
-
-// WithAttrs and WithGroup return s: a LogSink keeps records as logged.
-func (s *LogSink) WithAttrs([]slog.Attr) slog.Handler { return s }
-func (s *LogSink) WithGroup(string) slog.Handler      { return s }
-
 // ReadDeadEnvelope decodes one dead letter of a list or channel, which must be an
 // envelope.
 func ReadDeadEnvelope(t testing.TB, v string) Dead {
@@ -269,11 +179,25 @@ const Subscribed = "settle: subscribed"
 
 // WaitSubscribed waits until the App logged its subscription: a message published after
 // it is received.
-func WaitSubscribed(t testing.TB, sink *LogSink) {
+func WaitSubscribed(t testing.TB, sink *logtest.Sink) {
 	t.Helper()
 	select {
 	case <-sink.Seen(Subscribed):
 	case <-time.After(WaitTimeout):
 		t.Fatal("the App never subscribed")
 	}
+}
+
+// ReadListDead reads a dead-letter list: each item one envelope.
+func ReadListDead(t testing.TB, rdb redis.UniversalClient, key string) []Dead {
+	t.Helper()
+	vals, err := rdb.LRange(context.Background(), key, 0, -1).Result()
+	if err != nil {
+		t.Fatalf("lrange %s: %v", key, err)
+	}
+	var out []Dead
+	for _, v := range vals {
+		out = append(out, ReadDeadEnvelope(t, v))
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package settle
+package redislist
 
 import (
 	"context"
@@ -126,7 +126,7 @@ func (k *listKeeper) recover(ctx context.Context) {
 		took, _, err := k.take(ctx, k.consumer, false, items)
 		k.lots.release(items) // held since start; taken or gone now (or, on an error, for a re-read)
 		if err != nil && ctx.Err() == nil {
-			k.env.Logger.ErrorContext(ctx, "settle: reliable list: recovery of own processing list failed", slog.String(attrMount, k.env.Mount), slog.Any(attrError, err))
+			k.env.Logger.ErrorContext(ctx, "settle: reliable list: recovery of own processing list failed", slog.String(source.AttrMount, k.env.Mount), slog.Any(source.AttrError, err))
 		}
 		room -= took
 	}
@@ -142,7 +142,7 @@ func (k *listKeeper) recoverOthers(ctx context.Context, room int) int {
 	names, err := k.rdb.SMembers(ctx, k.consumers).Result()
 	if err != nil {
 		if ctx.Err() == nil {
-			k.env.Logger.ErrorContext(ctx, "settle: reliable list: read consumers", slog.String(attrMount, k.env.Mount), slog.Any(attrError, err))
+			k.env.Logger.ErrorContext(ctx, "settle: reliable list: read consumers", slog.String(source.AttrMount, k.env.Mount), slog.Any(source.AttrError, err))
 		}
 		return room
 	}
@@ -155,15 +155,15 @@ func (k *listKeeper) recoverOthers(ctx context.Context, room int) int {
 			items, err := k.rdb.LRange(ctx, processing, 0, int64(room)-1).Result()
 			if err != nil {
 				if ctx.Err() == nil {
-					k.env.Logger.ErrorContext(ctx, "settle: reliable list: read processing list", slog.String(attrMount, k.env.Mount),
-						slog.String("consumer", name), slog.Any(attrError, err))
+					k.env.Logger.ErrorContext(ctx, "settle: reliable list: read processing list", slog.String(source.AttrMount, k.env.Mount),
+						slog.String("consumer", name), slog.Any(source.AttrError, err))
 				}
 				break
 			}
 			took, alive, err := k.take(ctx, name, true, items)
 			if err != nil && ctx.Err() == nil {
-				k.env.Logger.ErrorContext(ctx, "settle: reliable list: recovery failed", slog.String(attrMount, k.env.Mount),
-					slog.String("consumer", name), slog.Any(attrError, err))
+				k.env.Logger.ErrorContext(ctx, "settle: reliable list: recovery failed", slog.String(source.AttrMount, k.env.Mount),
+					slog.String("consumer", name), slog.Any(source.AttrError, err))
 			}
 			room -= took
 			if err != nil || alive || took == 0 {
@@ -193,7 +193,7 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool,
 	values := make([]string, len(items))
 	for i, item := range items {
 		payload, headers, _, rc := k.reader.Read(ctx, k.key, []byte(item))
-		values[i] = string(wire.Envelope(payload, withRetryCount(headers, rc+1)))
+		values[i] = string(wire.Envelope(payload, wire.WithRetryCount(headers, rc+1)))
 	}
 	// Held before they appear in the processing list: a re-read must not deliver them.
 	k.lots.hold(values)
@@ -205,7 +205,7 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool,
 	k.lots.took(values, taken)
 	if len(taken) > 0 {
 		k.env.Logger.WarnContext(ctx, "settle: took over the items of a reliable list consumer that stopped without settling them",
-			slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.String("consumer", name), slog.Int("count", len(taken)))
+			slog.String(source.AttrMount, k.env.Mount), slog.String(source.AttrKey, k.key), slog.String("consumer", name), slog.Int("count", len(taken)))
 		k.env.Emit(ctx, source.Event{Kind: source.EventRecovery, Count: len(taken)})
 	}
 	return len(taken), alive, nil
@@ -264,9 +264,9 @@ func (k *listKeeper) beaten(ctx context.Context, err error) {
 	switch {
 	case err != nil && !k.beatFailed:
 		k.env.Logger.ErrorContext(ctx, "settle: reliable list heartbeat failed: if it expires, other consumers recover this consumer's items (logged once until a heartbeat succeeds)",
-			slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key), slog.Any(attrError, err))
+			slog.String(source.AttrMount, k.env.Mount), slog.String(source.AttrKey, k.key), slog.Any(source.AttrError, err))
 	case err == nil && k.beatFailed:
-		k.env.Logger.InfoContext(ctx, "settle: reliable list heartbeat succeeds again", slog.String(attrMount, k.env.Mount), slog.String(attrKey, k.key))
+		k.env.Logger.InfoContext(ctx, "settle: reliable list heartbeat succeeds again", slog.String(source.AttrMount, k.env.Mount), slog.String(source.AttrKey, k.key))
 	}
 	k.beatFailed = err != nil
 }

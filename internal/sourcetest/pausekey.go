@@ -1,4 +1,4 @@
-package settle_test
+package sourcetest
 
 import (
 	"context"
@@ -7,12 +7,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/keys"
-	"github.com/settlekit/settle/internal/sourcetest"
 )
 
-// pauseByKey gives s the Pause and Resume of an operator: SET and DEL of the control
+// PauseByKey gives s the Pause and Resume of an operator: SET and DEL of the control
 // key of key and group (group "" for a list), as settle/admin writes it.
-func pauseByKey(s *sourcetest.Subject, rdb redis.UniversalClient, key, group string) {
+func PauseByKey(s *Subject, rdb redis.UniversalClient, key, group string) {
 	control := keys.Paused(key, group)
 	s.Pause = func(t testing.TB) {
 		t.Helper()

@@ -1,10 +1,8 @@
-package settle_test
+package redislist_test
 
 import (
 	"context"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/redistest"
@@ -47,7 +45,7 @@ func newListSubject(t *testing.T, reliable bool, c *sourcetest.Clock) *sourcetes
 		DeadLetter: dlq,
 		DeadLetters: func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadList(t, r.Client, dlq)
+			return sourcetest.ReadListDead(t, r.Client, dlq)
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
@@ -57,7 +55,7 @@ func newListSubject(t *testing.T, reliable bool, c *sourcetest.Clock) *sourcetes
 		},
 		Source: settle.List(r.Client, in),
 	}
-	pauseByKey(s, r.Client, in, "")
+	sourcetest.PauseByKey(s, r.Client, in, "")
 	if reliable {
 		s.Source = settle.ReliableList(r.Client, in, settle.Consumer("c"))
 		s.Pending = func(t testing.TB) int64 {
@@ -71,7 +69,7 @@ func newListSubject(t *testing.T, reliable bool, c *sourcetest.Clock) *sourcetes
 		s.ReplyTo = r.Key("replies")
 		s.Replies = func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadList(t, r.Client, r.Key("replies"))
+			return sourcetest.ReadListDead(t, r.Client, r.Key("replies"))
 		}
 	}
 	if c != nil {
@@ -79,18 +77,4 @@ func newListSubject(t *testing.T, reliable bool, c *sourcetest.Clock) *sourcetes
 		s.Config.Test.Clock = c
 	}
 	return s
-}
-
-// readDeadList reads a dead-letter list: each item one envelope.
-func readDeadList(t testing.TB, rdb redis.UniversalClient, key string) []sourcetest.Dead {
-	t.Helper()
-	vals, err := rdb.LRange(context.Background(), key, 0, -1).Result()
-	if err != nil {
-		t.Fatalf("lrange %s: %v", key, err)
-	}
-	var out []sourcetest.Dead
-	for _, v := range vals {
-		out = append(out, sourcetest.ReadDeadEnvelope(t, v))
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package settle_test
+package redislist_test
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/redistest"
@@ -105,7 +106,7 @@ func startKilledConsumer(t *testing.T, r *redistest.Redis, key, consumer string,
 	var line string
 	select {
 	case line = <-lines:
-	case <-time.After(2 * waitTimeout):
+	case <-time.After(2 * sourcetest.WaitTimeout):
 	}
 	_ = cmd.Process.Kill() // SIGKILL: no drain, no settlement, no goodbye
 	_ = cmd.Wait()
@@ -153,7 +154,7 @@ func TestReliableList(t *testing.T) {
 			return nil
 		}), settle.MaxAttempts(3))
 		stop := sourcetest.StartApp(t, app)
-		rec.WaitFor(t, waitTimeout, "the recovered item's ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+		rec.WaitFor(t, sourcetest.WaitTimeout, "the recovered item's ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestReliableList(t *testing.T) {
 			return nil
 		}), settle.MaxAttempts(2), settle.DeadLetter(dlq))
 		stop := sourcetest.StartApp(t, app)
-		kv, err := r.Client.BLPop(ctx, waitTimeout, dlq).Result()
+		kv, err := r.Client.BLPop(ctx, sourcetest.WaitTimeout, dlq).Result()
 		if err != nil {
 			t.Fatalf("no dead letter: %v", err)
 		}
@@ -240,7 +241,7 @@ func TestReliableList(t *testing.T) {
 		app := sourcetest.NewApp(t, rec, nil)
 		app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("c")), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
 		stop := sourcetest.StartApp(t, app)
-		evs := rec.WaitFor(t, waitTimeout, "an ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+		evs := rec.WaitFor(t, sourcetest.WaitTimeout, "an ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +272,7 @@ func TestReliableList(t *testing.T) {
 			return nil
 		}))
 		stop := sourcetest.StartApp(t, app)
-		evs := rec.WaitFor(t, waitTimeout, "put back and ack", func(evs []settle.Settled) bool { return len(evs) == 2 })
+		evs := rec.WaitFor(t, sourcetest.WaitTimeout, "put back and ack", func(evs []settle.Settled) bool { return len(evs) == 2 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -294,63 +295,6 @@ func TestReliableList(t *testing.T) {
 			}
 		}
 	})
-}
-
-// An ack of a ReliableList item that another consumer recovered in the meantime (this
-// consumer's heartbeat lapsed) finds the item gone: the message will be delivered again,
-// so its settlement is reported failed; the items acked in the same batch are reported
-// applied.
-func TestReliableListAckOfAnItemRecoveredElsewhereIsReportedFailedAlone(t *testing.T) {
-	t.Parallel()
-	v := newValueMount(t, "ReliableList")
-	rdb := v.h.Redis.Client
-	var both sync.WaitGroup
-	both.Add(2)
-	r := &recorder{fn: func(m *settle.Message) error {
-		if strings.Contains(string(m.Payload), "gone") {
-			// Another consumer recovers this item while the handler runs.
-			items, err := rdb.LRange(context.Background(), v.processing(), 0, -1).Result()
-			if err != nil {
-				return settle.Drop(err)
-			}
-			for _, it := range items {
-				if strings.Contains(it, "gone") {
-					if err := rdb.LRem(context.Background(), v.processing(), 1, it).Err(); err != nil {
-						return settle.Drop(err)
-					}
-				}
-			}
-		}
-		// Both handlers return together, so their acks share a batch when they can.
-		both.Done()
-		both.Wait()
-		return nil
-	}}
-	v.mount(r, settle.Concurrency(2))
-	v.start(t)
-	v.publish(t, "refund-gone", nil)
-	v.publish(t, "refund-kept", nil)
-	evs := v.h.WaitAction(settle.ActionAck, 2)
-	if len(r.deliveries()) != 2 {
-		t.Fatalf("%d deliveries, want 2", len(r.deliveries()))
-	}
-	var failed, applied int
-	for _, e := range evs {
-		if e.Action != settle.ActionAck {
-			continue
-		}
-		if e.Err != nil {
-			if !strings.Contains(e.Err.Error(), "no longer in the processing list") {
-				t.Fatalf("ack failed with %v, want the item-gone error", e.Err)
-			}
-			failed++
-		} else {
-			applied++
-		}
-	}
-	if failed != 1 || applied != 1 {
-		t.Fatalf("acks: %d failed, %d applied; want the recovered item's failed and the other applied", failed, applied)
-	}
 }
 
 // A live ReliableList consumer takes over a dead consumer's items one at a time and runs
@@ -411,7 +355,7 @@ func TestReliableListRunsEachItemTakenOverFromADeadConsumerAlone(t *testing.T) {
 		return nil
 	}), settle.Concurrency(concurrency), settle.MaxAttempts(5))
 	stop := sourcetest.StartApp(t, app)
-	rec.WaitFor(t, waitTimeout, "every item acked", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == items+fresh })
+	rec.WaitFor(t, sourcetest.WaitTimeout, "every item acked", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == items+fresh })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,11 @@
-package settle
+package redislist
 
 import (
 	"context"
 	"errors"
 	"io"
 	"log/slog"
-	"runtime"
 	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,55 +13,18 @@ import (
 
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
 )
 
-// listMoveCalls is a go-redis hook that records how many moves each list_move script
-// call on one processing list (EVALSHA whose first key is that list) carried. The first
-// call runs hold first, when set.
-type listMoveCalls struct {
-	hold       func()
-	processing string
-
-	mu    sync.Mutex
-	calls []int
-	once  sync.Once
-}
-
-func (h *listMoveCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *listMoveCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if strings.EqualFold(cmd.Name(), "evalsha") && len(args) > 3 && args[3] == h.processing {
-			numKeys, _ := args[2].(int)
-			h.mu.Lock()
-			h.calls = append(h.calls, (len(args)-3-numKeys)/3)
-			h.mu.Unlock()
-			if h.hold != nil {
-				h.once.Do(h.hold)
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *listMoveCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *listMoveCalls) recorded() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.calls)
-}
-
 // openTestReliableList opens a reliable list consumer "c1" of key on client.
 func openTestReliableList(t *testing.T, client *redis.Client, key string, policy source.Policy) *reliableTransport {
 	t.Helper()
-	return openTestTransport[*reliableTransport](t, ReliableList(client, key, Consumer("c1"), Block(50*time.Millisecond)), policy)
+	return redistest.OpenTransport[*reliableTransport](t, func(env source.Env) source.Transport {
+		return NewReliable(env, ReliableConfig{Config: Config{Batch: 100, Block: 50 * time.Millisecond, Client: client, Key: key}, Consumer: "c1", Heartbeat: 5 * time.Second})
+	}, policy)
 }
 
 // pushAndFetchList pushes the values to tr's list (through rdb) and fetches them all.
@@ -73,21 +32,11 @@ func pushAndFetchList(t *testing.T, rdb *redis.Client, tr *reliableTransport, va
 	t.Helper()
 	ctx := context.Background()
 	for _, v := range values {
-		if err := rdb.RPush(ctx, tr.src.key, v).Err(); err != nil {
+		if err := rdb.RPush(ctx, tr.cfg.Key, v).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return fetchN(t, tr, len(values))
-}
-
-// hookedClient returns a client of r's server with hook h.
-func hookedClient(t *testing.T, r *redistest.Redis, h redis.Hook) *redis.Client {
-	t.Helper()
-	o := r.Client.Options()
-	client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Password: o.Password, Username: o.Username})
-	client.AddHook(h)
-	t.Cleanup(func() { _ = client.Close() })
-	return client
+	return redistest.FetchN(t, tr, len(values))
 }
 
 func (t *reliableTransport) inflightCount() int {
@@ -111,14 +60,14 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	ctx := context.Background()
 	key, dlq := r.Key("in"), r.Key("dlq")
 	entered, release := make(chan struct{}), make(chan struct{})
-	h := &listMoveCalls{processing: keys.ListProcessing(key, "c1"), hold: func() { close(entered); <-release }}
-	tr := openTestReliableList(t, hookedClient(t, r, h), key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
+	h := &redistest.ListMoveCalls{Processing: keys.ListProcessing(key, "c1"), Hold: func() { close(entered); <-release }}
+	tr := openTestReliableList(t, r.Hooked(t, h), key, source.Policy{DeadLetter: dlq, Delay: delayed.InProcess{}})
 	got := pushAndFetchList(t, r.Client, tr, "a", "b", "c", "d", "e")
 	// Another consumer recovers c while its copy is asked for.
 	if err := r.Client.LRem(ctx, tr.processing, 1, "c").Err(); err != nil {
 		t.Fatal(err)
 	}
-	headers := map[string]string{HeaderRetryCount: "1"}
+	headers := map[string]string{wire.HeaderRetryCount: "1"}
 	moves := []source.Move{
 		{Action: source.ActionCopy, Delivery: got[0], Headers: headers},
 		{Action: source.ActionDeadLetter, Delivery: got[1], Dest: dlq, Headers: headers},
@@ -146,7 +95,7 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	if len(errs) != 5 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], errItemGone) || errs[3] != nil || errs[4] != nil {
 		t.Fatalf("errors %v, want the copies of a and d, the dead letter of b and the put-back of e applied, the copy of the recovered c refused", errs)
 	}
-	if calls := h.recorded(); len(calls) != 1 || calls[0] != 5 {
+	if calls := h.Recorded(); len(calls) != 1 || calls[0] != 5 {
 		t.Fatalf("script calls %+v, want one carrying the 5 moves", calls)
 	}
 	if n := tr.inflightCount(); n != 0 {
@@ -167,86 +116,6 @@ func TestReliableListMovesWriteABatchInOneCallEachMoveOnItsOwn(t *testing.T) {
 	}
 	if n, err := r.Client.LLen(ctx, tr.processing).Result(); err != nil || n != 0 {
 		t.Fatalf("processing list holds %d items, %v; want none", n, err)
-	}
-}
-
-// A ReliableList mount's retry copies and dead letters go to the engine's copier, which
-// writes those queued at the same time in one Moves call (one script call).
-func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing.T) {
-	t.Parallel()
-	r := redistest.New(t)
-	key, dlq := r.Key("in"), r.Key("dlq")
-	const n = 8
-	var a *App
-	var queued atomic.Bool // the other copies were queued in the copier while the first call was held
-	h := &listMoveCalls{processing: keys.ListProcessing(key, "c1")}
-	h.hold = func() {
-		// The first copies are being written: wait for the other handlers' copies to queue.
-		first := h.recorded()[0]
-		copies := a.mounts[0].copies
-		if copies == nil {
-			return // not a source.Mover: the test fails below
-		}
-		for deadline := time.Now().Add(10 * time.Second); len(copies.ch) < n-first && time.Now().Before(deadline); {
-			runtime.Gosched()
-		}
-		queued.Store(len(copies.ch) == n-first)
-	}
-	client := hookedClient(t, r, h)
-	settled := make(chan Settled, 2*n)
-	a, err := New(Config{
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled: func(_ context.Context, s Settled) { settled <- s },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var attempts [3]sync.WaitGroup
-	attempts[1].Add(n)
-	attempts[2].Add(n)
-	a.Mount(ReliableList(client, key, Consumer("c1"), Block(50*time.Millisecond)), HandlerFunc(func(_ context.Context, m *Message) error {
-		// Every handler of an attempt returns together.
-		attempts[m.Attempt].Done()
-		attempts[m.Attempt].Wait()
-		return Retry(errors.New("fails"))
-	}), Concurrency(n), MaxAttempts(2), DeadLetter(dlq))
-	for i := range n {
-		if err := r.Client.RPush(context.Background(), key, wire.Envelope([]byte{byte('a' + i)}, nil)).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var evs []Settled
-	for len(evs) < 2*n {
-		select {
-		case e := <-settled:
-			evs = append(evs, e)
-		case <-time.After(10 * time.Second):
-			cancel()
-			t.Fatalf("%d settlements, want %d", len(evs), 2*n)
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range evs {
-		if e.Err != nil || e.Action != ActionCopy && e.Action != ActionDeadLetter {
-			t.Fatalf("settlement %+v, want applied copies and dead letters", e)
-		}
-	}
-	calls := h.recorded()
-	moves := 0
-	for _, c := range calls {
-		moves += c
-	}
-	if first := calls[0]; !queued.Load() || moves != 2*n || first < n && (len(calls) < 2 || first+calls[1] != n) {
-		t.Fatalf("script calls %+v, want %d moves through the copier (source.Mover), the first %d copies in at most two calls: those queued first, then those queued meanwhile", calls, 2*n, n)
-	}
-	if l, err := r.Client.LLen(context.Background(), dlq).Result(); err != nil || l != n {
-		t.Fatalf("dead letters %d, %v; want %d", l, err, n)
 	}
 }
 
@@ -286,7 +155,7 @@ func TestReliableListTakeoverCountSettlesWhateverBecomesOfTheLot(t *testing.T) {
 	if err := r.Client.Del(ctx, tr.processing).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got := fetchN(t, tr, 1)
+	got := redistest.FetchN(t, tr, 1)
 	if p := payloadOf(got); !slices.Equal(p, []string{"a"}) || got[0].Attempt != 2 {
 		t.Fatalf("delivered %q attempt %d, want a taken over as attempt 2", p, got[0].Attempt)
 	}
@@ -295,14 +164,14 @@ func TestReliableListTakeoverCountSettlesWhateverBecomesOfTheLot(t *testing.T) {
 	}
 
 	// The next lot, b: its settlement fails (the item stays in the processing list).
-	got = fetchN(t, tr, 1)
+	got = redistest.FetchN(t, tr, 1)
 	if p := payloadOf(got); !slices.Equal(p, []string{"b"}) {
 		t.Fatalf("delivered %q, want b: the lot of a settled", p)
 	}
 	tr.settled(io.ErrUnexpectedEOF, got...)
 
 	// c is taken next, and b delivered again by the re-read.
-	got = fetchN(t, tr, 2)
+	got = redistest.FetchN(t, tr, 2)
 	if p := payloadOf(got); !slices.Equal(p, []string{"b", "c"}) {
 		t.Fatalf("delivered %q, want b again and c", p)
 	}
@@ -317,5 +186,20 @@ func TestReliableListTakeoverCountSettlesWhateverBecomesOfTheLot(t *testing.T) {
 	}
 	if n, err := r.Client.LLen(ctx, tr.processing).Result(); err != nil || n != 0 {
 		t.Fatalf("processing list holds %d items (%v), want none", n, err)
+	}
+}
+
+// A reliable list's heartbeat failing tick after tick is one error line, and its
+// recovery one info line: each failure is logged once per occurrence, not per tick.
+func TestReliableListHeartbeatFailureIsLoggedOncePerOccurrence(t *testing.T) {
+	t.Parallel()
+	h := logtest.New()
+	k := &listKeeper{env: source.Env{Logger: h.Logger()}}
+	ctx, down := context.Background(), errors.New("connection refused")
+	for _, err := range []error{down, down, down, nil, nil, down, down} {
+		k.beaten(ctx, err)
+	}
+	if e, i := h.Count(slog.LevelError, ""), h.Count(slog.LevelInfo, ""); e != 2 || i != 1 {
+		t.Fatalf("logged %d errors and %d infos, want 2 errors (two outages) and 1 recovery", e, i)
 	}
 }

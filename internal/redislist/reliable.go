@@ -1,4 +1,4 @@
-package settle
+package redislist
 
 import (
 	"context"
@@ -18,59 +18,32 @@ import (
 	"github.com/settlekit/settle/internal/wire"
 )
 
-// ReliableListSource moves items from a Redis list into a per-consumer processing list
-// while they are handled. Make one with ReliableList.
-type ReliableListSource struct {
-	cfg reliableListConfig
-	key string
-	rdb redis.UniversalClient
+// ReliableConfig is what a ReliableList mount was given.
+type ReliableConfig struct {
+	Config
+	// Consumer names this consumer; empty: a name unique to the process.
+	Consumer string
+	// Heartbeat is how long the consumer's heartbeat lives without renewal.
+	Heartbeat time.Duration
 }
 
-var _ Source = (*ReliableListSource)(nil)
-
-// ReliableList returns a source that moves items from the head of the list key into the
-// consumer's own processing list (LMOVE, BLMOVE when idle), where each stays until it is
-// settled, each settlement one script over the processing list and its destination.
-// Producers push to the tail (Publisher.PublishList). Each consumer keeps a heartbeat
-// (see Heartbeat); the items of a consumer whose heartbeat expired are taken over by a
-// live one, counting the lost delivery, so a message that kills its worker reaches the
-// dead letter. A consumer takes over one item at a time, the next once the last has
-// settled, and runs it alone, so that such a message, when it kills the next consumer
-// too, costs no other an attempt. The processing list, heartbeat
-// and consumer set are named after key (see ProcessingList) and share its cluster slot;
-// two live processes must not share a Consumer name.
-func ReliableList(rdb redis.UniversalClient, key string, opts ...ReliableListOption) *ReliableListSource {
-	cfg := reliableListConfig{batch: DefaultBatch, block: DefaultBlock, heartbeat: DefaultHeartbeat}
-	for _, o := range opts {
-		if o != nil {
-			o.applyReliableList(&cfg)
-		}
-	}
-	return &ReliableListSource{cfg: cfg, key: key, rdb: rdb}
-}
-
-// ProcessingList returns the name of the processing list of consumer on the reliable
-// list key: key + ":processing:" + consumer when key has a {hash tag}, else
-// "{" + key + "}:processing:" + consumer, so that it shares key's cluster slot.
-func ProcessingList(key, consumer string) string { return keys.ListProcessing(key, consumer) }
-
-// Transport is for settle's own use and may change in any release.
-func (s *ReliableListSource) Transport(env source.Env) source.Transport {
-	consumer := s.cfg.consumer
+// NewReliable returns the transport of one mount of the reliable list c describes.
+func NewReliable(env source.Env, c ReliableConfig) source.Transport {
+	consumer := c.Consumer
 	if consumer == "" {
 		consumer = redisbase.DefaultConsumerName()
 	}
 	t := &reliableTransport{
+		cfg:        c,
 		consumer:   consumer,
-		consumers:  keys.ListConsumers(s.key),
+		consumers:  keys.ListConsumers(c.Key),
 		env:        env,
-		heartbeat:  keys.ListHeartbeat(s.key, consumer),
+		heartbeat:  keys.ListHeartbeat(c.Key, consumer),
 		ids:        redisbase.NewDeliveryIDs(consumer),
 		inflight:   map[string]int{},
 		lot:        newTakeoverLot(),
-		processing: keys.ListProcessing(s.key, consumer),
+		processing: keys.ListProcessing(c.Key, consumer),
 		reader:     redisbase.EnvelopeReader{Logger: env.Logger, Mount: env.Mount},
-		src:        s,
 	}
 	t.delays, t.parks = redisbase.DelaySetOf(env)
 	return t
@@ -82,6 +55,7 @@ var errItemGone = script.ErrItemGone
 
 // reliableTransport is one mount's consumer on a reliable list.
 type reliableTransport struct {
+	cfg        ReliableConfig
 	consumer   string
 	consumers  string             // the set of consumer names of the list
 	delays     redisbase.DelaySet // the mount's durable delay set, when parks
@@ -92,7 +66,6 @@ type reliableTransport struct {
 	parks      bool
 	processing string // this consumer's processing list
 	reader     redisbase.EnvelopeReader
-	src        *ReliableListSource
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
 
 	mu sync.Mutex
@@ -108,27 +81,27 @@ type reliableTransport struct {
 
 func (t *reliableTransport) Info() source.Info {
 	return source.Info{
-		Batch:        t.src.cfg.batch,
+		Batch:        t.cfg.Batch,
 		BatchesMoves: true,
-		Block:        listBlock(t.src.cfg.block),
+		Block:        listBlock(t.cfg.Block),
 		// A recovered item's attempt counts the delivery that never settled.
 		Caps: source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, Replies: true, RetryWithoutCap: source.ActionPutBack},
-		Key:  t.src.key,
+		Key:  t.cfg.Key,
 		Kind: source.KindList,
 	}
 }
 
 func (t *reliableTransport) Validate(p source.Policy) []error {
-	s := t.src
-	errs := validateList("reliable list", s.rdb, s.key, s.cfg.batch, s.cfg.block, p)
-	if s.cfg.heartbeat < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("Heartbeat(%s): must be at least 100ms", s.cfg.heartbeat))
+	s := t.cfg
+	errs := validateList("reliable list", s.Client, s.Key, s.Batch, s.Block, p)
+	if s.Heartbeat < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("Heartbeat(%s): must be at least 100ms", s.Heartbeat))
 	}
 	if t.consumer == "" {
 		errs = append(errs, errors.New("Consumer(\"\"): give a name"))
 	}
-	if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
-		ks := []string{s.key, t.processing, t.heartbeat, t.consumers}
+	if _, cluster := s.Client.(*redis.ClusterClient); cluster {
+		ks := []string{s.Key, t.processing, t.heartbeat, t.consumers}
 		if p.DeadLetter != "" {
 			ks = append(ks, p.DeadLetter)
 		}
@@ -136,15 +109,15 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 			errs = append(errs, fmt.Errorf("a reliable list, its processing lists and its DeadLetter must share a cluster slot (each settlement is one script): %w", err))
 		}
 	}
-	errs = append(errs, replyProblems(p, s.rdb, "reliable list", s.key, t.processing)...)
-	return append(errs, redisbase.DelaySetProblems(p, s.rdb, "reliable list", s.key, s.key, t.processing)...)
+	errs = append(errs, redisbase.ReplyProblems(p, s.Client, "reliable list", s.Key, t.processing)...)
+	return append(errs, redisbase.DelaySetProblems(p, s.Client, "reliable list", s.Key, s.Key, t.processing)...)
 }
 
 // Open reads the consumer's own processing list (left by an earlier process with the
 // same Consumer name), registers the consumer, takes a first lot of what an earlier
 // process or dead consumers left (see takeoverLot) and starts the heartbeat.
 func (t *reliableTransport) Open(ctx context.Context) error {
-	if err := redisbase.CheckPerms(ctx, t.src.rdb, t.perms()); err != nil {
+	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
 	t.keeper = &listKeeper{
@@ -152,12 +125,12 @@ func (t *reliableTransport) Open(ctx context.Context) error {
 		consumers:  t.consumers,
 		env:        t.env,
 		heartbeat:  t.heartbeat,
-		key:        t.src.key,
+		key:        t.cfg.Key,
 		lots:       t,
 		processing: t.processing,
-		rdb:        t.src.rdb,
+		rdb:        t.cfg.Client,
 		reader:     &t.reader,
-		ttl:        t.src.cfg.heartbeat,
+		ttl:        t.cfg.Heartbeat,
 		wake:       t.lot.wake,
 	}
 	return t.keeper.start(ctx)
@@ -197,13 +170,13 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 		return t.deliverTaken(ctx, max), nil
 	}
 	// Idle: block for one item, then take what else came with it.
-	v, err := blockingPop(ctx, t.src.rdb, t.src.key, t.processing, wait)
+	v, err := blockingPop(ctx, t.cfg.Client, t.cfg.Key, t.processing, wait)
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
 	if err != nil {
 		t.markRescan()
-		return nil, fmt.Errorf("reliable list %q: blmove: %w", t.src.key, err)
+		return nil, fmt.Errorf("reliable list %q: blmove: %w", t.cfg.Key, err)
 	}
 	vals = []string{v}
 	if max > 1 {
@@ -212,7 +185,7 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 		if err != nil {
 			t.markRescan()
 			t.env.Logger.WarnContext(ctx, "settle: reliable list: lmove after blmove failed",
-				slog.String(attrMount, t.env.Mount), slog.Any(attrError, err))
+				slog.String(source.AttrMount, t.env.Mount), slog.Any(source.AttrError, err))
 		}
 	}
 	return t.deliveries(ctx, vals), nil
@@ -221,11 +194,11 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 // moveMany moves up to n items to the processing list, one LMOVE each in one pipeline
 // (not retried on a new connection: see stringOnce).
 func (t *reliableTransport) moveMany(ctx context.Context, n int) ([]string, error) {
-	s := t.src
+	s := t.cfg
 	cmds := make([]*redis.StringCmd, 0, n)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for range n {
-			cmds = append(cmds, lmoveOnce(ctx, p, s.key, t.processing))
+			cmds = append(cmds, lmoveOnce(ctx, p, s.Key, t.processing))
 		}
 		return nil
 	})
@@ -236,7 +209,7 @@ func (t *reliableTransport) moveMany(ctx context.Context, n int) ([]string, erro
 		}
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return vals, fmt.Errorf("reliable list %q: lmove: %w", s.key, err)
+		return vals, fmt.Errorf("reliable list %q: lmove: %w", s.Key, err)
 	}
 	return vals, nil
 }
@@ -249,14 +222,14 @@ func (t *reliableTransport) readOwnProcessing(ctx context.Context, max int) ([]s
 	t.rescan = false
 	t.settledDuring = map[string]int{}
 	t.mu.Unlock()
-	vals, err := t.src.rdb.LRange(ctx, t.processing, 0, -1).Result()
+	vals, err := t.cfg.Client.LRange(ctx, t.processing, 0, -1).Result()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	settled := t.settledDuring
 	t.settledDuring = nil
 	if err != nil {
 		t.rescan = true
-		return nil, fmt.Errorf("reliable list %q: read processing list: %w", t.src.key, err)
+		return nil, fmt.Errorf("reliable list %q: read processing list: %w", t.cfg.Key, err)
 	}
 	seen := map[string]int{}
 	var out []string
@@ -278,7 +251,7 @@ func (t *reliableTransport) readOwnProcessing(ctx context.Context, max int) ([]s
 	}
 	if len(out) > 0 {
 		t.env.Logger.WarnContext(ctx, "settle: reliable list: items in the processing list were not in flight (a move's reply or a settlement was lost); delivering them again",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Int("count", len(out)))
+			slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, t.cfg.Key), slog.Int("count", len(out)))
 	}
 	return out, nil
 }
@@ -326,13 +299,13 @@ func (t *reliableTransport) deliveries(ctx context.Context, vals []string) []*so
 
 // delivery decodes the item v into a delivery named id.
 func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.Delivery {
-	payload, headers, ok, rc := t.reader.Read(ctx, t.src.key, []byte(v))
+	payload, headers, ok, rc := t.reader.Read(ctx, t.cfg.Key, []byte(v))
 	return &source.Delivery{
 		Attempt:    rc + 1,
 		HasPayload: ok,
 		Headers:    headers,
 		ID:         id,
-		Key:        t.src.key,
+		Key:        t.cfg.Key,
 		Payload:    payload,
 		Raw:        v,
 		RetryCount: rc,
@@ -343,10 +316,10 @@ func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.
 // returns how long the next read may block (see redisbase.DelaySet.sweep).
 func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
 	wait, _, err := t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
-		return script.SweepList(ctx, t.src.rdb, t.delays.Key, t.src.key, now, script.SweepBatch)
+		return script.SweepList(ctx, t.cfg.Client, t.delays.Key, t.cfg.Key, now, script.SweepBatch)
 	})
 	if err != nil {
-		return wait, fmt.Errorf("reliable list %q: sweep delays from %q: %w", t.src.key, t.delays.Key, err)
+		return wait, fmt.Errorf("reliable list %q: sweep delays from %q: %w", t.cfg.Key, t.delays.Key, err)
 	}
 	return wait, nil
 }
@@ -354,7 +327,7 @@ func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration)
 // Ack removes the items from the processing list.
 func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	t.unsettled.Add(-int64(len(ds)))
-	cmds, err := t.src.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := t.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, d := range ds {
 			p.LRem(ctx, t.processing, 1, d.Raw.(string))
 		}
@@ -362,7 +335,7 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 	})
 	t.settled(err, ds...)
 	if err != nil {
-		return fmt.Errorf("reliable list %q: lrem: %w", t.src.key, err)
+		return fmt.Errorf("reliable list %q: lrem: %w", t.cfg.Key, err)
 	}
 	// An item another consumer recovered (this consumer's heartbeat lapsed) is not
 	// acked here: it will be delivered again, and its settlement is reported failed.
@@ -372,7 +345,7 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 			if gone == nil {
 				gone = &source.AckErrors{Errs: make([]error, len(ds))}
 			}
-			gone.Errs[i] = fmt.Errorf("reliable list %q: ack of %s: %w", t.src.key, ds[i].ID, errItemGone)
+			gone.Errs[i] = fmt.Errorf("reliable list %q: ack of %s: %w", t.cfg.Key, ds[i].ID, errItemGone)
 		}
 	}
 	if gone != nil {
@@ -398,14 +371,14 @@ func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error
 	var parks []script.ValuePark
 	var parkIdx []int
 	flush := func() {
-		for k, err := range script.ListMoves(ctx, t.src.rdb, t.processing, batch) {
+		for k, err := range script.ListMoves(ctx, t.cfg.Client, t.processing, batch) {
 			errs[idx[k]] = err
 		}
 		batch, idx = batch[:0], idx[:0]
 	}
 	for i, m := range ms {
 		item := m.Delivery.Raw.(string)
-		mv := script.ListMove{Dest: t.src.key, Item: item}
+		mv := script.ListMove{Dest: t.cfg.Key, Item: item}
 		switch m.Action {
 		case source.ActionPutBack, source.ActionRelease:
 			mv.Value = []byte(item)
@@ -433,7 +406,7 @@ func (t *reliableTransport) Moves(ctx context.Context, ms []source.Move) []error
 		flush()
 	}
 	if len(parks) > 0 {
-		for k, err := range script.ValueParks(ctx, t.src.rdb, t.delays.Key, t.processing, t.delays.TTL, t.delays.Now(), parks) {
+		for k, err := range script.ValueParks(ctx, t.cfg.Client, t.delays.Key, t.processing, t.delays.TTL, t.delays.Now(), parks) {
 			errs[parkIdx[k]] = err
 		}
 	}
@@ -464,7 +437,7 @@ func (t *reliableTransport) moved(err error, m source.Move) error {
 	case source.ActionReply:
 		what = fmt.Sprintf("reply to %q", t.env.Policy.ReplyTo)
 	}
-	return fmt.Errorf("reliable list %q: %s of %s: %w", t.src.key, what, m.Delivery.ID, err)
+	return fmt.Errorf("reliable list %q: %s of %s: %w", t.cfg.Key, what, m.Delivery.ID, err)
 }
 
 // Close stops the heartbeat and deletes it, moves whatever is left in the processing
@@ -481,7 +454,7 @@ func (t *reliableTransport) Close(ctx context.Context) error {
 // processing list, its heartbeat and consumer set, the recovery of dead consumers'
 // lists, the pause key, the dead letter and the delay set.
 func (t *reliableTransport) perms() []redisbase.Perm {
-	key, proc := t.src.key, t.processing
+	key, proc := t.cfg.Key, t.processing
 	ps := append(redisbase.ScriptPerms(),
 		redisbase.Perm{"LMOVE", key, proc, "LEFT", "RIGHT"}, redisbase.Perm{"BLMOVE", key, proc, "LEFT", "RIGHT", "0"},
 		redisbase.Perm{"LREM", proc, "1", "v"}, redisbase.Perm{"RPUSH", key, "v"}, redisbase.Perm{"LRANGE", proc, "0", "-1"}, redisbase.Perm{"LLEN", proc},
@@ -497,15 +470,23 @@ func (t *reliableTransport) perms() []redisbase.Perm {
 }
 
 func (t *reliableTransport) ReplicaPerms(ctx context.Context) error {
-	return redisbase.CheckReplicaPerms(ctx, t.src.rdb, t.src.key)
+	return redisbase.CheckReplicaPerms(ctx, t.cfg.Client, t.cfg.Key)
 }
 
 func (t *reliableTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
-	return redisbase.WaitReplicas(ctx, t.src.rdb, t.src.key, n, timeout)
+	return redisbase.WaitReplicas(ctx, t.cfg.Client, t.cfg.Key, n, timeout)
 }
 
 // Paused reports whether the list is paused: its control key (keys.Paused(list, ""))
 // exists; a List and a ReliableList on one key share it.
 func (t *reliableTransport) Paused(ctx context.Context) (bool, error) {
-	return redisbase.Paused(ctx, t.src.rdb, t.src.key, "")
+	return redisbase.Paused(ctx, t.cfg.Client, t.cfg.Key, "")
+}
+
+// reply takes m's item out of the processing list and pushes its replies, each in
+// settle's envelope, to the mount's ReplyTo list, in one script (see list_reply.lua),
+// fenced on the item still being there.
+func (t *reliableTransport) reply(ctx context.Context, m source.Move) error {
+	replies := redisbase.EncodeOutputs(m.Outputs, wire.Envelope)
+	return script.ListReply(ctx, t.cfg.Client, t.processing, t.env.Policy.ReplyTo, m.Delivery.Raw.(string), replies)
 }

@@ -1,4 +1,4 @@
-package settle_test
+package redislist_test
 
 import (
 	"context"
@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/internal/wire"
 )
-
-// waitTimeout bounds every wait on an event in these tests.
-const waitTimeout = sourcetest.WaitTimeout
 
 func TestList(t *testing.T) {
 	t.Parallel()
@@ -43,7 +41,7 @@ func TestList(t *testing.T) {
 			return nil
 		}), settle.Concurrency(1))
 		stop := sourcetest.StartApp(t, app)
-		rec.WaitFor(t, waitTimeout, "7 acks", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 7 })
+		rec.WaitFor(t, sourcetest.WaitTimeout, "7 acks", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 7 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +68,7 @@ func TestList(t *testing.T) {
 		var m *settle.Message
 		select {
 		case m = <-got:
-		case <-time.After(waitTimeout):
+		case <-time.After(sourcetest.WaitTimeout):
 			t.Fatal("no delivery")
 		}
 		var s string
@@ -108,7 +106,7 @@ func TestList(t *testing.T) {
 			return err
 		}), settle.MaxAttempts(2), settle.DeadLetter(dlq))
 		stop := sourcetest.StartApp(t, app)
-		rec.WaitFor(t, waitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+		rec.WaitFor(t, sourcetest.WaitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -149,13 +147,13 @@ func TestList(t *testing.T) {
 			}
 		}
 		rec := sourcetest.NewRecorder()
-		sink := sourcetest.NewLogSink()
+		sink := logtest.New()
 		app := sourcetest.NewApp(t, rec, sink.Logger())
 		app.Mount(settle.List(r.Client, key), settle.HandlerFunc(func(context.Context, *settle.Message) error {
 			return errors.New("boom")
 		}))
 		stop := sourcetest.StartApp(t, app)
-		evs := rec.WaitFor(t, waitTimeout, "3 losses", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 3 })
+		evs := rec.WaitFor(t, sourcetest.WaitTimeout, "3 losses", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 3 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +189,7 @@ func TestList(t *testing.T) {
 			return errors.New("bad input")
 		}), settle.MaxAttempts(3), settle.DeadLetter(dlq))
 		stop := sourcetest.StartApp(t, app)
-		rec.WaitFor(t, waitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+		rec.WaitFor(t, sourcetest.WaitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
