@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"slices"
 	"testing"
 
 	"github.com/settlekit/settle/delayed"
@@ -66,29 +65,5 @@ func TestUnsetMoveHookAddsNoAllocationToARetryCopy(t *testing.T) {
 	}
 	if base > 8 {
 		t.Fatalf("a retry copy allocates %.0f times; want at most 8, as before hooks and the origin header existed", base)
-	}
-}
-
-// A claimer warns of an entry taken over from under a running handler once, not at each
-// heartbeat while the handler runs on, and again only for an entry taken over anew.
-func TestClaimerWarnsOfATakenOverEntryOncePerOccurrence(t *testing.T) {
-	t.Parallel()
-	var c claimer
-	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
-		t.Fatalf("first heartbeat warns of %v, want [1-0]", got)
-	}
-	for range 3 {
-		if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); len(got) != 0 {
-			t.Fatalf("a later heartbeat warns of %v again, want nothing new", got)
-		}
-	}
-	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0", "2-0"}); !slices.Equal(got, []string{"2-0"}) {
-		t.Fatalf("warns of %v, want only the entry newly taken over", got)
-	}
-	// 1-0 settled (no longer in flight): were it delivered and taken over again, that is
-	// a new occurrence.
-	c.newlyTaken([]string{"2-0"}, nil)
-	if got := c.newlyTaken([]string{"1-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
-		t.Fatalf("warns of %v, want 1-0's new occurrence", got)
 	}
 }

@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 // pending to this consumer.
 func (t *streamTransport) reply(ctx context.Context, m source.Move) error {
 	dest, replies := t.env.Policy.ReplyTo, redisbase.EncodeOutputs(m.Outputs, wire.StreamValues)
-	if err := script.StreamReply(ctx, t.src.rdb, dest, t.src.key, t.src.group, t.consumer, m.Delivery.ID, replies); err != nil {
-		return fmt.Errorf("stream %q: reply to %s into %q: %w", t.src.key, m.Delivery.ID, dest, err)
+	if err := script.StreamReply(ctx, t.cfg.Client, dest, t.cfg.Key, t.cfg.Group, t.consumer, m.Delivery.ID, replies); err != nil {
+		return fmt.Errorf("stream %q: reply to %s into %q: %w", t.cfg.Key, m.Delivery.ID, dest, err)
 	}
 	return nil
 }

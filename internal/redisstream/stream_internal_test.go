@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
 )
 
 // countEvalSha counts the stream_move script's EVALSHA calls and holds the first one
@@ -69,7 +70,7 @@ func TestStreamMovesKeepEntriesInFlightUntilWrittenAndAnswerEachOnItsOwn(t *test
 	if err := r.Client.XClaim(ctx, &redis.XClaimArgs{Stream: key, Group: "g", Consumer: "other", Messages: []string{taken}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	headers := map[string]string{HeaderRetryCount: "1"}
+	headers := map[string]string{wire.HeaderRetryCount: "1"}
 	moves := []source.Move{
 		{Action: source.ActionCopy, Delivery: got[0], Headers: headers},
 		{Action: source.ActionDeadLetter, Delivery: got[1], Dest: dlq, Headers: headers},

@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -25,7 +25,9 @@ func openTestClaiming(t *testing.T, client *redis.Client, key string, minIdle ti
 // block, on the real clock.
 func openTestClaimingAs(t *testing.T, client *redis.Client, key, consumer string, minIdle, block time.Duration) *claimTransport {
 	t.Helper()
-	return redistest.OpenTransport[*claimTransport](t, ClaimingStream(client, key, "g", minIdle, Consumer(consumer), Block(block)).Transport, source.Policy{})
+	return redistest.OpenTransport[*claimTransport](t, func(env source.Env) source.Transport {
+		return NewClaiming(env, Config{Batch: 100, Block: block, Client: client, Consumer: consumer, Group: "g", Key: key, StartID: "0", TrimKeep: time.Hour}, minIdle, nil)
+	}, source.Policy{})
 }
 
 // claimScripts records the touch and claim script calls a client makes, told apart by
@@ -86,7 +88,7 @@ func TestClaimingStreamLeavesABatchOfRetriesInOneTouch(t *testing.T) {
 		t.Fatalf("touch script calls %v, want one for the 3 entries", h.touches)
 	}
 	for _, d := range ds {
-		p, err := r.Client.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: tr.src.key, Group: "g", Start: d.ID, End: d.ID, Count: 1}).Result()
+		p, err := r.Client.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: tr.cfg.Key, Group: "g", Start: d.ID, End: d.ID, Count: 1}).Result()
 		if err != nil || len(p) != 1 || p[0].Consumer != "c1" || p[0].RetryCount != 1 {
 			t.Fatalf("%s after the leave: pending %+v, %v; want pending at c1, delivered once", d.ID, p, err)
 		}
@@ -156,7 +158,7 @@ func TestClaimMakesADeletedGroupAgainAndEndsItsScan(t *testing.T) {
 	r := redistest.New(t)
 	tr := openTestClaiming(t, r.Client, r.Key("in"), time.Hour)
 	ctx := context.Background()
-	if err := r.Client.Del(ctx, tr.src.key).Err(); err != nil {
+	if err := r.Client.Del(ctx, tr.cfg.Key).Err(); err != nil {
 		t.Fatal(err)
 	}
 	tr.claim.mu.Lock()
@@ -174,7 +176,7 @@ func TestClaimMakesADeletedGroupAgainAndEndsItsScan(t *testing.T) {
 	if len(cursors) != 1 {
 		t.Fatalf("claim calls from cursors %q, want the one that met NOGROUP only", cursors)
 	}
-	if groups, err := r.Client.XInfoGroups(ctx, tr.src.key).Result(); err != nil || len(groups) != 1 || groups[0].Name != "g" {
+	if groups, err := r.Client.XInfoGroups(ctx, tr.cfg.Key).Result(); err != nil || len(groups) != 1 || groups[0].Name != "g" {
 		t.Fatalf("groups %+v, %v; want g made again", groups, err)
 	}
 	tr.claim.mu.Lock()
@@ -219,5 +221,29 @@ func TestClaimScanIsStartedByOneConsumerOfTheGroupPerPoll(t *testing.T) {
 	defer c2.claim.mu.Unlock()
 	if !c2.claim.nextScan.After(time.Now()) {
 		t.Fatal("c2 will scan at its next read: want it to wait poll")
+	}
+}
+
+// A claimer warns of an entry taken over from under a running handler once, not at each
+// heartbeat while the handler runs on, and again only for an entry taken over anew.
+func TestClaimerWarnsOfATakenOverEntryOncePerOccurrence(t *testing.T) {
+	t.Parallel()
+	var c claimer
+	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
+		t.Fatalf("first heartbeat warns of %v, want [1-0]", got)
+	}
+	for range 3 {
+		if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); len(got) != 0 {
+			t.Fatalf("a later heartbeat warns of %v again, want nothing new", got)
+		}
+	}
+	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0", "2-0"}); !slices.Equal(got, []string{"2-0"}) {
+		t.Fatalf("warns of %v, want only the entry newly taken over", got)
+	}
+	// 1-0 settled (no longer in flight): were it delivered and taken over again, that is
+	// a new occurrence.
+	c.newlyTaken([]string{"2-0"}, nil)
+	if got := c.newlyTaken([]string{"1-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
+		t.Fatalf("warns of %v, want 1-0's new occurrence", got)
 	}
 }

@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/source"
 )
 
 // noteDelivered records id as delivered here, for recreateGroup. Called with t.mu held.
@@ -27,24 +28,24 @@ func (t *streamTransport) noteDelivered(id string) {
 // pending to it and writes nothing). A group another consumer made again meanwhile is
 // used as it is.
 func (t *streamTransport) recreateGroup(ctx context.Context) error {
-	s := t.src
+	s := t.cfg
 	t.mu.Lock()
 	from := t.last
 	t.mu.Unlock()
 	if from == "" {
 		from = "0"
 	}
-	err := s.rdb.XGroupCreateMkStream(ctx, s.key, s.group, from).Err()
+	err := s.Client.XGroupCreateMkStream(ctx, s.Key, s.Group, from).Err()
 	if err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		t.env.Logger.ErrorContext(ctx, "settle: consumer group was missing; another consumer created it again",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.String(attrGroup, s.group))
+			slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, s.Key), slog.String(source.AttrGroup, s.Group))
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("stream %q: create group %q again from %s: %w", s.key, s.group, from, err)
+		return fmt.Errorf("stream %q: create group %q again from %s: %w", s.Key, s.Group, from, err)
 	}
 	t.env.Logger.ErrorContext(ctx, "settle: consumer group was missing; created it again after the last entry this consumer was delivered",
-		slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.String(attrGroup, s.group),
-		slog.String("from", from), slog.String("start_at", s.cfg.startID))
+		slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, s.Key), slog.String(source.AttrGroup, s.Group),
+		slog.String("from", from), slog.String("start_at", s.StartID))
 	return nil
 }

@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -100,7 +100,9 @@ func TestStreamRereadDoesNotRedeliverAnEntrySettledWhileItWasOut(t *testing.T) {
 // closed when the test ends.
 func openTestStream(t *testing.T, client *redis.Client, key string, policy source.Policy) *streamTransport {
 	t.Helper()
-	return redistest.OpenTransport[*streamTransport](t, Stream(client, key, "g", Consumer("c1"), Block(50*time.Millisecond)).Transport, policy)
+	return redistest.OpenTransport[*streamTransport](t, func(env source.Env) source.Transport {
+		return New(env, Config{Batch: 100, Block: 50 * time.Millisecond, Client: client, Consumer: "c1", Group: "g", Key: key, Reclaim: time.Minute, StartID: "0", TrimKeep: time.Hour})
+	}, policy)
 }
 
 // openTestTransport opens src's transport on the real clock, logging nothing, under
@@ -111,7 +113,7 @@ func publishAndFetch(t *testing.T, rdb *redis.Client, tr *streamTransport, bodie
 	t.Helper()
 	ctx := context.Background()
 	for _, body := range bodies {
-		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: tr.src.key, Values: []any{"payload", body}}).Err(); err != nil {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: tr.cfg.Key, Values: []any{"payload", body}}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

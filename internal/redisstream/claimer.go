@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -206,7 +206,7 @@ func (c *claimer) startPass(ctx context.Context) bool {
 	ok, err := script.StartScan(ctx, s.rdb, keys.Derived(s.key, "claim-scan:"+s.group), s.consumer, c.poll)
 	if err != nil {
 		s.env.Logger.DebugContext(ctx, "settle: could not mark the start of a claim scan; scanning anyway",
-			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+			slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key), slog.Any(source.AttrError, err))
 		return true
 	}
 	return ok
@@ -235,10 +235,10 @@ func (c *claimer) prune(ctx context.Context, now time.Time) {
 	switch {
 	case err != nil:
 		s.env.Logger.WarnContext(ctx, "settle: could not remove idle consumers from the group",
-			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+			slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key), slog.Any(source.AttrError, err))
 	case len(removed) > 0:
 		s.env.Logger.InfoContext(ctx, "settle: removed consumers that held no entry and were idle",
-			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.String(attrGroup, s.group), slog.Any("consumers", removed))
+			slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key), slog.String(source.AttrGroup, s.group), slog.Any("consumers", removed))
 	}
 }
 
@@ -315,7 +315,7 @@ func (c *claimer) claim(ctx context.Context, cursor string, max int, ids []strin
 	}
 	if len(res.Deleted) > 0 {
 		s.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; Redis dropped them from the pending list",
-			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", res.Deleted))
+			slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key), slog.Any("ids", res.Deleted))
 	}
 	if ids == nil {
 		c.mu.Lock()
@@ -454,14 +454,14 @@ func (c *claimer) touchInflight(ctx context.Context, every time.Duration) {
 	if err != nil {
 		if !c.beatFailed {
 			s.env.Logger.WarnContext(ctx, "settle: heartbeat of entries in flight failed; another consumer may claim them (warned once until a heartbeat succeeds)",
-				slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+				slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key), slog.Any(source.AttrError, err))
 		}
 		c.beatFailed = true
 		return
 	}
 	if c.beatFailed {
 		c.beatFailed = false
-		s.env.Logger.InfoContext(ctx, "settle: heartbeat of entries in flight succeeds again", slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key))
+		s.env.Logger.InfoContext(ctx, "settle: heartbeat of entries in flight succeeds again", slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key))
 	}
 	// Entries settled since the snapshot are not pending any more: only those still in
 	// flight here and now pending at another consumer were taken over (one still in
@@ -469,7 +469,7 @@ func (c *claimer) touchInflight(ctx context.Context, every time.Duration) {
 	// settlement not yet recorded).
 	if taken := c.newlyTaken(ids, c.takenOver(tctx, s.owner.stillInflight(lost))); len(taken) > 0 {
 		s.env.Logger.WarnContext(ctx, "settle: entries in flight here were claimed by another consumer (their idle time passed before a heartbeat); they may be handled twice",
-			slog.String(attrMount, s.env.Mount), slog.String(attrKey, s.key), slog.Any("ids", taken))
+			slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key), slog.Any("ids", taken))
 	}
 }
 

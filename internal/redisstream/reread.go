@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -111,14 +111,14 @@ func (t *streamTransport) countDeliveries(ctx context.Context, ds []*source.Deli
 	if len(ds) == 0 {
 		return
 	}
-	s := t.src
-	pending, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: s.key, Group: s.group, Consumer: t.consumer,
+	s := t.cfg
+	pending, err := s.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: s.Key, Group: s.Group, Consumer: t.consumer,
 		Start: ds[0].ID, End: ds[len(ds)-1].ID, Count: int64(max(span, len(ds))),
 	}).Result()
 	if err != nil {
 		t.env.Logger.WarnContext(ctx, "settle: could not read the delivery counts of re-read pending entries; their attempts count settlements only",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.Any(attrError, err))
+			slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, s.Key), slog.Any(source.AttrError, err))
 		return
 	}
 	counts := make(map[string]int64, len(pending))

@@ -1,4 +1,4 @@
-package settle
+package redisstream
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/wire"
 )
 
 // settleOversized settles stream entries read with more fields than settle's scripts
-// can write back (more than maxReadFields: another client wrote them; the Publisher
+// can write back (more than wire.MaxReadFields: another client wrote them; the Publisher
 // refuses more than MaxHeaders headers). Such an entry could never be copied, parked or
 // dead-lettered whole, so it is never handed to a handler (whose failure would leave
 // it pending for ever) and goes at once to the mount's dead letter by reference: an
@@ -23,22 +24,22 @@ import (
 // the entry is acknowledged (rejected), logged at Error with the same reason. A write
 // that fails leaves the entry pending, to be read and settled again.
 func (t *streamTransport) settleOversized(ctx context.Context, msgs []redis.XMessage) {
-	s, p := t.src, t.env.Policy
+	s, p := t.cfg, t.env.Policy
 	for _, msg := range msgs {
 		reason := fmt.Sprintf("the entry has %d fields, more than the %d settle's scripts can write back: dead-lettered by reference, its fields stay in %s at %s until the stream is trimmed",
-			len(msg.Values), maxReadFields, s.key, msg.ID)
-		attrs := []any{slog.String(attrMount, t.env.Mount), slog.String(attrKey, s.key), slog.String(attrMsgID, msg.ID), slog.String(attrReason, reason)}
+			len(msg.Values), wire.MaxReadFields, s.Key, msg.ID)
+		attrs := []any{slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, s.Key), slog.String(source.AttrMsgID, msg.ID), slog.String(source.AttrReason, reason)}
 		var err error
 		if p.DeadLetter == "" {
 			t.env.Logger.ErrorContext(ctx, "settle: stream entry too large to settle and no dead letter declared; acknowledging it (rejected)", attrs...)
-			err = s.rdb.XAck(ctx, s.key, s.group, msg.ID).Err()
+			err = s.Client.XAck(ctx, s.Key, s.Group, msg.ID).Err()
 		} else {
 			t.env.Logger.ErrorContext(ctx, "settle: stream entry too large to settle; dead-lettering it by reference", append(attrs, slog.String("dead_letter", p.DeadLetter))...)
-			err = script.StreamMove(ctx, s.rdb, p.DeadLetter, s.key, s.group, t.consumer, msg.ID, p.DeadLetterMaxLen, t.byReference(msg, reason))
+			err = script.StreamMove(ctx, s.Client, p.DeadLetter, s.Key, s.Group, t.consumer, msg.ID, p.DeadLetterMaxLen, t.byReference(msg, reason))
 		}
 		if err != nil {
 			t.markRescan()
-			t.env.Logger.ErrorContext(ctx, "settle: settling a stream entry too large to settle failed; it stays pending", append(attrs, slog.Any(attrError, err))...)
+			t.env.Logger.ErrorContext(ctx, "settle: settling a stream entry too large to settle failed; it stays pending", append(attrs, slog.Any(source.AttrError, err))...)
 		}
 	}
 }
@@ -47,14 +48,14 @@ func (t *streamTransport) settleOversized(ctx context.Context, msgs []redis.XMes
 // it has one), its retry count as it was written, and the dead-letter headers.
 func (t *streamTransport) byReference(msg redis.XMessage, reason string) []any {
 	h := map[string]string{
-		HeaderDeadAt:     t.env.Clock.Now().UTC().Format(deadAtLayout),
-		HeaderDeadID:     msg.ID,
-		HeaderDeadReason: reason,
-		HeaderDeadSource: t.src.key,
-		HeaderDeadError:  "",
+		wire.HeaderDeadAt:     t.env.Clock.Now().UTC().Format(wire.DeadAtLayout),
+		wire.HeaderDeadID:     msg.ID,
+		wire.HeaderDeadReason: reason,
+		wire.HeaderDeadSource: t.cfg.Key,
+		wire.HeaderDeadError:  "",
 	}
-	if rc, ok := msg.Values[HeaderRetryCount].(string); ok {
-		h[HeaderRetryCount] = rc
+	if rc, ok := msg.Values[wire.HeaderRetryCount].(string); ok {
+		h[wire.HeaderRetryCount] = rc
 	}
 	payload, ok := msg.Values[wire.FieldPayload].(string)
 	if !ok {
@@ -64,4 +65,4 @@ func (t *streamTransport) byReference(msg redis.XMessage, reason string) []any {
 }
 
 // oversized reports whether an entry read has more fields than settle can write back.
-func oversized(msg redis.XMessage) bool { return len(msg.Values) > maxReadFields }
+func oversized(msg redis.XMessage) bool { return len(msg.Values) > wire.MaxReadFields }
