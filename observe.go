@@ -107,16 +107,6 @@ type Event struct {
 	Transport string
 }
 
-// HeaderHookPrefix starts the headers a hook adds to the messages settle writes
-// (Hooks.Move): under HeaderPrefix, so no user header collides with them, and kept by
-// copies, dead letters and replays.
-const HeaderHookPrefix = HeaderPrefix + "x-"
-
-// HeaderOriginID is the id of the first delivery of a message, which its retry copies,
-// parked copies and dead letter carry, so that every line and span of one message share
-// one key (Settled.MessageKey) although each copy has an id of its own.
-const HeaderOriginID = HeaderPrefix + "origin-id"
-
 // messageKey is the key of d's message across its copies: its origin header, else its
 // own id (a first delivery).
 func messageKey(d *source.Delivery) string {

@@ -26,11 +26,6 @@ type ClaimingStreamOption interface {
 	applyClaimingStream(*streamConfig)
 }
 
-// PublisherOption configures a Publisher.
-type PublisherOption interface {
-	applyPublisher(*publisherConfig)
-}
-
 type mountConfig struct {
 	backoff          func(attempt int, err error) time.Duration
 	codec            Codec
@@ -198,9 +193,9 @@ type ReadOption struct {
 func (o ReadOption) applyStream(c *streamConfig)         { o.set(&c.batch, &c.block) }
 func (o ReadOption) applyClaimingStream(c *streamConfig) { o.set(&c.batch, &c.block) }
 
-// Batch sets the most entries (list items, channel messages, rows) one read asks for; a
-// read never asks for more than the mount has free handler slots. Defaults to
-// DefaultBatch.
+// Batch sets the most messages (stream entries, list items, channel messages) one read
+// asks for; a read never asks for more than the mount has free handler slots. Defaults
+// to DefaultBatch.
 func Batch(n int) ReadOption {
 	return ReadOption{set: func(batch *int, _ *time.Duration) { *batch = n }}
 }
@@ -337,11 +332,6 @@ func Buffer(n int) PubSubOption {
 // DefaultBuffer is how many received channel messages may wait for a handler unless
 // Buffer says otherwise.
 const DefaultBuffer = 1000
-
-type publisherConfig struct {
-	codec Codec
-	hook  PublishHook
-}
 
 // delayProblems returns the refusals of a mount's delay strategy that hold for any
 // source: a DurableZset needs a key, a TTL that is not negative, and a source that parks.

@@ -11,14 +11,6 @@ import (
 	"github.com/settlekit/settle/internal/timerq"
 )
 
-// Headers every reply carries, naming the delivery it answers.
-const (
-	// HeaderReplyOf is the id of the delivery a reply answers.
-	HeaderReplyOf = HeaderPrefix + "reply-of"
-	// HeaderReplySource is where the answered delivery was read from (its Key).
-	HeaderReplySource = HeaderPrefix + "reply-source"
-)
-
 // ErrNoReplyTo is the error of Message.Reply on a mount that declares no ReplyTo.
 var ErrNoReplyTo = errors.New("settle: reply: the mount declares no ReplyTo, so a reply has nowhere to go")
 

@@ -20,6 +20,24 @@ const HeaderRetryCount = HeaderPrefix + "retry-count"
 // retry copies carry this header, so every delivery of it reads the same.
 const HeaderInvalidEnvelope = HeaderPrefix + "invalid-envelope"
 
+// HeaderHookPrefix starts the headers a hook adds to the messages settle writes
+// (Hooks.Move): under HeaderPrefix, so no user header collides with them, and kept by
+// copies, dead letters and replays.
+const HeaderHookPrefix = HeaderPrefix + "x-"
+
+// HeaderOriginID is the id of the first delivery of a message, which its retry copies,
+// parked copies and dead letter carry, so that every line and span of one message share
+// one key (Settled.MessageKey) although each copy has an id of its own.
+const HeaderOriginID = HeaderPrefix + "origin-id"
+
+// Headers every reply carries, naming the delivery it answers.
+const (
+	// HeaderReplyOf is the id of the delivery a reply answers.
+	HeaderReplyOf = HeaderPrefix + "reply-of"
+	// HeaderReplySource is where the answered delivery was read from (its Key).
+	HeaderReplySource = HeaderPrefix + "reply-source"
+)
+
 // MaxRetryCount bounds the retry-count header as it is read: a larger count (written by
 // another client, or too large for an int) reads as MaxRetryCount, so an attempt never
 // overflows to a negative number and a delivery's attempt is always past any

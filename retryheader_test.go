@@ -88,6 +88,9 @@ func TestHeaderNamesMatchWire(t *testing.T) {
 			t.Errorf("got %q, want %q", tt.public, tt.internal)
 		}
 	}
+	if MaxHeaders != wire.MaxStreamFields-100 {
+		t.Errorf("MaxHeaders = %d, want wire.MaxStreamFields - 100 = %d: room for the payload and settle's own headers", MaxHeaders, wire.MaxStreamFields-100)
+	}
 	if MaxRetryCount != wire.MaxRetryCount {
 		t.Errorf("MaxRetryCount = %d, wire.MaxRetryCount = %d", MaxRetryCount, wire.MaxRetryCount)
 	}
