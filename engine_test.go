@@ -15,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/settletest"

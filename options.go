@@ -1,12 +1,9 @@
 package settle
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/settlekit/settle/delayed"
-	"github.com/settlekit/settle/internal/source"
 )
 
 // MountOption configures one mount (App.Mount). Options never fail: App.Validate
@@ -333,22 +330,49 @@ func Buffer(n int) PubSubOption {
 // Buffer says otherwise.
 const DefaultBuffer = 1000
 
-// delayProblems returns the refusals of a mount's delay strategy that hold for any
-// source: a DurableZset needs a key, a TTL that is not negative, and a source that parks.
-func delayProblems(strategy delayed.Strategy, info source.Info) []error {
-	dz, ok := strategy.(delayed.DurableZset)
-	if !ok {
-		return nil
-	}
-	var errs []error
-	if dz.Key == "" {
-		errs = append(errs, errors.New("DelayIn(delayed.DurableZset{}): Key is empty; name the sorted set, e.g. \"{orders}:delayed\""))
-	}
-	if dz.TTL < 0 {
-		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{TTL: %s}): TTL must not be negative (0: the set never expires)", dz.TTL))
-	}
-	if !info.Caps.Parks {
-		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): a %s source cannot keep delays in a sorted set; use delayed.InProcess{}", dz.Key, info.Kind))
-	}
-	return errs
+// WaitReplicas makes a Redis mount's settlements wait until n replicas have
+// acknowledged them (Redis's WAIT, at most timeout) before they count as applied: a
+// settlement the primary wrote but fewer replicas acknowledged in time is reported failed
+// (Settled.Err), so that what OnSettled reports applied survives a failover to one of
+// those replicas. It narrows what a failover undoes; it does not make replication
+// synchronous (RELIABILITY.md §6 has the measured figures). Each Ack or Moves call of the mount then
+// costs one more round trip, and one more while a replica lags. Refused on a List or
+// PubSub mount (their settlements write nothing) and on a SQL inbox.
+func WaitReplicas(n int, timeout time.Duration) MountOption {
+	return mountOptionFunc(func(c *mountConfig) {
+		c.replicas = replicaWait{n: n, timeout: timeout, set: true}
+	})
+}
+
+// replicaWait is a mount's WaitReplicas.
+type replicaWait struct {
+	n       int
+	timeout time.Duration
+	set     bool
+}
+
+// DefaultTrimKeep is how long a Stream or ClaimingStream mount keeps the entries every
+// group of its stream has acknowledged, unless Trim or NoTrim says otherwise.
+const DefaultTrimKeep = time.Hour
+
+// ReplyTo names where a mount's replies go (see Reply and Message.Reply). Without
+// ReplyVia, dest is a destination of the source's own kind in its own store, and the
+// transport writes the replies and completes the original in one atomic step, fenced
+// like any settlement: a stream key in the source stream's hash slot, a list key beside
+// a reliable list, another group (or table) of an inbox's database, another topic of a
+// settletest.Broker. A source that cannot do that refuses to start unless ReplyVia is
+// given too. Defaults to no replies.
+func ReplyTo(dest string) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.replyTo = dest })
+}
+
+// ReplyVia sends a mount's replies to its ReplyTo destination through r, into another
+// store (a stream → a channel, an inbox → Redis). Then the replies are published
+// first and the original completed after: a crash or failed ack in between delivers
+// the original again and its replies are published again (at least once), and a failed
+// publish settles the delivery as a failure (a Retry after the mount's backoff, kept for
+// the dead letter), so that no reply is lost. Defaults to the source's own atomic
+// replies.
+func ReplyVia(r Replier) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.replier = r })
 }

@@ -78,10 +78,6 @@ func (s *StreamSource) Seek(ctx context.Context, id string) error {
 	return nil
 }
 
-// DefaultTrimKeep is how long a Stream or ClaimingStream mount keeps the entries every
-// group of its stream has acknowledged, unless Trim or NoTrim says otherwise.
-const DefaultTrimKeep = time.Hour
-
 // TrimOption sets how a stream mount trims its stream (see Trim). It is a StreamOption
 // and a ClaimingStreamOption.
 type TrimOption struct {

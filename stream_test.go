@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
