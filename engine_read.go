@@ -117,7 +117,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 
 	for ctx.Err() == nil {
 		if m.paused(ctx, &pause) {
-			// Paused from outside (see pause.go): read nothing new; what the mount holds
+			// Paused from outside (see mount.paused): read nothing new; what the mount holds
 			// runs and settles, heartbeats and leases go on, and a stop still drains.
 			m.waitPaused(ctx)
 			continue
