@@ -251,73 +251,13 @@ func (a *attempts) all() []seen {
 var errClaimTest = errors.New("handler failed")
 
 // claimClock is a paused fake clock whose Advance also moves miniredis's clock.
-type claimClock struct {
-	mini   *miniredis.Miniredis
-	mu     sync.Mutex
-	now    time.Time
-	timers []*claimTimer
-}
-
-var _ clock.Clock = (*claimClock)(nil)
+type claimClock = clock.Fake
 
 func newClaimClock(start time.Time, m *miniredis.Miniredis) *claimClock {
 	m.SetTime(start)
-	return &claimClock{mini: m, now: start}
-}
-
-func (c *claimClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *claimClock) NewTimer(d time.Duration) clock.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &claimTimer{at: c.now.Add(d), c: c, ch: make(chan time.Time, 1)}
-	if d <= 0 {
-		t.ch <- c.now
-		return t
-	}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-// Advance moves the clock and miniredis by d and fires the timers due by then.
-func (c *claimClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.mini.SetTime(c.now)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if t.at.After(c.now) {
-			kept = append(kept, t)
-			continue
-		}
-		t.ch <- c.now
-	}
-	c.timers = kept
-}
-
-type claimTimer struct {
-	at time.Time
-	c  *claimClock
-	ch chan time.Time
-}
-
-func (t *claimTimer) C() <-chan time.Time { return t.ch }
-
-func (t *claimTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, o := range t.c.timers {
-		if o == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
+	c := clock.NewFake(start)
+	c.AfterAdvance = m.SetTime
+	return c
 }
 
 // claimLogs is a slog handler that keeps every message logged.

@@ -49,77 +49,12 @@ func ReadStreamDead(t testing.TB, rdb redis.UniversalClient, key string) []Dead 
 	return out
 }
 
-// Clock is the tests' fake clock: it moves only by Advance, and fires the timers that
-// came due as it moves. It is settle.Clock.
-type Clock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*clockTimer
-}
+// Clock is the tests' fake clock (clock.Fake): it moves only by Advance. It is a
+// settle.Clock.
+type Clock = clock.Fake
 
 // NewClock returns a Clock at 2025-06-01 12:00 UTC.
-func NewClock() *Clock {
-	return &Clock{now: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-// Advance moves the clock by d and fires the timers that came due.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if t.due.After(c.now) {
-			kept = append(kept, t)
-			continue
-		}
-		t.ch <- c.now
-	}
-	clear(c.timers[len(kept):])
-	c.timers = kept
-}
-
-// NewTimer returns a timer that fires once the clock has been advanced by d.
-func (c *Clock) NewTimer(d time.Duration) clock.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &clockTimer{c: c, ch: make(chan time.Time, 1), due: c.now.Add(d)}
-	if d <= 0 {
-		t.ch <- c.now
-		return t
-	}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-type clockTimer struct {
-	c   *Clock
-	ch  chan time.Time
-	due time.Time
-}
-
-// C is the timer's channel.
-func (t *clockTimer) C() <-chan time.Time { return t.ch }
-
-// Stop stops the timer; it reports whether the timer was pending.
-func (t *clockTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, o := range t.c.timers {
-		if o == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
+func NewClock() *Clock { return clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)) }
 
 // ReadDeadEnvelope decodes one dead letter of a list or channel, which must be an
 // envelope.
