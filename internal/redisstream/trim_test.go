@@ -1,4 +1,4 @@
-package settle_test
+package redisstream_test
 
 import (
 	"context"
