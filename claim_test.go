@@ -57,7 +57,7 @@ func TestClaimingStream(t *testing.T) {
 			t.Fatalf("the retry came back after %s, want at least min-idle %s", waited, w.idle)
 		}
 		if n := w.pendingCount(t); n != 0 {
-			t.Fatalf("%d entries pending after the ack, want 0", n)
+			t.Fatalf("%d entries pending after the sourcetest.Ack, want 0", n)
 		}
 	})
 

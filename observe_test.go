@@ -115,7 +115,7 @@ func TestSettlementLinesShareTheMessageKeyAcrossCopiesAndCarryTheHandlersAttrs(t
 
 	lines := settlementLines(sink)
 	if len(lines) != 3 {
-		t.Fatalf("settlement lines %v, want 3 (retry, retry, ack)", lines)
+		t.Fatalf("settlement lines %v, want 3 (retry, retry, sourcetest.Ack)", lines)
 	}
 	ids := map[string]bool{}
 	for _, l := range lines {
