@@ -16,6 +16,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
 
@@ -221,7 +222,7 @@ func TestAppRefusesClusterDeadLetterInAnotherSlot(t *testing.T) {
 
 // This test replaces slog's default logger, so it does not run in parallel.
 func TestAppNilLoggerUsesSlogDefault(t *testing.T) {
-	logs := sourcetest.NewLogRecorder()
+	logs := logtest.New()
 	old := slog.Default()
 	slog.SetDefault(slog.New(logs))
 	t.Cleanup(func() { slog.SetDefault(old) })

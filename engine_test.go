@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/settletest"
 )
@@ -34,7 +35,7 @@ func TestRunWaitsForAnUnreachableServerAndOpensOnceItAnswers(t *testing.T) {
 
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	logs, rec := sourcetest.NewLogRecorder(), sourcetest.NewRecorder()
+	logs, rec := logtest.New(), sourcetest.NewRecorder()
 	app, err := settle.New(settle.Config{Logger: slog.New(logs), OnSettled: rec.OnSettled})
 	if err != nil {
 		t.Fatal(err)

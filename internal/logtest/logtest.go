@@ -1,5 +1,6 @@
 // Package logtest is the tests' one log recorder: a slog.Handler that keeps every
-// record, counts them and signals the first record with a watched message.
+// record (with the attributes a logger was given by With), counts them, finds them by
+// message, and signals the first record with a watched message.
 package logtest
 
 import (
@@ -10,18 +11,31 @@ import (
 )
 
 // Sink is a slog.Handler that keeps every record and signals the first record whose
-// message contains a watched text.
+// message contains a watched text. The handlers WithAttrs returns share its records.
 type Sink struct {
+	attrs []slog.Attr // given by WithAttrs, before each record's own
+	st    *store
+}
+
+type store struct {
 	mu      sync.Mutex
-	recs    []slog.Record
+	recs    []slog.Record // each with its handler's attributes first
 	watches map[string]chan struct{}
+}
+
+// Line is one record kept, its attributes flattened to strings (a later attribute of
+// the same key wins).
+type Line struct {
+	Attrs map[string]string
+	Level slog.Level
+	Msg   string
 }
 
 // New returns a Sink watching for records whose message contains one of watch.
 func New(watch ...string) *Sink {
-	s := &Sink{watches: map[string]chan struct{}{}}
+	s := &Sink{st: &store{watches: map[string]chan struct{}{}}}
 	for _, w := range watch {
-		s.watches[w] = make(chan struct{})
+		s.st.watches[w] = make(chan struct{})
 	}
 	return s
 }
@@ -31,14 +45,12 @@ func (s *Sink) Logger() *slog.Logger { return slog.New(s) }
 
 // Seen returns a channel closed once a record containing text (given to New) is
 // logged.
-func (s *Sink) Seen(text string) <-chan struct{} { return s.watches[text] }
+func (s *Sink) Seen(text string) <-chan struct{} { return s.st.watches[text] }
 
 // Count counts records at level whose message contains text.
 func (s *Sink) Count(level slog.Level, text string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
-	for _, r := range s.recs {
+	for _, r := range s.Records() {
 		if r.Level == level && strings.Contains(r.Message, text) {
 			n++
 		}
@@ -48,18 +60,16 @@ func (s *Sink) Count(level slog.Level, text string) int {
 
 // Attr returns the value of attribute key in the last record whose message contains text.
 func (s *Sink) Attr(text, key string) (slog.Value, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := len(s.recs) - 1; i >= 0; i-- {
-		if !strings.Contains(s.recs[i].Message, text) {
+	recs := s.Records()
+	for i := len(recs) - 1; i >= 0; i-- {
+		if !strings.Contains(recs[i].Message, text) {
 			continue
 		}
 		var v slog.Value
 		found := false
-		s.recs[i].Attrs(func(a slog.Attr) bool {
+		recs[i].Attrs(func(a slog.Attr) bool {
 			if a.Key == key {
 				v, found = a.Value, true
-				return false
 			}
 			return true
 		})
@@ -68,11 +78,28 @@ func (s *Sink) Attr(text, key string) (slog.Value, bool) {
 	return slog.Value{}, false
 }
 
+// Containing returns the records whose message contains text, in order.
+func (s *Sink) Containing(text string) []Line {
+	var out []Line
+	for _, r := range s.Records() {
+		if !strings.Contains(r.Message, text) {
+			continue
+		}
+		l := Line{Attrs: map[string]string{}, Level: r.Level, Msg: r.Message}
+		r.Attrs(func(a slog.Attr) bool {
+			l.Attrs[a.Key] = a.Value.String()
+			return true
+		})
+		out = append(out, l)
+	}
+	return out
+}
+
 // Records returns the records kept so far, in order.
 func (s *Sink) Records() []slog.Record {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]slog.Record(nil), s.recs...)
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return append([]slog.Record(nil), s.st.recs...)
 }
 
 // Enabled is true: a Sink keeps every record.
@@ -80,10 +107,16 @@ func (s *Sink) Enabled(context.Context, slog.Level) bool { return true }
 
 // Handle keeps r and signals the watches r's message contains.
 func (s *Sink) Handle(_ context.Context, r slog.Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.recs = append(s.recs, r.Clone())
-	for w, ch := range s.watches {
+	kept := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	kept.AddAttrs(s.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		kept.AddAttrs(a)
+		return true
+	})
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	s.st.recs = append(s.st.recs, kept)
+	for w, ch := range s.st.watches {
 		if strings.Contains(r.Message, w) {
 			select {
 			case <-ch:
@@ -95,6 +128,10 @@ func (s *Sink) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// WithAttrs and WithGroup return s: a Sink keeps records as logged.
-func (s *Sink) WithAttrs([]slog.Attr) slog.Handler { return s }
-func (s *Sink) WithGroup(string) slog.Handler      { return s }
+// WithAttrs returns a handler that keeps its records in s, with attrs.
+func (s *Sink) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &Sink{attrs: append(s.attrs[:len(s.attrs):len(s.attrs)], attrs...), st: s.st}
+}
+
+// WithGroup returns s: a Sink keeps records ungrouped.
+func (s *Sink) WithGroup(string) slog.Handler { return s }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/redistest"
 )
 
@@ -31,7 +31,7 @@ type StreamBundle struct {
 	DLQ    string
 	Group  string
 	In     string
-	Logs   *LogRecorder
+	Logs   *logtest.Sink
 	R      *redistest.Redis
 	Rec    *Recorder
 }
@@ -45,7 +45,7 @@ func SetupStream(t *testing.T) *StreamBundle {
 		DLQ:   r.Key("dlq"),
 		Group: "workers",
 		In:    r.Key("in"),
-		Logs:  NewLogRecorder(),
+		Logs:  logtest.New(),
 		R:     r,
 		Rec:   NewRecorder(),
 	}
@@ -271,62 +271,4 @@ func (r *CmdRecorder) WaitFor(t *testing.T, what string, cond func(RecordedCmd) 
 			t.Fatalf("timed out after %s waiting for %s", WaitBound, what)
 		}
 	}
-}
-
-// LogRecorder is a slog.Handler that keeps every record, with its attributes
-// flattened to strings.
-type LogRecorder struct {
-	attrs []slog.Attr
-	store *logStore
-}
-
-type logStore struct {
-	mu      sync.Mutex
-	records []LoggedRecord
-}
-
-// LoggedRecord is one record a LogRecorder kept.
-type LoggedRecord struct {
-	Attrs map[string]string
-	Level slog.Level
-	Msg   string
-}
-
-// NewLogRecorder returns an empty LogRecorder.
-func NewLogRecorder() *LogRecorder { return &LogRecorder{store: &logStore{}} }
-
-func (l *LogRecorder) Enabled(context.Context, slog.Level) bool { return true }
-
-func (l *LogRecorder) Handle(_ context.Context, r slog.Record) error {
-	rec := LoggedRecord{Attrs: map[string]string{}, Level: r.Level, Msg: r.Message}
-	for _, a := range l.attrs {
-		rec.Attrs[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		rec.Attrs[a.Key] = a.Value.String()
-		return true
-	})
-	l.store.mu.Lock()
-	l.store.records = append(l.store.records, rec)
-	l.store.mu.Unlock()
-	return nil
-}
-
-func (l *LogRecorder) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &LogRecorder{attrs: append(slices.Clip(l.attrs), attrs...), store: l.store}
-}
-
-func (l *LogRecorder) WithGroup(string) slog.Handler { return l }
-
-// Containing returns the records whose message contains s.
-func (l *LogRecorder) Containing(s string) []LoggedRecord {
-	l.store.mu.Lock()
-	defer l.store.mu.Unlock()
-	var out []LoggedRecord
-	for _, r := range l.store.records {
-		if strings.Contains(r.Msg, s) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
