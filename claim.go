@@ -54,3 +54,9 @@ func (s *ClaimingStreamSource) Transport(env source.Env) source.Transport {
 func (s *ClaimingStreamSource) Seek(ctx context.Context, id string) error {
 	return s.stream.Seek(ctx, id)
 }
+
+// ClaimingStreamOption configures a ClaimingStream source: a Stream's options but
+// Reclaim, since a claiming stream always claims what has been idle for its minIdle.
+type ClaimingStreamOption interface {
+	applyClaimingStream(*streamConfig)
+}

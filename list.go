@@ -1,6 +1,8 @@
 package settle
 
 import (
+	"time"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/keys"
@@ -78,4 +80,43 @@ func ProcessingList(key, consumer string) string { return keys.ListProcessing(ke
 func (s *ReliableListSource) Transport(env source.Env) source.Transport {
 	c := redislist.Config{Batch: s.cfg.batch, Block: s.cfg.block, Client: s.rdb, Key: s.key}
 	return redislist.NewReliable(env, redislist.ReliableConfig{Config: c, Consumer: s.cfg.consumer, Heartbeat: s.cfg.heartbeat})
+}
+
+// ListOption configures a List source.
+type ListOption interface {
+	applyList(*listConfig)
+}
+
+type listConfig struct {
+	batch int
+	block time.Duration
+}
+
+// ReliableListOption configures a ReliableList source.
+type ReliableListOption interface {
+	applyReliableList(*reliableListConfig)
+}
+
+type reliableListConfig struct {
+	batch     int
+	block     time.Duration
+	consumer  string
+	heartbeat time.Duration
+}
+
+// DefaultHeartbeat is how long a reliable list consumer's heartbeat lives unless
+// Heartbeat says otherwise.
+const DefaultHeartbeat = 15 * time.Second
+
+type reliableListOptionFunc func(*reliableListConfig)
+
+func (f reliableListOptionFunc) applyReliableList(c *reliableListConfig) { f(c) }
+
+// Heartbeat sets how long a reliable list consumer's heartbeat key lives (SET … PX ttl).
+// The consumer refreshes it every ttl/3 and, every ttl, looks for consumers of the same
+// list whose heartbeat has expired and recovers their processing lists. A dead
+// consumer's items come back between ttl and 2×ttl after it died. It must be at least
+// 100ms. Defaults to DefaultHeartbeat.
+func Heartbeat(ttl time.Duration) ReliableListOption {
+	return reliableListOptionFunc(func(c *reliableListConfig) { c.heartbeat = ttl })
 }

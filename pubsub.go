@@ -1,6 +1,8 @@
 package settle
 
 import (
+	"time"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/redispubsub"
@@ -48,3 +50,39 @@ func newPubSub(rdb redis.UniversalClient, name string, pattern bool, opts []PubS
 func (s *PubSubSource) Transport(env source.Env) source.Transport {
 	return redispubsub.New(env, redispubsub.Config{Batch: s.cfg.batch, Block: s.cfg.block, Buffer: s.cfg.buffer, Client: s.rdb, Name: s.name, OutRetry: s.cfg.outRetry, Pattern: s.pattern})
 }
+
+// PubSubOption configures a PubSub or PubSubPattern source.
+type PubSubOption interface {
+	applyPubSub(*pubsubConfig)
+}
+
+type pubsubConfig struct {
+	batch    int
+	block    time.Duration
+	buffer   int
+	outRetry string
+}
+
+type pubsubOptionFunc func(*pubsubConfig)
+
+func (f pubsubOptionFunc) applyPubSub(c *pubsubConfig) { f(c) }
+
+// OutRetry names the channel a subscription publishes its retry copies to. A pattern
+// subscription reads many channels and names none, so PubSubPattern requires it: without
+// it App.Validate (and so App.Run) refuses the mount. Subscribe to that channel (the
+// pattern may match it) to read the copies again. On PubSub it replaces the default, the
+// channel the message came on.
+func OutRetry(channel string) PubSubOption {
+	return pubsubOptionFunc(func(c *pubsubConfig) { c.outRetry = channel })
+}
+
+// Buffer sets how many received messages may wait in memory for a free handler. When it
+// is full for a minute, go-redis drops messages (at-most-once). Defaults to
+// DefaultBuffer.
+func Buffer(n int) PubSubOption {
+	return pubsubOptionFunc(func(c *pubsubConfig) { c.buffer = n })
+}
+
+// DefaultBuffer is how many received channel messages may wait for a handler unless
+// Buffer says otherwise.
+const DefaultBuffer = 1000

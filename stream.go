@@ -110,3 +110,68 @@ func NoTrim() TrimOption { return TrimOption{off: true} }
 
 // trim removes the entries every group of the stream acknowledged and older than the
 // mount's keep, at most once per trimEvery of the App's clock. A failure is logged
+
+// StreamOption configures a Stream source.
+type StreamOption interface {
+	applyStream(*streamConfig)
+}
+
+type streamConfig struct {
+	batch    int
+	block    time.Duration
+	consumer string
+	reclaim  time.Duration // Reclaim's idle; 0: no reclaim
+	startID  string
+	trimKeep time.Duration // Trim's keep
+	trimOff  bool          // NoTrim
+}
+
+// Stream defaults.
+const (
+	// DefaultReclaim is how long a Stream consumer waits before it takes over an entry
+	// another consumer left pending (see Reclaim).
+	DefaultReclaim = time.Minute
+	// DefaultBatch is the most entries one XREADGROUP asks for.
+	DefaultBatch = 100
+	// DefaultBlock is the longest one XREADGROUP blocks waiting for entries; it also
+	// bounds how long a shutdown waits for a read in progress.
+	DefaultBlock = time.Second
+)
+
+func defaultStreamConfig() streamConfig {
+	return streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0", trimKeep: DefaultTrimKeep}
+}
+
+type streamOptionFunc func(*streamConfig)
+
+func (f streamOptionFunc) applyStream(c *streamConfig) { f(c) }
+
+// StartAt sets where a consumer group created by the mount starts: "0" reads the whole
+// stream, "$" only entries added after the group is created. A group that already exists
+// keeps its position. Defaults to "0".
+func StartAt(id string) StartOption { return StartOption{id: id} }
+
+// StartOption sets where a new consumer group starts (see StartAt). It is a
+// StreamOption and a ClaimingStreamOption.
+type StartOption struct{ id string }
+
+func (o StartOption) applyStream(c *streamConfig)         { c.startID = o.id }
+func (o StartOption) applyClaimingStream(c *streamConfig) { c.startID = o.id }
+
+// Reclaim sets how long an entry must have been left pending by another consumer of the
+// group before a Stream consumer takes it over: the entries of a consumer whose process
+// died. A reclaimed entry's attempt counts its unsettled deliveries, so a message that
+// kills its consumers reaches the cap. Entries are taken over one at a time, each run
+// alone once the last settled: a crash charges every entry its process held, and a
+// message that kills its consumers then spends no other's attempts. While a handler runs (or waits, read ahead), its
+// entry's idle time is reset every idle/3, so that no live handler's entry is taken
+// over by a settle consumer. The consumer that scans also removes from the group the
+// consumers that hold no entry and have been idle ten times as long (at least 10 min).
+// idle must be at least a millisecond. Defaults to DefaultReclaim.
+func Reclaim(idle time.Duration) StreamOption {
+	return streamOptionFunc(func(c *streamConfig) { c.reclaim = idle })
+}
+
+// DefaultTrimKeep is how long a Stream or ClaimingStream mount keeps the entries every
+// group of its stream has acknowledged, unless Trim or NoTrim says otherwise.
+const DefaultTrimKeep = time.Hour
