@@ -16,6 +16,8 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/logtest"
+	"github.com/settlekit/settle/internal/sourcetest"
 )
 
 // configErrors returns the *ConfigErrors joined in err.
@@ -38,21 +40,21 @@ func configErrors(t *testing.T, err error) []*settle.ConfigError {
 
 func TestAppValidateReportsEveryRefusal(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	app, err := settle.New(b.config())
+	b := sourcetest.SetupStream(t)
+	app, err := settle.New(b.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.Mount(b.stream(), nil, settle.Name("nil-handler"))
-	app.Mount(b.stream(), ack, settle.Name("no-concurrency"), settle.Concurrency(0))
-	app.Mount(b.stream(), ack, settle.Name("negative-cap"), settle.MaxAttempts(-1))
-	app.Mount(b.stream(), ack, settle.Name("zero-cap"), settle.MaxAttempts(0))
-	app.Mount(settle.List(b.client, b.in+":list"), ack, settle.Name("trimmed-list-dlq"), settle.DeadLetter(b.dlq), settle.DeadLetterMaxLen(10))
-	app.Mount(b.stream(), ack, settle.Name("dlq-is-source"), settle.DeadLetter(b.in))
-	app.Mount(b.stream(), ack, settle.Name("twice"))
-	app.Mount(b.stream(), ack, settle.Name("twice"))
-	app.Mount(settle.List(b.client, b.in+":wait-list"), ack, settle.Name("wait-on-a-list"), settle.WaitReplicas(1, time.Second))
-	app.Mount(b.stream(), ack, settle.Name("wait-forever"), settle.WaitReplicas(1, 0))
+	app.Mount(b.Stream(), nil, settle.Name("nil-handler"))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("no-concurrency"), settle.Concurrency(0))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("negative-cap"), settle.MaxAttempts(-1))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("zero-cap"), settle.MaxAttempts(0))
+	app.Mount(settle.List(b.Client, b.In+":list"), sourcetest.Ack, settle.Name("trimmed-list-dlq"), settle.DeadLetter(b.DLQ), settle.DeadLetterMaxLen(10))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("dlq-is-source"), settle.DeadLetter(b.In))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("twice"))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("twice"))
+	app.Mount(settle.List(b.Client, b.In+":wait-list"), sourcetest.Ack, settle.Name("wait-on-a-list"), settle.WaitReplicas(1, time.Second))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("wait-forever"), settle.WaitReplicas(1, 0))
 
 	err = app.Validate()
 	if err == nil {
@@ -64,7 +66,7 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 		"negative-cap":     "MaxAttempts(-1)",
 		"zero-cap":         "MaxAttempts(0): the cap must be at least 1",
 		"trimmed-list-dlq": "DeadLetterMaxLen(10): only a stream's dead letters can be trimmed",
-		"dlq-is-source":    b.in,
+		"dlq-is-source":    b.In,
 		"twice":            "name",
 		"wait-on-a-list":   "WaitReplicas: only a stream or reliable list mount's settlements are Redis writes to wait for, not a list source's",
 		"wait-forever":     "WaitReplicas(…, 0s): the timeout must be at least 1ms",
@@ -92,37 +94,37 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 // its transport's own lines included (a subscription's log line once said mount=#1).
 func TestDefaultMountNameIsUsedByTheTransportsLogLines(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	channel := b.in + ":events"
-	app := b.app(t, settle.PubSub(b.client, channel), ack)
-	app.Mount(b.stream(), ack)
-	start(t, app)
-	b.cmds.waitFor(t, "the stream's first read, after every mount opened", func(c recordedCmd) bool { return c.name() == "xreadgroup" })
-	subscribed := b.logs.containing("settle: subscribed")
-	if len(subscribed) != 1 || subscribed[0].attrs["mount"] != "channel "+channel {
+	b := sourcetest.SetupStream(t)
+	channel := b.In + ":events"
+	app := b.App(t, settle.PubSub(b.Client, channel), sourcetest.Ack)
+	app.Mount(b.Stream(), sourcetest.Ack)
+	sourcetest.RunApp(t, app)
+	b.Cmds.WaitFor(t, "the stream's first read, after every mount opened", func(c sourcetest.RecordedCmd) bool { return c.Name() == "xreadgroup" })
+	subscribed := b.Logs.Containing("settle: subscribed")
+	if len(subscribed) != 1 || subscribed[0].Attrs["mount"] != "channel "+channel {
 		t.Fatalf("subscription log lines %+v, want one with mount=%q", subscribed, "channel "+channel)
 	}
 }
 
 func TestNewPublisherSkipsANilOption(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	pub := settle.NewPublisher(b.client, nil, settle.WithCodec(settle.JSON), nil)
-	if _, err := pub.Publish(context.Background(), b.in, map[string]int{"a": 1}); err != nil {
+	b := sourcetest.SetupStream(t)
+	pub := settle.NewPublisher(b.Client, nil, settle.WithCodec(settle.JSON), nil)
+	if _, err := pub.Publish(context.Background(), b.In, map[string]int{"a": 1}); err != nil {
 		t.Fatalf("Publish = %v", err)
 	}
 }
 
 func TestAppRunWithInvalidConfigStartsNothing(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	app := b.app(t, b.stream(), ack, settle.Concurrency(0))
+	b := sourcetest.SetupStream(t)
+	app := b.App(t, b.Stream(), sourcetest.Ack, settle.Concurrency(0))
 	err := app.Run(context.Background())
 	var ce *settle.ConfigError
 	if !errors.As(err, &ce) || ce.Mount == "" {
 		t.Fatalf("Run = %v, want the *ConfigError of the mount", err)
 	}
-	if n := len(b.cmds.named("xgroup")) + len(b.cmds.named("xreadgroup")); n != 0 {
+	if n := len(b.Cmds.Named("xgroup")) + len(b.Cmds.Named("xreadgroup")); n != 0 {
 		t.Fatalf("%d commands sent, want none: validation comes before anything starts", n)
 	}
 	if err := app.Run(context.Background()); !errors.Is(err, settle.ErrAppClosed) {
@@ -132,10 +134,10 @@ func TestAppRunWithInvalidConfigStartsNothing(t *testing.T) {
 
 func TestAppSecondRunReturnsErrAppClosed(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	app := b.app(t, b.stream(), ack)
-	stop := start(t, app)
-	b.cmds.waitFor(t, "a read", func(c recordedCmd) bool { return c.name() == "xreadgroup" })
+	b := sourcetest.SetupStream(t)
+	app := b.App(t, b.Stream(), sourcetest.Ack)
+	stop := sourcetest.RunApp(t, app)
+	b.Cmds.WaitFor(t, "a read", func(c sourcetest.RecordedCmd) bool { return c.Name() == "xreadgroup" })
 	if err := app.Run(context.Background()); !errors.Is(err, settle.ErrAppClosed) {
 		t.Fatalf("Run while running = %v, want ErrAppClosed", err)
 	}
@@ -190,7 +192,7 @@ func TestAppRefusesClusterDeadLetterInAnotherSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		app.Mount(settle.Stream(rdb, in, "workers"), ack, settle.MaxAttempts(3), settle.DeadLetter(dlq))
+		app.Mount(settle.Stream(rdb, in, "workers"), sourcetest.Ack, settle.MaxAttempts(3), settle.DeadLetter(dlq))
 		err = app.Validate()
 		refusals := configErrors(t, err)
 		if len(refusals) != 1 {
@@ -207,7 +209,7 @@ func TestAppRefusesClusterDeadLetterInAnotherSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		app.Mount(settle.Stream(rdb, "{orders}:in", "workers"), ack, settle.MaxAttempts(3), settle.DeadLetter("{orders}:dlq"))
+		app.Mount(settle.Stream(rdb, "{orders}:in", "workers"), sourcetest.Ack, settle.MaxAttempts(3), settle.DeadLetter("{orders}:dlq"))
 		if err := app.Validate(); err != nil {
 			t.Fatalf("Validate = %v, want nil", err)
 		}
@@ -220,35 +222,35 @@ func TestAppRefusesClusterDeadLetterInAnotherSlot(t *testing.T) {
 
 // This test replaces slog's default logger, so it does not run in parallel.
 func TestAppNilLoggerUsesSlogDefault(t *testing.T) {
-	logs := newLogRecorder()
+	logs := logtest.New()
 	old := slog.Default()
 	slog.SetDefault(slog.New(logs))
 	t.Cleanup(func() { slog.SetDefault(old) })
 
-	b := setupStream(t)
-	b.publish(t, "unwanted", nil)
-	app, err := settle.New(settle.Config{OnSettled: b.rec.OnSettled})
+	b := sourcetest.SetupStream(t)
+	b.Publish(t, "unwanted", nil)
+	app, err := settle.New(settle.Config{OnSettled: b.Rec.OnSettled})
 	if err != nil {
 		t.Fatal(err)
 	}
 	drop := settle.HandlerFunc(func(context.Context, *settle.Message) error { return settle.Drop(errors.New("unwanted")) })
-	app.Mount(b.stream(), drop, settle.Name("droppy"))
-	stop := start(t, app)
-	finals(t, b.rec, 1)
+	app.Mount(b.Stream(), drop, settle.Name("droppy"))
+	stop := sourcetest.RunApp(t, app)
+	sourcetest.WaitFinals(t, b.Rec, 1)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	dropped := logs.containing("dropped")
-	if len(dropped) != 1 || dropped[0].level != slog.LevelWarn || dropped[0].attrs["mount"] != "droppy" {
+	dropped := logs.Containing("dropped")
+	if len(dropped) != 1 || dropped[0].Level != slog.LevelWarn || dropped[0].Attrs["mount"] != "droppy" {
 		t.Fatalf("default logger got %+v, want one warning about the drop on mount droppy", dropped)
 	}
 }
 
 func TestAppOnSettledIsCalledForEverySettlement(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	for _, v := range []string{"ack", "drop", "retry", "dead"} {
-		b.publish(t, v, nil)
+		b.Publish(t, v, nil)
 	}
 	h := settle.Typed(func(_ context.Context, m *settle.Message, v string) error {
 		switch {
@@ -259,20 +261,20 @@ func TestAppOnSettledIsCalledForEverySettlement(t *testing.T) {
 		}
 		return settle.Retry(errors.New("fail"))
 	})
-	stop := start(t, b.app(t, b.stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.dlq)))
-	finals(t, b.rec, 4)
+	stop := sourcetest.RunApp(t, b.App(t, b.Stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.DLQ)))
+	sourcetest.WaitFinals(t, b.Rec, 4)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, e := range b.rec.Events() {
+	for _, e := range b.Rec.Events() {
 		if e.Err != nil {
 			t.Fatalf("settlement %+v failed", e)
 		}
 		got = append(got, e.Action.String())
 	}
 	slices.Sort(got)
-	// ack, drop; retry: copy then ack; dead: copy then dead letter.
+	// sourcetest.Ack, drop; retry: copy then ack; dead: copy then dead letter.
 	want := []string{"ack", "ack", "copy", "copy", "dead_letter", "drop"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("settlements %v, want %v", got, want)
@@ -281,8 +283,8 @@ func TestAppOnSettledIsCalledForEverySettlement(t *testing.T) {
 
 func TestAppMiddlewareOrderIsOutermostFirst(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	b.publish(t, "x", nil)
+	b := sourcetest.SetupStream(t)
+	b.Publish(t, "x", nil)
 	var mu sync.Mutex
 	var trace []string
 	note := func(s string) {
@@ -303,8 +305,8 @@ func TestAppMiddlewareOrderIsOutermostFirst(t *testing.T) {
 		note("handler")
 		return nil
 	})
-	start(t, b.app(t, b.stream(), h, settle.Use(mw("a"), mw("b")), settle.Use(mw("c"))))
-	finals(t, b.rec, 1)
+	sourcetest.RunApp(t, b.App(t, b.Stream(), h, settle.Use(mw("a"), mw("b")), settle.Use(mw("c"))))
+	sourcetest.WaitFinals(t, b.Rec, 1)
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []string{"a>", "b>", "c>", "handler", "<c", "<b", "<a"}; !slices.Equal(trace, want) {
@@ -314,8 +316,8 @@ func TestAppMiddlewareOrderIsOutermostFirst(t *testing.T) {
 
 func TestAppShutdownLetsInFlightHandlersFinishAndSettles(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	id := b.publish(t, "slow", nil)
+	b := sourcetest.SetupStream(t)
+	id := b.Publish(t, "slow", nil)
 	started, release := make(chan struct{}), make(chan struct{})
 	var ctxDoneEarly atomic.Bool
 	h := settle.HandlerFunc(func(ctx context.Context, _ *settle.Message) error {
@@ -324,7 +326,7 @@ func TestAppShutdownLetsInFlightHandlersFinishAndSettles(t *testing.T) {
 		ctxDoneEarly.Store(ctx.Err() != nil)
 		return nil
 	})
-	app := b.app(t, b.stream(), h)
+	app := b.App(t, b.Stream(), h)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- app.Run(ctx) }()
@@ -336,25 +338,25 @@ func TestAppShutdownLetsInFlightHandlersFinishAndSettles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run = %v, want nil", err)
 		}
-	case <-time.After(waitBound):
+	case <-time.After(sourcetest.WaitBound):
 		t.Fatal("Run did not return")
 	}
-	evs := b.rec.Events()
+	evs := b.Rec.Events()
 	if len(evs) != 1 || evs[0].ID != id || evs[0].Action != settle.ActionAck || evs[0].Err != nil {
 		t.Fatalf("events %+v, want the in-flight delivery acked", evs)
 	}
 	if ctxDoneEarly.Load() {
 		t.Fatal("the handler's context was cancelled with Run's: a drain is not a kill")
 	}
-	if n := b.pending(t); n != 0 {
+	if n := b.Pending(t); n != 0 {
 		t.Fatalf("%d pending, want 0", n)
 	}
 }
 
 func TestAppDrainTimeoutCancelsHandlersWithShutdownCause(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	b.publish(t, "stuck", nil)
+	b := sourcetest.SetupStream(t)
+	b.Publish(t, "stuck", nil)
 	started := make(chan struct{})
 	h := settle.HandlerFunc(func(ctx context.Context, _ *settle.Message) error {
 		close(started)
@@ -364,25 +366,25 @@ func TestAppDrainTimeoutCancelsHandlersWithShutdownCause(t *testing.T) {
 		}
 		return context.Cause(ctx)
 	})
-	cfg := b.config()
+	cfg := b.Config()
 	cfg.DrainTimeout = 20 * time.Millisecond
 	app, err := settle.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.Mount(b.stream(), h)
-	stop := start(t, app)
+	app.Mount(b.Stream(), h)
+	stop := sourcetest.RunApp(t, app)
 	<-started
 	if err := stop(); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
-	evs := b.rec.Events()
+	evs := b.Rec.Events()
 	// The handler returned the shutdown cause: a plain error, so a retry after its backoff,
 	// parked in the process and written back at once as Run stops.
 	if len(evs) != 2 || evs[0].Action != settle.ActionPark || evs[1].Action != settle.ActionCopy || evs[1].Err != nil || !errors.Is(evs[1].HandlerErr, settle.ErrDrainTimeout) {
 		t.Fatalf("events %+v, want the cancelled handler's delivery retried with the shutdown cause", evs)
 	}
-	if n := b.pending(t); n != 0 {
+	if n := b.Pending(t); n != 0 {
 		t.Fatalf("%d pending, want 0: the retry copy was written before Run returned", n)
 	}
 }

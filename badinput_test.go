@@ -17,6 +17,8 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/logtest"
+	"github.com/settlekit/settle/internal/sourcetest"
 )
 
 // Misconfiguration and bad input (DESIGN.md "Reliability promises": a clear error and a
@@ -77,26 +79,26 @@ func TestBadInputOversizedValueKeepsItsBytes(t *testing.T) {
 		// first is the handler's answer to the first delivery; a later one acks, except
 		// under DeadLetter where every delivery fails.
 		first error
-		opts  func(b *streamBundle) []settle.MountOption
+		opts  func(b *sourcetest.StreamBundle) []settle.MountOption
 		// deliveries is how many times the handler sees the payload.
 		deliveries int
 	}{
 		{name: "RetryCopy", first: settle.Retry(errors.New("busy")), deliveries: 2,
-			opts: func(*streamBundle) []settle.MountOption { return nil }},
+			opts: func(*sourcetest.StreamBundle) []settle.MountOption { return nil }},
 		{name: "DurableDelay", first: settle.RetryAfter(20*time.Millisecond, errors.New("later")), deliveries: 2,
-			opts: func(b *streamBundle) []settle.MountOption {
-				return []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: b.r.Key("delayed")})}
+			opts: func(b *sourcetest.StreamBundle) []settle.MountOption {
+				return []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: b.R.Key("delayed")})}
 			}},
 		{name: "DeadLetter", first: settle.Retry(errors.New("declined")), deliveries: 2,
-			opts: func(b *streamBundle) []settle.MountOption {
-				return []settle.MountOption{settle.MaxAttempts(2), settle.DeadLetter(b.dlq)}
+			opts: func(b *sourcetest.StreamBundle) []settle.MountOption {
+				return []settle.MountOption{settle.MaxAttempts(2), settle.DeadLetter(b.DLQ)}
 			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupStream(t)
-			id, err := settle.NewPublisher(b.r.Client).PublishBytes(context.Background(), b.in, big)
+			b := sourcetest.SetupStream(t)
+			id, err := settle.NewPublisher(b.R.Client).PublishBytes(context.Background(), b.In, big)
 			if err != nil {
 				t.Fatalf("publish 1 MiB: %v", err)
 			}
@@ -112,8 +114,8 @@ func TestBadInputOversizedValueKeepsItsBytes(t *testing.T) {
 				return nil
 			})
 			opts := append([]settle.MountOption{settle.Concurrency(1)}, tt.opts(b)...)
-			stop := start(t, b.app(t, b.stream(), h, opts...))
-			evs := finals(t, b.rec, 1)
+			stop := sourcetest.RunApp(t, b.App(t, b.Stream(), h, opts...))
+			evs := sourcetest.WaitFinals(t, b.Rec, 1)
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -132,15 +134,15 @@ func TestBadInputOversizedValueKeepsItsBytes(t *testing.T) {
 					t.Fatalf("delivery %d carried %d bytes, not the 1 MiB published", i+1, len(p))
 				}
 			}
-			if n := b.pending(t); n != 0 {
+			if n := b.Pending(t); n != 0 {
 				t.Fatalf("%d pending, want 0", n)
 			}
-			entries := b.entries(t, b.in)
+			entries := b.Entries(t, b.In)
 			if len(entries) != 2 || entries[0].ID != id || entries[1].Values["payload"] != string(big) || entries[1].Values[settle.HeaderRetryCount] != "1" {
 				t.Fatalf("stream holds %d entries; want the original and one copy with the 1 MiB payload and retry count 1", len(entries))
 			}
 			if tt.name == "DeadLetter" {
-				dead := b.entries(t, b.dlq)
+				dead := b.Entries(t, b.DLQ)
 				if len(dead) != 1 || dead[0].Values["payload"] != string(big) || dead[0].Values[settle.HeaderDeadID] != entries[1].ID {
 					t.Fatalf("dead letters: %d, want 1 carrying the 1 MiB payload of the copy %s", len(dead), entries[1].ID)
 				}
@@ -154,27 +156,27 @@ func TestBadInputOversizedValueKeepsItsBytes(t *testing.T) {
 // once the key is fixed the message is dead-lettered exactly once.
 func TestBadInputWrongTypeDeadLetterKeyLosesNothing(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	if err := b.r.Client.Set(ctx, b.dlq, "occupied", 0).Err(); err != nil {
+	if err := b.R.Client.Set(ctx, b.DLQ, "occupied", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	id := b.publish(t, "doomed", nil)
+	id := b.Publish(t, "doomed", nil)
 	fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
-	stop := start(t, b.app(t, b.stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.dlq), settle.Concurrency(1)))
+	stop := sourcetest.RunApp(t, b.App(t, b.Stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.DLQ), settle.Concurrency(1)))
 
-	b.rec.WaitFor(t, waitBound, "a failed dead letter", func(evs []settle.Settled) bool { return len(evs) > 0 })
-	logged := b.logs.containing("settlement failed")
-	if len(logged) == 0 || logged[0].level != slog.LevelError || !strings.Contains(logged[0].attrs["error"], b.dlq) {
-		t.Fatalf("logs %+v; want an error naming %s", logged, b.dlq)
+	b.Rec.WaitFor(t, sourcetest.WaitBound, "a failed dead letter", func(evs []settle.Settled) bool { return len(evs) > 0 })
+	logged := b.Logs.Containing("settlement failed")
+	if len(logged) == 0 || logged[0].Level != slog.LevelError || !strings.Contains(logged[0].Attrs["error"], b.DLQ) {
+		t.Fatalf("logs %+v; want an error naming %s", logged, b.DLQ)
 	}
-	if n := b.pending(t); n != 1 {
+	if n := b.Pending(t); n != 1 {
 		t.Fatalf("%d pending while the dead letter fails, want the original", n)
 	}
-	if err := b.r.Client.Del(ctx, b.dlq).Err(); err != nil {
+	if err := b.R.Client.Del(ctx, b.DLQ).Err(); err != nil {
 		t.Fatal(err)
 	}
-	evs := finals(t, b.rec, 1)
+	evs := sourcetest.WaitFinals(t, b.Rec, 1)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -182,10 +184,10 @@ func TestBadInputWrongTypeDeadLetterKeyLosesNothing(t *testing.T) {
 	if last.Action != settle.ActionDeadLetter || last.Err != nil || last.ID != id {
 		t.Fatalf("last settlement %+v, want %s dead-lettered", last, id)
 	}
-	if dead := b.entries(t, b.dlq); len(dead) != 1 || dead[0].Values[settle.HeaderDeadID] != id {
+	if dead := b.Entries(t, b.DLQ); len(dead) != 1 || dead[0].Values[settle.HeaderDeadID] != id {
 		t.Fatalf("dead letters %+v, want exactly one, of %s", dead, id)
 	}
-	if n := b.pending(t); n != 0 {
+	if n := b.Pending(t); n != 0 {
 		t.Fatalf("%d pending, want 0", n)
 	}
 }
@@ -195,32 +197,32 @@ func TestBadInputWrongTypeDeadLetterKeyLosesNothing(t *testing.T) {
 // lost), and that the message flows once the key is fixed.
 func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	set := b.r.Key("delayed")
-	if err := b.r.Client.Set(ctx, set, "occupied", 0).Err(); err != nil {
+	set := b.R.Key("delayed")
+	if err := b.R.Client.Set(ctx, set, "occupied", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	id := b.publish(t, "waiting", nil)
+	id := b.Publish(t, "waiting", nil)
 	var calls atomic.Int32
 	h := settle.HandlerFunc(func(context.Context, *settle.Message) error {
 		calls.Add(1)
 		return nil
 	})
 	const readFailed = "read failed"
-	sink := newLogSink(readFailed)
-	cfg := b.config()
+	sink := logtest.New(readFailed)
+	cfg := b.Config()
 	cfg.Logger = sink.Logger()
 	app, err := settle.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.Mount(b.stream(), h, settle.DelayIn(delayed.DurableZset{Key: set}), settle.Concurrency(1))
-	stop := start(t, app)
+	app.Mount(b.Stream(), h, settle.DelayIn(delayed.DurableZset{Key: set}), settle.Concurrency(1))
+	stop := sourcetest.RunApp(t, app)
 
 	select {
 	case <-sink.Seen(readFailed):
-	case <-time.After(waitBound):
+	case <-time.After(sourcetest.WaitBound):
 		t.Fatal("no read failure logged while the delay set holds a string")
 	}
 	if v, ok := sink.Attr(readFailed, "error"); sink.Count(slog.LevelError, readFailed) == 0 || !ok || !strings.Contains(v.String(), set) || !strings.Contains(v.String(), "WRONGTYPE") {
@@ -229,10 +231,10 @@ func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the handler ran %d times while the delay set was unusable", n)
 	}
-	if err := b.r.Client.Del(ctx, set).Err(); err != nil {
+	if err := b.R.Client.Del(ctx, set).Err(); err != nil {
 		t.Fatal(err)
 	}
-	evs := finals(t, b.rec, 1)
+	evs := sourcetest.WaitFinals(t, b.Rec, 1)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -250,13 +252,13 @@ func TestBadInputDroppedConnectionDuringSettle(t *testing.T) {
 	tests := []struct {
 		name    string
 		handle  func(m *settle.Message) error
-		opts    func(b *streamBundle) []settle.MountOption
+		opts    func(b *sourcetest.StreamBundle) []settle.MountOption
 		final   settle.Action
 		entries int // in the stream at the end
 		dead    int // in the dead-letter stream at the end
 	}{
 		{name: "Ack", handle: func(*settle.Message) error { return nil },
-			opts: func(*streamBundle) []settle.MountOption { return nil }, final: settle.ActionAck, entries: 1},
+			opts: func(*sourcetest.StreamBundle) []settle.MountOption { return nil }, final: settle.ActionAck, entries: 1},
 		{name: "RetryCopy", handle: func(m *settle.Message) error {
 			// The failed copy leaves the original pending; it is delivered again at
 			// attempt 2 (the unsettled delivery counts), retried again, and the copy acked.
@@ -264,21 +266,21 @@ func TestBadInputDroppedConnectionDuringSettle(t *testing.T) {
 				return settle.Retry(errors.New("busy"))
 			}
 			return nil
-		}, opts: func(*streamBundle) []settle.MountOption { return nil }, final: settle.ActionAck, entries: 2},
+		}, opts: func(*sourcetest.StreamBundle) []settle.MountOption { return nil }, final: settle.ActionAck, entries: 2},
 		{name: "DeadLetter", handle: func(*settle.Message) error { return errors.New("declined") },
-			opts: func(b *streamBundle) []settle.MountOption {
-				return []settle.MountOption{settle.MaxAttempts(1), settle.DeadLetter(b.dlq)}
+			opts: func(b *sourcetest.StreamBundle) []settle.MountOption {
+				return []settle.MountOption{settle.MaxAttempts(1), settle.DeadLetter(b.DLQ)}
 			}, final: settle.ActionDeadLetter, entries: 1, dead: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupStream(t)
+			b := sourcetest.SetupStream(t)
 			net := newFlakyNet()
-			o := b.r.Client.Options()
+			o := b.R.Client.Options()
 			client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Dialer: net.dial, MaxRetries: 1})
 			t.Cleanup(func() { _ = client.Close() })
-			id := b.publish(t, "hello", nil)
+			id := b.Publish(t, "hello", nil)
 
 			var calls atomic.Int32
 			h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -287,20 +289,20 @@ func TestBadInputDroppedConnectionDuringSettle(t *testing.T) {
 				}
 				return tt.handle(m)
 			})
-			cfg := b.config()
+			cfg := b.Config()
 			cfg.OnSettled = func(ctx context.Context, s settle.Settled) {
 				if s.Err != nil {
 					net.restore()
 				}
-				b.rec.OnSettled(ctx, s)
+				b.Rec.OnSettled(ctx, s)
 			}
 			app, err := settle.New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			app.Mount(settle.Stream(client, b.in, b.group, settle.Block(testBlock)), h, append([]settle.MountOption{settle.Concurrency(1)}, tt.opts(b)...)...)
-			stop := start(t, app)
-			evs := finals(t, b.rec, 1)
+			app.Mount(settle.Stream(client, b.In, b.Group, settle.Block(sourcetest.TestBlock)), h, append([]settle.MountOption{settle.Concurrency(1)}, tt.opts(b)...)...)
+			stop := sourcetest.RunApp(t, app)
+			evs := sourcetest.WaitFinals(t, b.Rec, 1)
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -312,19 +314,19 @@ func TestBadInputDroppedConnectionDuringSettle(t *testing.T) {
 			if last.Action != tt.final || last.Err != nil {
 				t.Fatalf("last settlement %+v, want %s applied", last, tt.final)
 			}
-			if finals := finalIDs(evs); len(finals) != 1 {
+			if finals := sourcetest.FinalIDs(evs); len(finals) != 1 {
 				t.Fatalf("final settlements of %v, want exactly one", finals)
 			}
-			if n := b.pending(t); n != 0 {
+			if n := b.Pending(t); n != 0 {
 				t.Fatalf("%d pending, want 0", n)
 			}
-			if n := len(b.entries(t, b.in)); n != tt.entries {
+			if n := len(b.Entries(t, b.In)); n != tt.entries {
 				t.Fatalf("stream holds %d entries, want %d (no copy written twice)", n, tt.entries)
 			}
-			if n := len(b.entries(t, b.dlq)); n != tt.dead {
+			if n := len(b.Entries(t, b.DLQ)); n != tt.dead {
 				t.Fatalf("dead-letter stream holds %d entries, want %d", n, tt.dead)
 			}
-			if len(b.logs.containing("settlement failed")) == 0 {
+			if len(b.Logs.Containing("settlement failed")) == 0 {
 				t.Fatal("the failed settlement was not logged")
 			}
 		})

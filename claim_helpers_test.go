@@ -15,6 +15,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/redistest"
 )
 
@@ -32,7 +33,7 @@ type claimWorld struct {
 	group string
 	idle  time.Duration // the min-idle the test uses: 30s on the fake clock, 100ms real
 	in    string
-	logs  *claimLogs
+	logs  *logtest.Sink
 	r     *redistest.Redis
 	rec   *claimRecorder
 }
@@ -46,7 +47,7 @@ func setupClaimWorld(t *testing.T) *claimWorld {
 		group: "workers",
 		idle:  100 * time.Millisecond,
 		in:    r.Key("in"),
-		logs:  &claimLogs{},
+		logs:  logtest.New(),
 		r:     r,
 		rec:   &claimRecorder{wake: make(chan struct{})},
 	}
@@ -175,9 +176,11 @@ func (w *claimWorld) waitEvents(t *testing.T, what string, n int, pred func(sett
 		select {
 		case <-wake:
 		case <-deadline.C:
-			w.logs.mu.Lock()
-			logs := strings.Join(w.logs.msgs, "\n")
-			w.logs.mu.Unlock()
+			var lines []string
+			for _, l := range w.logs.Containing("") {
+				lines = append(lines, fmt.Sprintf("%s %s %v", l.Level, l.Msg, l.Attrs))
+			}
+			logs := strings.Join(lines, "\n")
 			t.Fatalf("timed out after %s waiting for %s; settlements: %+v\nlogs:\n%s", claimWait, what, evs, logs)
 		}
 	}
@@ -251,105 +254,11 @@ func (a *attempts) all() []seen {
 var errClaimTest = errors.New("handler failed")
 
 // claimClock is a paused fake clock whose Advance also moves miniredis's clock.
-type claimClock struct {
-	mini   *miniredis.Miniredis
-	mu     sync.Mutex
-	now    time.Time
-	timers []*claimTimer
-}
-
-var _ clock.Clock = (*claimClock)(nil)
+type claimClock = clock.Fake
 
 func newClaimClock(start time.Time, m *miniredis.Miniredis) *claimClock {
 	m.SetTime(start)
-	return &claimClock{mini: m, now: start}
-}
-
-func (c *claimClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *claimClock) NewTimer(d time.Duration) clock.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &claimTimer{at: c.now.Add(d), c: c, ch: make(chan time.Time, 1)}
-	if d <= 0 {
-		t.ch <- c.now
-		return t
-	}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-// Advance moves the clock and miniredis by d and fires the timers due by then.
-func (c *claimClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.mini.SetTime(c.now)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if t.at.After(c.now) {
-			kept = append(kept, t)
-			continue
-		}
-		t.ch <- c.now
-	}
-	c.timers = kept
-}
-
-type claimTimer struct {
-	at time.Time
-	c  *claimClock
-	ch chan time.Time
-}
-
-func (t *claimTimer) C() <-chan time.Time { return t.ch }
-
-func (t *claimTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, o := range t.c.timers {
-		if o == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// claimLogs is a slog handler that keeps every message logged.
-type claimLogs struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (l *claimLogs) Enabled(context.Context, slog.Level) bool { return true }
-func (l *claimLogs) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	msg := fmt.Sprintf("%s %s", r.Level, r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		msg += " " + a.String()
-		return true
-	})
-	l.msgs = append(l.msgs, msg)
-	l.mu.Unlock()
-	return nil
-}
-func (l *claimLogs) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *claimLogs) WithGroup(string) slog.Handler      { return l }
-
-// count returns how many messages logged contain s.
-func (l *claimLogs) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, m := range l.msgs {
-		if strings.Contains(m, s) {
-			n++
-		}
-	}
-	return n
+	c := clock.NewFake(start)
+	c.AfterAdvance = m.SetTime
+	return c
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/redistest"
@@ -56,7 +57,7 @@ func TestClaimingStream(t *testing.T) {
 			t.Fatalf("the retry came back after %s, want at least min-idle %s", waited, w.idle)
 		}
 		if n := w.pendingCount(t); n != 0 {
-			t.Fatalf("%d entries pending after the ack, want 0", n)
+			t.Fatalf("%d entries pending after the sourcetest.Ack, want 0", n)
 		}
 	})
 
@@ -134,7 +135,7 @@ func TestClaimingStream(t *testing.T) {
 				t.Fatalf("the long delay was kept (%s): want it cut to min-idle %s", waited, w.idle)
 			}
 		}
-		if n := w.logs.count("rounded"); n != 1 {
+		if n := len(w.logs.Containing("rounded")); n != 1 {
 			t.Fatalf("the rounding warning was logged %d times, want once per mount", n)
 		}
 	})
@@ -178,7 +179,7 @@ func TestClaimingStream(t *testing.T) {
 		if waited := got[1].at.Sub(got[0].at); waited < delay {
 			t.Fatalf("the delayed retry came back after %s, want the %s asked (not min-idle %s)", waited, delay, w.idle)
 		}
-		if n := w.logs.count("rounded"); n != 0 {
+		if n := len(w.logs.Containing("rounded")); n != 0 {
 			t.Fatalf("the rounding warning was logged %d times with a durable delay set, want never", n)
 		}
 		if n := w.pendingCount(t); n != 0 {

@@ -36,7 +36,7 @@ func TestClusterStreamConformance(t *testing.T) {
 	t.Run("FakeClock", func(t *testing.T) {
 		t.Parallel()
 		sourcetest.Run(t, sourcetest.Features{}, func(t *testing.T) *sourcetest.Subject {
-			return newClusterStreamSubject(t, newConformanceClock(), func(rdb redis.UniversalClient, in, group string) settle.Source {
+			return newClusterStreamSubject(t, sourcetest.NewClock(), func(rdb redis.UniversalClient, in, group string) settle.Source {
 				return settle.Stream(rdb, in, group, settle.Block(50*time.Millisecond))
 			})
 		})
@@ -176,7 +176,7 @@ func TestClusterCrossSlotConfigurationIsRefused(t *testing.T) {
 // newClusterStreamSubject returns a stream source made by mk on a fresh key of a
 // cluster, with its dead-letter stream in the same slot; c, when not nil, is the App's
 // clock.
-func newClusterStreamSubject(t *testing.T, c *conformanceClock, mk func(rdb redis.UniversalClient, in, group string) settle.Source) *sourcetest.Subject {
+func newClusterStreamSubject(t *testing.T, c *sourcetest.Clock, mk func(rdb redis.UniversalClient, in, group string) settle.Source) *sourcetest.Subject {
 	r := redistest.Cluster(t)
 	in, dlq, group := r.Key("in"), r.Key("dlq"), "workers"
 	pub := settle.NewPublisher(r.Client)
@@ -184,12 +184,12 @@ func newClusterStreamSubject(t *testing.T, c *conformanceClock, mk func(rdb redi
 		DeadLetter: dlq,
 		DeadLetters: func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadLetters(t, r.Client, dlq)
+			return sourcetest.ReadStreamDead(t, r.Client, dlq)
 		},
 		ReplyTo: r.Key("replies"),
 		Replies: func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadLetters(t, r.Client, r.Key("replies"))
+			return sourcetest.ReadStreamDead(t, r.Client, r.Key("replies"))
 		},
 		Pending: func(t testing.TB) int64 {
 			t.Helper()
@@ -207,7 +207,7 @@ func newClusterStreamSubject(t *testing.T, c *conformanceClock, mk func(rdb redi
 		},
 		Source: mk(r.Client, in, group),
 	}
-	pauseByKey(s, r.Client, in, group)
+	sourcetest.PauseByKey(s, r.Client, in, group)
 	if c != nil {
 		s.Advance = c.Advance
 		s.Config.Test.Clock = c
@@ -225,7 +225,7 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 		DeadLetter: dlq,
 		DeadLetters: func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadList(t, r.Client, dlq)
+			return sourcetest.ReadListDead(t, r.Client, dlq)
 		},
 		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
 			t.Helper()
@@ -235,13 +235,13 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 		},
 		Source: settle.List(r.Client, in),
 	}
-	pauseByKey(s, r.Client, in, "")
+	sourcetest.PauseByKey(s, r.Client, in, "")
 	if reliable {
 		s.Source = settle.ReliableList(r.Client, in, settle.Consumer("c"))
 		s.ReplyTo = r.Key("replies")
 		s.Replies = func(t testing.TB) []sourcetest.Dead {
 			t.Helper()
-			return readDeadList(t, r.Client, r.Key("replies"))
+			return sourcetest.ReadListDead(t, r.Client, r.Key("replies"))
 		}
 		s.Pending = func(t testing.TB) int64 {
 			t.Helper()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/internal/wire"
@@ -26,7 +28,7 @@ var valueKinds = []string{"List", "ReliableList", "PubSub", "PubSubPattern"}
 type valueMount struct {
 	h    *settletest.Harness
 	kind string
-	sink *logSink
+	sink *logtest.Sink
 	in   string // the list, or the channel messages are published to
 	set  string
 	dlq  string
@@ -34,7 +36,7 @@ type valueMount struct {
 
 func newValueMount(t *testing.T, kind string, opts ...settletest.Option) *valueMount {
 	t.Helper()
-	sink := newLogSink(subscribedText)
+	sink := logtest.New(sourcetest.Subscribed)
 	h := settletest.New(t, append(opts, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))...)
 	return &valueMount{h: h, kind: kind, sink: sink, in: h.Redis.Key("ev.in"), set: h.Redis.Key("delayed"), dlq: h.Redis.Key("dlq")}
 }
@@ -67,7 +69,7 @@ func (v *valueMount) start(t *testing.T) {
 	t.Helper()
 	v.h.Start()
 	if v.channel() {
-		waitSubscribed(t, v.sink)
+		sourcetest.WaitSubscribed(t, v.sink)
 	}
 }
 
@@ -184,7 +186,7 @@ func TestDurableZsetOnValueTransportsCopyCarriesCountToTheDeadLetter(t *testing.
 			}
 			var value string
 			if dead != nil {
-				rctx, cancel := context.WithTimeout(ctx, waitTimeout)
+				rctx, cancel := context.WithTimeout(ctx, sourcetest.WaitTimeout)
 				defer cancel()
 				m, err := dead.ReceiveMessage(rctx)
 				if err != nil {
@@ -198,7 +200,7 @@ func TestDurableZsetOnValueTransportsCopyCarriesCountToTheDeadLetter(t *testing.
 				}
 				value = vals[0]
 			}
-			d := readDeadEnvelope(t, value)
+			d := sourcetest.ReadDeadEnvelope(t, value)
 			if d.Headers[settle.HeaderRetryCount] != "3" || d.Headers["tenant"] != "a" || !strings.HasSuffix(d.Headers[settle.HeaderDeadError], "busy") {
 				t.Fatalf("dead letter headers = %v; want retry count 3, the message's own and the last error", d.Headers)
 			}
@@ -294,7 +296,7 @@ func TestDurableZsetOnValueTransportsReadBlocksOnlyUntilDue(t *testing.T) {
 	for _, kind := range valueKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			sink := newLogSink(subscribedText)
+			sink := logtest.New(sourcetest.Subscribed)
 			h := settletest.New(t, settletest.Live(), settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
 			v := &valueMount{h: h, kind: kind, sink: sink, in: h.Redis.Key("ev.in"), set: h.Redis.Key("delayed")}
 			r := &recorder{clock: time.Now, fn: func(m *settle.Message) error {
@@ -401,7 +403,7 @@ func TestClusterDurableZsetOnValueTransportsRoundTrip(t *testing.T) {
 			case "PubSubPattern":
 				src = settle.PubSubPattern(c.Client, c.Key("ev.*"), block, settle.OutRetry(c.Key("ev.retry")))
 			}
-			sink := newLogSink(subscribedText)
+			sink := logtest.New(sourcetest.Subscribed)
 			s := &sourcetest.Subject{Config: settle.Config{Logger: sink.Logger()}, Source: src}
 			attempts := make(chan int, 4)
 			run := sourcetest.Start(t, s, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -414,7 +416,7 @@ func TestClusterDurableZsetOnValueTransportsRoundTrip(t *testing.T) {
 
 			ctx, pub := context.Background(), settle.NewPublisher(c.Client)
 			if strings.HasPrefix(kind, "PubSub") {
-				waitSubscribed(t, sink)
+				sourcetest.WaitSubscribed(t, sink)
 				// On a cluster PUBLISH counts only the receiving node's subscribers.
 				if _, err := pub.PublishChannel(ctx, in, "later"); err != nil {
 					t.Fatalf("publish: %v", err)
@@ -441,5 +443,62 @@ func TestClusterDurableZsetOnValueTransportsRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An ack of a ReliableList item that another consumer recovered in the meantime (this
+// consumer's heartbeat lapsed) finds the item gone: the message will be delivered again,
+// so its settlement is reported failed; the items acked in the same batch are reported
+// applied.
+func TestReliableListAckOfAnItemRecoveredElsewhereIsReportedFailedAlone(t *testing.T) {
+	t.Parallel()
+	v := newValueMount(t, "ReliableList")
+	rdb := v.h.Redis.Client
+	var both sync.WaitGroup
+	both.Add(2)
+	r := &recorder{fn: func(m *settle.Message) error {
+		if strings.Contains(string(m.Payload), "gone") {
+			// Another consumer recovers this item while the handler runs.
+			items, err := rdb.LRange(context.Background(), v.processing(), 0, -1).Result()
+			if err != nil {
+				return settle.Drop(err)
+			}
+			for _, it := range items {
+				if strings.Contains(it, "gone") {
+					if err := rdb.LRem(context.Background(), v.processing(), 1, it).Err(); err != nil {
+						return settle.Drop(err)
+					}
+				}
+			}
+		}
+		// Both handlers return together, so their acks share a batch when they can.
+		both.Done()
+		both.Wait()
+		return nil
+	}}
+	v.mount(r, settle.Concurrency(2))
+	v.start(t)
+	v.publish(t, "refund-gone", nil)
+	v.publish(t, "refund-kept", nil)
+	evs := v.h.WaitAction(settle.ActionAck, 2)
+	if len(r.deliveries()) != 2 {
+		t.Fatalf("%d deliveries, want 2", len(r.deliveries()))
+	}
+	var failed, applied int
+	for _, e := range evs {
+		if e.Action != settle.ActionAck {
+			continue
+		}
+		if e.Err != nil {
+			if !strings.Contains(e.Err.Error(), "no longer in the processing list") {
+				t.Fatalf("ack failed with %v, want the item-gone error", e.Err)
+			}
+			failed++
+		} else {
+			applied++
+		}
+	}
+	if failed != 1 || applied != 1 {
+		t.Fatalf("acks: %d failed, %d applied; want the recovered item's failed and the other applied", failed, applied)
 	}
 }

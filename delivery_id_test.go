@@ -16,11 +16,11 @@ import (
 func firstDeliveryID(t *testing.T, src settle.Source, publish func()) string {
 	t.Helper()
 	rec := sourcetest.NewRecorder()
-	app := newListApp(t, rec, nil)
+	app := sourcetest.NewApp(t, rec, nil)
 	app.Mount(src, settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
-	stop := startApp(t, app)
+	stop := sourcetest.StartApp(t, app)
 	publish()
-	evs := rec.WaitFor(t, waitTimeout, "the ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+	evs := rec.WaitFor(t, sourcetest.WaitTimeout, "the ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -69,24 +69,24 @@ func TestReliableListDeliversAnItemPushedIntoItsLiveProcessingList(t *testing.T)
 	ctx := context.Background()
 	key := r.Key("jobs")
 	rec := sourcetest.NewRecorder()
-	app := newListApp(t, rec, nil)
+	app := sourcetest.NewApp(t, rec, nil)
 	got := make(chan string, 2)
 	app.Mount(settle.ReliableList(r.Client, key, settle.Consumer("live"), settle.Heartbeat(200*time.Millisecond)),
 		settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			got <- string(m.Payload)
 			return nil
 		}))
-	startApp(t, app)
+	sourcetest.StartApp(t, app)
 	// The consumer is running once it has acked a first item.
 	if err := settle.NewPublisher(r.Client).PublishListBytes(ctx, key, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	rec.WaitFor(t, waitTimeout, "the first ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+	rec.WaitFor(t, sourcetest.WaitTimeout, "the first ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 	processing := settle.ProcessingList(key, "live")
 	if err := r.Client.RPush(ctx, processing, wire.Envelope([]byte("pushed"), nil)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rec.WaitFor(t, waitTimeout, "the pushed item's ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 2 })
+	rec.WaitFor(t, sourcetest.WaitTimeout, "the pushed item's ack", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 2 })
 	if first, pushed := <-got, <-got; first != "first" || pushed != "pushed" {
 		t.Fatalf("handled %q then %q, want first then pushed", first, pushed)
 	}

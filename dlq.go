@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
 )
 
 // Headers a dead letter carries besides the message's own headers, whose retry count is
@@ -27,7 +28,7 @@ const (
 )
 
 // deadAtLayout is the time layout of HeaderDeadAt (time.RFC3339 parses it).
-const deadAtLayout = "2006-01-02T15:04:05.000Z07:00"
+const deadAtLayout = wire.DeadAtLayout
 
 // deadLetterHeaders returns the headers of d's dead letter: d's own headers as they
 // arrived, retry count set to the attempts spent, and the dead-letter headers; now is

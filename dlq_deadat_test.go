@@ -23,13 +23,13 @@ func TestListDeadLetterCarriesDeadAtFromTheAppsClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := sourcetest.NewRecorder()
-	app := newListApp(t, rec, nil)
+	app := sourcetest.NewApp(t, rec, nil)
 	app.Mount(settle.List(r.Client, key), settle.HandlerFunc(func(context.Context, *settle.Message) error {
 		return errors.New("always fails")
 	}), settle.MaxAttempts(1), settle.DeadLetter(dlq))
 	before := time.Now().Truncate(time.Millisecond)
-	stop := startApp(t, app)
-	rec.WaitFor(t, waitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
+	stop := sourcetest.StartApp(t, app)
+	rec.WaitFor(t, sourcetest.WaitTimeout, "a dead letter", func(evs []settle.Settled) bool { return sourcetest.Finals(evs) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -19,22 +18,21 @@ import (
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/source"
-	"github.com/settlekit/settle/internal/timerq"
 )
 
-// Log attribute keys, shared by every transport.
+// Log attribute keys: source's, shared by the engine, every transport and the inbox.
 const (
-	attrAction  = "action"
-	attrAttempt = "attempt"
-	attrDelay   = "delay"
-	attrError   = "error"
-	attrGroup   = "group"
-	attrKey     = "key"
-	attrMount   = "mount"
-	attrMsgID   = "msg_id"
-	attrMsgKey  = "msg_key"
-	attrOutcome = "outcome"
-	attrReason  = "reason"
+	attrAction  = source.AttrAction
+	attrAttempt = source.AttrAttempt
+	attrDelay   = source.AttrDelay
+	attrError   = source.AttrError
+	attrGroup   = source.AttrGroup
+	attrKey     = source.AttrKey
+	attrMount   = source.AttrMount
+	attrMsgID   = source.AttrMsgID
+	attrMsgKey  = source.AttrMsgKey
+	attrOutcome = source.AttrOutcome
+	attrReason  = source.AttrReason
 )
 
 // Source is where a mount's deliveries come from: Stream, and the sources of settle's
@@ -43,62 +41,6 @@ const (
 type Source interface {
 	// Transport is for settle's own use and may change in any release.
 	Transport(env source.Env) source.Transport
-}
-
-// Settled describes one settlement, for Config.OnSettled and Hooks.Settled. Group,
-// HandlerDuration, MessageKey, Redelivery, SettleDuration and Transport are filled
-// when a hook or OnSettled is set (as they are whenever one reads them).
-type Settled struct {
-	// Action is what the engine did.
-	Action Action
-	// Attempt is the delivery's attempt, 1-based.
-	Attempt int
-	// Delay is the wait of a parked copy.
-	Delay time.Duration
-	// Due: this reports the write of an in-process delayed copy that came due; the
-	// delivery's park was reported when it was scheduled. Late is then how long after
-	// its due time the copy was written.
-	Due bool
-	// Err is nil when the settlement was applied, else the error that kept it from being
-	// applied (the message then stays where the transport keeps it, if it does).
-	Err error
-	// Group is the consumer group (or inbox group) read, if any.
-	Group string
-	// HandlerDuration is how long the handler ran (0 when it did not run).
-	HandlerDuration time.Duration
-	// HandlerErr is the handler's error (nil for an ack).
-	HandlerErr error
-	// ID is the delivery's id in its transport.
-	ID string
-	// Key is where the delivery was read from.
-	Key string
-	// Late is how long after its due time a due copy was written (see Due).
-	Late time.Duration
-	// MessageKey identifies the message across its copies, whose ids differ: the id of
-	// its first delivery (HeaderOriginID).
-	MessageKey string
-	// Mount names the mount.
-	Mount string
-	// Outcome is what the handler asked.
-	Outcome OutcomeKind
-	// Redelivery: an earlier delivery of this message never settled, and the transport
-	// delivers it again: re-read from the consumer's own pending entries, claimed from
-	// another consumer, recovered from a dead consumer's processing list, or a row whose
-	// lease passed.
-	Redelivery bool
-	// SettleDuration is how long the settlement took to apply, from the handler's return.
-	SettleDuration time.Duration
-	// Transport is the kind of source read: stream, list, channel or table.
-	Transport string
-
-	ctx     context.Context // the delivery's (Hooks.Delivery); nil when no hook is set
-	handled time.Time       // when the handler returned; zero when no hook is set
-}
-
-// Final reports whether the message reached a final state with this settlement: acked,
-// dropped, rejected, lost or dead-lettered, and applied without error.
-func (s Settled) Final() bool {
-	return s.Err == nil && (s.Action.completes() || s.Action == ActionDeadLetter || s.Action == ActionReply)
 }
 
 // engine is what the mounts of one App share: its clock, logger and OnSettled hook,
@@ -181,7 +123,7 @@ func (m *mount) prepare(e *engine) {
 	}
 	m.transport = m.src.Transport(env)
 	m.info = m.transport.Info()
-	if _, ok := m.transport.(replicaWaiter); ok && m.cfg.replicas.set {
+	if _, ok := m.transport.(source.ReplicaWaiter); ok && m.cfg.replicas.set {
 		m.transport = replicaTransport{Transport: m.transport, w: m.cfg.replicas}
 	}
 	m.logger = e.logger.With(slog.String(attrMount, m.name))
@@ -277,283 +219,6 @@ func (m *mount) warnOnce(ctx context.Context, reason string, msg string, attrs .
 	o.(*sync.Once).Do(func() { m.logger.WarnContext(ctx, msg, attrs...) })
 }
 
-// run reads and handles the mount's deliveries until ctx is cancelled, then
-// drains: in-flight handlers finish (or are cancelled after the drain timeout) and are
-// settled before it returns.
-func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
-	if m.policy.MaxAttempts == 0 && m.policy.DeadLetter == "" {
-		m.logger.WarnContext(ctx, "settle: the mount declares neither MaxAttempts nor DeadLetter: a message that keeps failing is retried without end (after its backoff)")
-	}
-	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelHandlers(nil)
-	m.writes.base = context.WithoutCancel(ctx)
-	var inflight sync.WaitGroup
-	// A slot is a delivery held: running, or read and waiting for a worker. Reads wait
-	// until a full one fits, so that the read size does not shrink to the free handlers.
-	capacity := m.cfg.concurrency + m.prefetch()
-	slots := make(chan struct{}, capacity)
-	m.slots = slots
-	acks := newAcker(context.WithoutCancel(ctx), m)
-	m.copies = newCopier(m, slots)
-	m.due = newDueCopies(m)
-	readSize := min(max(m.info.Batch, 1), capacity)
-	readCtx := context.WithoutCancel(ctx)
-	// Deliveries go to workers that live on from one delivery to the next (see
-	// workQueue), at most Concurrency of them: a goroutine per delivery would grow a new
-	// stack for nearly every one.
-	work := newWorkQueue(capacity)
-	watch := newWatchdog(m, handlerCtx, acks, delays, slots)
-	startWorker := func() func(*source.Delivery) {
-		w := watch.worker()
-		return func(d *source.Delivery) {
-			if !m.handle(w.begin(d), d, acks, delays, w) {
-				<-slots // else the copier (or the watchdog) frees it
-			}
-		}
-	}
-	backoff, settleBackoff := time.Duration(0), time.Duration(0)
-	var pause pauseState
-
-	for ctx.Err() == nil {
-		if m.paused(ctx, &pause) {
-			// Paused from outside (see pause.go): read nothing new; what the mount holds
-			// runs and settles, heartbeats and leases go on, and a stop still drains.
-			m.waitPaused(ctx)
-			continue
-		}
-		n := 0
-	room:
-		for n < readSize {
-			select {
-			case slots <- struct{}{}:
-				n++
-			case <-ctx.Done():
-				break room
-			}
-		}
-		if n < readSize {
-			for range n {
-				<-slots
-			}
-			continue
-		}
-		if m.settleOK.Swap(false) {
-			settleBackoff = 0
-		}
-		if m.settleFailed.Swap(false) {
-			// A failed settlement leaves its delivery to be read again at once: without a
-			// pause, a write that keeps failing (a dead-letter key of the wrong type, a
-			// server refusing writes) would run the handler again thousands of times a
-			// second.
-			for range n {
-				<-slots
-			}
-			settleBackoff = nextBackoff(settleBackoff)
-			select {
-			case <-time.After(settleBackoff):
-			case <-ctx.Done():
-			}
-			continue
-		}
-		m.reading.Store(int64(n)) // the read's room is taken, not held (see held)
-		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
-		for i := len(ds); i < n; i++ {
-			<-slots
-		}
-		m.reading.Store(0)
-		if err != nil {
-			backoff = nextBackoff(backoff)
-			m.logger.ErrorContext(ctx, "settle: read failed; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
-			m.emit(ctx, source.Event{Kind: string(EventReadFailed), Err: err})
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-			}
-			continue
-		}
-		backoff = 0
-		if len(ds) > 0 && m.settleFailed.Swap(false) {
-			// A settlement failed while this read was out (the read does not wait for
-			// settlement writes), so the read may hold its delivery again: pause first.
-			settleBackoff = nextBackoff(settleBackoff)
-			select {
-			case <-time.After(settleBackoff):
-			case <-ctx.Done():
-			}
-		}
-		// Every delivery holds a slot until it is handled: with a worker per slot held (up
-		// to Concurrency), a delivery queued here always finds a worker to take it.
-		if len(ds) > 0 {
-			m.pushAlone(ctx, ds, acks, func(ds []*source.Delivery) {
-				work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
-			})
-		}
-	}
-	if m.info.Caps.Releases {
-		m.release(ctx, work.takeQueued())
-	}
-	work.close()
-
-	drained := make(chan struct{})
-	go func() { inflight.Wait(); close(drained) }()
-	t := m.eng.clock.NewTimer(m.eng.drainTimeout)
-	select {
-	case <-drained:
-	case <-t.C():
-		m.logger.WarnContext(ctx, "settle: drain timeout passed; cancelling handlers", slog.Duration("drain_timeout", m.eng.drainTimeout))
-		cancelHandlers(ErrDrainTimeout)
-		<-drained
-	}
-	t.Stop()
-	watch.stop()
-	acks.close()
-	m.copies.close()
-	m.copies = nil
-	if n := m.lost.Load(); n > 0 {
-		m.logger.WarnContext(ctx, "settle: messages lost because their retry could not be honoured without an attempts cap", slog.Int64("lost", n))
-	}
-}
-
-// release hands back, at a graceful stop, the deliveries read and never started, so
-// that they wait for the next reader without having spent an attempt. One that cannot
-// be handed back stays where the transport keeps it (pending, in the processing list,
-// leased) and comes back as an unsettled delivery would.
-func (m *mount) release(ctx context.Context, ds []*source.Delivery) {
-	if len(ds) == 0 {
-		return
-	}
-	ms := make([]source.Move, len(ds))
-	for i, d := range ds {
-		ms[i] = source.Move{Action: source.ActionRelease, Delivery: d}
-	}
-	failed := 0
-	for i, err := range m.transport.Moves(m.writes.get(), ms) {
-		if err != nil {
-			failed++
-			m.logger.WarnContext(ctx, "settle: shutdown: could not hand back a delivery that never started; it comes back as an unsettled one",
-				slog.String(attrMsgID, ds[i].ID), slog.Any(attrError, err))
-		}
-	}
-	m.logger.InfoContext(ctx, "settle: shutdown: handed back the deliveries that never started", slog.Int("count", len(ds)-failed))
-}
-
-// backoff is the wait before a plain error's retry: the mount's policy, cut to a
-// durable delay set's TTL (a longer delay would be refused and retried at once).
-func (m *mount) backoff(attempt int, err error) time.Duration {
-	d := m.cfg.backoff(attempt, err)
-	if dz, ok := m.policy.Delay.(delayed.DurableZset); ok && dz.TTL > 0 {
-		d = min(d, dz.TTL)
-	}
-	return d
-}
-
-// held is how many deliveries the mount holds now: running, waiting for a worker, or
-// being settled (not the room a read in progress has taken).
-func (m *mount) held() int {
-	if m.slots == nil {
-		return 0
-	}
-	return len(m.slots) - int(m.reading.Load())
-}
-
-// prefetch is how many deliveries the mount may hold read but not started.
-func (m *mount) prefetch() int {
-	if m.cfg.prefetchSet {
-		return m.cfg.prefetch
-	}
-	return 2 * max(m.info.Batch, 1)
-}
-
-// blockBound is how long one read may block.
-func (m *mount) blockBound() time.Duration {
-	if m.info.Block > 0 {
-		return m.info.Block
-	}
-	return DefaultBlock
-}
-
-func nextBackoff(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return 100 * time.Millisecond
-	case d >= 5*time.Second:
-		return 5 * time.Second
-	default:
-		return 2 * d
-	}
-}
-
-// handle runs the handler on one delivery, decides and applies its settlement. It
-// reports whether the delivery's move was queued to the copier, which then frees its slot.
-func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, delays *timerq.Queue, w *worker) (queued bool) {
-	if spentByCrashes(d, m.policy, m.info.Caps) {
-		// The deliveries past the cap never settled: settle this one as the cap's failure,
-		// counting the attempts spent (the cap), without running the handler again.
-		spent := *d
-		spent.Attempt = m.policy.MaxAttempts
-		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
-		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
-		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
-		ctx = m.started(ctx, d)
-		if !w.end() {
-			return true // settled by the watchdog meanwhile
-		}
-		return m.apply(ctx, &spent, o, s, acks, delays, time.Time{})
-	}
-	var start time.Time
-	if m.eng.observed() {
-		start = m.eng.clock.Now()
-		ctx = m.started(ctx, d)
-		w.observe(ctx)
-	}
-	msg := &Message{
-		Attempt:   d.Attempt,
-		Headers:   d.Headers,
-		ID:        d.ID,
-		Key:       d.Key,
-		Payload:   d.Payload,
-		codec:     m.cfg.codec,
-		noPayload: !d.HasPayload,
-		replyTo:   m.cfg.replyTo,
-	}
-	err := callHandler(ctx, m.wrapped, msg)
-	if !w.end() {
-		// The watchdog settled the delivery at its timeout (and owns its slot).
-		m.logger.WarnContext(ctx, "settle: a handler returned after its timeout; the delivery was settled as a failure then, and this return is ignored",
-			slog.String(attrMsgID, d.ID), slog.Any(attrError, err))
-		return true
-	}
-	if pe, ok := err.(*PanicError); ok {
-		m.logger.ErrorContext(ctx, "settle: handler panicked; its delivery is retried",
-			slog.String(attrMsgID, d.ID), slog.Int(attrAttempt, d.Attempt), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
-	}
-	if err == nil && len(msg.outputs) > 0 {
-		return m.reply(ctx, d, msg.outputs, acks, delays, start)
-	}
-	o, plain := outcomeOf(err)
-	if plain {
-		o.Delay = m.backoff(d.Attempt, err)
-	}
-	s := decide(o, d.Attempt, m.policy, m.info.Caps)
-	if s.Action == ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
-		// The common case, kept out of apply: its large frame would grow the stack of
-		// every handler goroutine.
-		acks.add(d, m.event(ctx, d, o, s.Action, start))
-		return
-	}
-	return m.apply(ctx, d, o, s, acks, delays, start)
-}
-
-// callHandler runs h, turning a panic into a *PanicError.
-func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
-	return h.Handle(ctx, msg)
-}
-
 // open opens the mount's source. An error that says the server could not be reached or
 // is not ready (a refused or dropped connection, a server still loading its data; from an
 // inbox, also a killed connection, a server starting, stopping or out of connections, a
@@ -598,49 +263,125 @@ func unreachable(err error) bool {
 	return false
 }
 
-// settled reports an applied (or failed) settlement.
-func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
-	if ev.Err == nil {
-		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
-			m.settleOK.Store(true)
-		}
-		if ev.Due && m.logger.Enabled(ctx, slog.LevelDebug) {
-			m.logger.DebugContext(ctx, "settle: delayed copy written back", slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)),
-				slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt), slog.String(attrAction, ev.Action.String()))
-		}
-	} else {
-		m.settleFailed.Store(true)
-		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
-			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
-	}
-	m.eng.report(ctx, ev)
+// replicaTransport applies a transport's settlements, then waits for replicas.
+type replicaTransport struct {
+	source.Transport
+	w replicaWait
 }
 
-// logSettlement logs a settlement's line at level with the delivery's attributes and
-// extra, building nothing when the level is off: the retry path runs it for every
-// delivery.
-func (m *mount) logSettlement(ctx context.Context, level slog.Level, msg string, d *source.Delivery, o Outcome, s settlement, extra ...slog.Attr) {
-	if !m.logger.Enabled(ctx, level) {
-		return
+// Open checks the permissions of the wait (its marker's SET and WAIT), as the transport
+// checks its own, then opens the transport: first, since a transport that opened has
+// started what only Close stops.
+func (t replicaTransport) Open(ctx context.Context) error {
+	if err := t.Transport.(source.ReplicaWaiter).ReplicaPerms(ctx); err != nil {
+		return err
 	}
-	attrs := settlementAttrs(d, o, s, extra...)
-	if la, ok := ctx.Value(logAttrsKey{}).(*logAttrs); ok {
-		for _, a := range la.added() {
-			attrs = append(attrs, a)
-		}
-	}
-	m.logger.Log(ctx, level, msg, attrs...)
+	return t.Transport.Open(ctx)
 }
 
-// settlementAttrs are a settlement's log attributes: the delivery's (its msg_key the
-// same on every copy of the message), then extra.
-func settlementAttrs(d *source.Delivery, o Outcome, s settlement, extra ...slog.Attr) []any {
-	attrs := make([]any, 0, 6+len(extra))
-	attrs = append(attrs,
-		slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),
-		slog.String(attrOutcome, string(o.Kind)), slog.String(attrAction, s.Action.String()))
-	for _, a := range extra {
-		attrs = append(attrs, a)
+// Ack acks ds, then waits for the replicas.
+func (t replicaTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
+	if err := t.Transport.Ack(ctx, ds); err != nil {
+		return err // what the ack applied is not waited for: it is reported failed anyway
 	}
-	return attrs
+	return t.wait(ctx)
+}
+
+// Moves applies ms, then waits for the replicas; a shortfall fails every move that
+// applied.
+func (t replicaTransport) Moves(ctx context.Context, ms []source.Move) []error {
+	errs := t.Transport.Moves(ctx, ms)
+	applied := false
+	for _, err := range errs {
+		applied = applied || err == nil
+	}
+	if !applied {
+		return errs
+	}
+	if err := t.wait(ctx); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
+}
+
+func (t replicaTransport) wait(ctx context.Context) error {
+	got, err := t.Transport.(source.ReplicaWaiter).WaitReplicas(ctx, t.w.n, t.w.timeout)
+	if err != nil {
+		return fmt.Errorf("settlement written on the primary; waiting for %d replicas: %w", t.w.n, err)
+	}
+	if got < t.w.n {
+		return fmt.Errorf("settlement written on the primary but acknowledged by %d of %d replicas within %s", got, t.w.n, t.w.timeout)
+	}
+	return nil
+}
+
+// delayProblems returns the refusals of a mount's delay strategy that hold for any
+// source: a DurableZset needs a key, a TTL that is not negative, and a source that parks.
+func delayProblems(strategy delayed.Strategy, info source.Info) []error {
+	dz, ok := strategy.(delayed.DurableZset)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	if dz.Key == "" {
+		errs = append(errs, errors.New("DelayIn(delayed.DurableZset{}): Key is empty; name the sorted set, e.g. \"{orders}:delayed\""))
+	}
+	if dz.TTL < 0 {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{TTL: %s}): TTL must not be negative (0: the set never expires)", dz.TTL))
+	}
+	if !info.Caps.Parks {
+		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): a %s source cannot keep delays in a sorted set; use delayed.InProcess{}", dz.Key, info.Kind))
+	}
+	return errs
+}
+
+// problems returns the refusals of w for a mount whose transport is t.
+func (w replicaWait) problems(t source.Transport) []string {
+	if !w.set {
+		return nil
+	}
+	var ps []string
+	if w.n < 1 {
+		ps = append(ps, fmt.Sprintf("WaitReplicas(%d, …): wait for at least 1 replica", w.n))
+	}
+	if w.timeout < time.Millisecond {
+		ps = append(ps, fmt.Sprintf("WaitReplicas(…, %s): the timeout must be at least 1ms (WAIT 0 blocks until the replicas answer)", w.timeout))
+	}
+	if _, ok := t.(replicaTransport); !ok { // the engine wraps a transport that can wait
+		ps = append(ps, fmt.Sprintf("WaitReplicas: only a stream or reliable list mount's settlements are Redis writes to wait for, not a %s source's", t.Info().Kind))
+	}
+	return ps
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return 100 * time.Millisecond
+	case d >= 5*time.Second:
+		return 5 * time.Second
+	default:
+		return 2 * d
+	}
+}
+
+// emit reports a transport's event to the Event hook (see source.Env.Event).
+func (m *mount) emit(ctx context.Context, e source.Event) {
+	if h := m.eng.hooks.Event; h != nil {
+		h(ctx, Event{Count: e.Count, Err: e.Err, Group: m.info.Group, Key: m.info.Key, Kind: EventKind(e.Kind), Mount: m.name, Transport: string(m.info.Kind)})
+	}
+}
+
+// replyProblems returns the refusals of the mount's reply options.
+func (m *mount) replyProblems() []error {
+	switch {
+	case m.cfg.replier != nil && m.cfg.replyTo == "":
+		return []error{errors.New("ReplyVia without ReplyTo: say where replies go")}
+	case m.cfg.replyTo != "" && m.cfg.replier == nil && !m.info.Caps.Replies:
+		return []error{fmt.Errorf("ReplyTo(%q): a %s source cannot write replies atomically itself; give ReplyVia to publish them", m.cfg.replyTo, m.info.Kind)}
+	}
+	return nil
 }

@@ -15,7 +15,9 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/settletest"
 )
@@ -33,15 +35,15 @@ func TestRunWaitsForAnUnreachableServerAndOpensOnceItAnswers(t *testing.T) {
 
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	logs, rec := newLogRecorder(), sourcetest.NewRecorder()
+	logs, rec := logtest.New(), sourcetest.NewRecorder()
 	app, err := settle.New(settle.Config{Logger: slog.New(logs), OnSettled: rec.OnSettled})
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.Mount(settle.Stream(client, "late:in", "g", settle.Block(testBlock)), ack)
-	stop := start(t, app)
+	app.Mount(settle.Stream(client, "late:in", "g", settle.Block(sourcetest.TestBlock)), sourcetest.Ack)
+	stop := sourcetest.RunApp(t, app)
 
-	for deadline := time.Now().Add(waitBound); len(logs.containing("open failed")) < 2; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(sourcetest.WaitBound); len(logs.Containing("open failed")) < 2; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no failed open was logged twice while the server was down")
 		}
@@ -54,7 +56,7 @@ func TestRunWaitsForAnUnreachableServerAndOpensOnceItAnswers(t *testing.T) {
 	if err := client.XAdd(context.Background(), &redis.XAddArgs{Stream: "late:in", Values: []any{"payload", "x"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rec.WaitFor(t, waitBound, "the entry acked", func(evs []settle.Settled) bool {
+	rec.WaitFor(t, sourcetest.WaitBound, "the entry acked", func(evs []settle.Settled) bool {
 		return len(evs) == 1 && evs[0].Action == settle.ActionAck && evs[0].Err == nil
 	})
 	if err := stop(); err != nil {
@@ -66,15 +68,15 @@ func TestRunWaitsForAnUnreachableServerAndOpensOnceItAnswers(t *testing.T) {
 // Run returns it at once.
 func TestRunReturnsAnOpenErrorTheServerAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	if err := b.r.Client.Set(context.Background(), b.in, "not a stream", 0).Err(); err != nil {
+	b := sourcetest.SetupStream(t)
+	if err := b.R.Client.Set(context.Background(), b.In, "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	app := b.app(t, b.stream(), ack)
-	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	app := b.App(t, b.Stream(), sourcetest.Ack)
+	ctx, cancel := context.WithTimeout(context.Background(), sourcetest.WaitBound)
 	defer cancel()
 	err := app.Run(ctx)
-	if err == nil || ctx.Err() != nil || len(b.logs.containing("open failed")) != 0 {
+	if err == nil || ctx.Err() != nil || len(b.Logs.Containing("open failed")) != 0 {
 		t.Fatalf("Run = %v (ctx %v), want the WRONGTYPE open error at once, not retried", err, ctx.Err())
 	}
 }
@@ -111,18 +113,18 @@ func TestAckIsLoggedAtDebugOnlyWhenDebugIsEnabled(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupStream(t)
-			id := b.publish(t, "hello", nil)
+			b := sourcetest.SetupStream(t)
+			id := b.Publish(t, "hello", nil)
 			var out syncBuffer
-			cfg := b.config()
+			cfg := b.Config()
 			cfg.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: tc.level}))
 			app, err := settle.New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			app.Mount(b.stream(), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
-			stop := start(t, app)
-			finals(t, b.rec, 1)
+			app.Mount(b.Stream(), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+			stop := sourcetest.RunApp(t, app)
+			sourcetest.WaitFinals(t, b.Rec, 1)
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/sourcetest"
 )
 
 // TestConcurrencyRunsThatManyHandlersAtOnceAndNoMore: Concurrency(n) lets n handlers run
@@ -14,10 +15,10 @@ import (
 // are joined by others up to n, and every message is handled once they return.
 func TestConcurrencyRunsThatManyHandlersAtOnceAndNoMore(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	const n, total = 4, 13
 	for i := range total {
-		b.publish(t, i, nil)
+		b.Publish(t, i, nil)
 	}
 	var (
 		mu      sync.Mutex
@@ -42,16 +43,16 @@ func TestConcurrencyRunsThatManyHandlersAtOnceAndNoMore(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	start(t, b.app(t, b.stream(settle.Batch(2)), h, settle.Concurrency(n)))
+	sourcetest.RunApp(t, b.App(t, b.Stream(settle.Batch(2)), h, settle.Concurrency(n)))
 	select {
 	case <-full:
-	case <-time.After(waitBound):
+	case <-time.After(sourcetest.WaitBound):
 		mu.Lock()
 		defer mu.Unlock()
 		t.Fatalf("%d handlers running at once, want %d", running, n)
 	}
 	close(release)
-	b.rec.WaitFor(t, waitBound, "every message acked", func(evs []settle.Settled) bool { return len(evs) == total })
+	b.Rec.WaitFor(t, sourcetest.WaitBound, "every message acked", func(evs []settle.Settled) bool { return len(evs) == total })
 	mu.Lock()
 	defer mu.Unlock()
 	if most != n || handled != total {

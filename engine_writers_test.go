@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
 )
 
 // copierWaitBound bounds every wait of these tests: generous, for a loaded machine.
@@ -461,5 +464,85 @@ func TestOneHandlerAcksInBatchesNotOneByOne(t *testing.T) {
 	<-ran
 	if n := tr.acks.Load(); n > 50 {
 		t.Fatalf("%d Ack calls for %d deliveries, want at most 50", n, len(ids))
+	}
+}
+
+// A ReliableList mount's retry copies and dead letters go to the engine's copier, which
+// writes those queued at the same time in one Moves call (one script call).
+func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	key, dlq := r.Key("in"), r.Key("dlq")
+	const n = 8
+	var a *App
+	var queued atomic.Bool // the other copies were queued in the copier while the first call was held
+	h := &redistest.ListMoveCalls{Processing: keys.ListProcessing(key, "c1")}
+	h.Hold = func() {
+		// The first copies are being written: wait for the other handlers' copies to queue.
+		first := h.Recorded()[0]
+		copies := a.mounts[0].copies
+		if copies == nil {
+			return // not a source.Mover: the test fails below
+		}
+		for deadline := time.Now().Add(10 * time.Second); len(copies.ch) < n-first && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+		queued.Store(len(copies.ch) == n-first)
+	}
+	client := r.Hooked(t, h)
+	settled := make(chan Settled, 2*n)
+	a, err := New(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled: func(_ context.Context, s Settled) { settled <- s },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts [3]sync.WaitGroup
+	attempts[1].Add(n)
+	attempts[2].Add(n)
+	a.Mount(ReliableList(client, key, Consumer("c1"), Block(50*time.Millisecond)), HandlerFunc(func(_ context.Context, m *Message) error {
+		// Every handler of an attempt returns together.
+		attempts[m.Attempt].Done()
+		attempts[m.Attempt].Wait()
+		return Retry(errors.New("fails"))
+	}), Concurrency(n), MaxAttempts(2), DeadLetter(dlq))
+	for i := range n {
+		if err := r.Client.RPush(context.Background(), key, wire.Envelope([]byte{byte('a' + i)}, nil)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var evs []Settled
+	for len(evs) < 2*n {
+		select {
+		case e := <-settled:
+			evs = append(evs, e)
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Fatalf("%d settlements, want %d", len(evs), 2*n)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Err != nil || e.Action != ActionCopy && e.Action != ActionDeadLetter {
+			t.Fatalf("settlement %+v, want applied copies and dead letters", e)
+		}
+	}
+	calls := h.Recorded()
+	moves := 0
+	for _, c := range calls {
+		moves += c
+	}
+	if first := calls[0]; !queued.Load() || moves != 2*n || first < n && (len(calls) < 2 || first+calls[1] != n) {
+		t.Fatalf("script calls %+v, want %d moves through the copier (source.Mover), the first %d copies in at most two calls: those queued first, then those queued meanwhile", calls, 2*n, n)
+	}
+	if l, err := r.Client.LLen(context.Background(), dlq).Result(); err != nil || l != n {
+		t.Fatalf("dead letters %d, %v; want %d", l, err, n)
 	}
 }

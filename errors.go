@@ -1,6 +1,8 @@
 package settle
 
 import (
+	"github.com/settlekit/settle/internal/redisbase"
+
 	"errors"
 	"fmt"
 )
@@ -76,3 +78,10 @@ func (e *ConfigError) Error() string {
 // errNoPayload is the decode failure of a message that arrived without a payload (a
 // stream entry written by another client with no payload field).
 var errNoPayload = errors.New("message has no payload field (entry written by another client?)")
+
+// ErrPermission is the error of a mount whose Redis user may not run every command the
+// mount needs (checked when Run opens it): the message names each one refused.
+var ErrPermission = errors.New("settle: missing Redis permissions")
+
+// The Redis transports' ACL preflight wraps settle's sentinel.
+func init() { redisbase.ErrPermission = ErrPermission }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/sourcetest"
 	"github.com/settlekit/settle/internal/wire"
 )
 
@@ -26,12 +27,12 @@ func manyHeaders(n int) map[string]string {
 
 func TestPublishRefusesMoreThanMaxHeadersAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	_, err := settle.NewPublisher(b.r.Client).PublishBytes(context.Background(), b.in, []byte("x"), settle.Headers(manyHeaders(settle.MaxHeaders+1)))
+	b := sourcetest.SetupStream(t)
+	_, err := settle.NewPublisher(b.R.Client).PublishBytes(context.Background(), b.In, []byte("x"), settle.Headers(manyHeaders(settle.MaxHeaders+1)))
 	if !errors.Is(err, settle.ErrTooManyHeaders) {
 		t.Fatalf("publish: %v, want ErrTooManyHeaders", err)
 	}
-	if got := b.entries(t, b.in); len(got) != 0 {
+	if got := b.Entries(t, b.In); len(got) != 0 {
 		t.Fatalf("%d entries written, want none", len(got))
 	}
 }
@@ -41,9 +42,9 @@ func TestPublishRefusesMoreThanMaxHeadersAndWritesNothing(t *testing.T) {
 // (park, sweep, retry copy, dead letter) with every header kept.
 func TestStreamMessageWithMaxHeadersIsParkedSweptCopiedAndDeadLetteredWhole(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	headers := manyHeaders(settle.MaxHeaders)
-	b.publish(t, "big", headers)
+	b.Publish(t, "big", headers)
 	h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 		if len(m.Headers) < settle.MaxHeaders {
 			return settle.Drop(fmt.Errorf("attempt %d arrived with %d headers", m.Attempt, len(m.Headers)))
@@ -56,14 +57,14 @@ func TestStreamMessageWithMaxHeadersIsParkedSweptCopiedAndDeadLetteredWhole(t *t
 		}
 		return errors.New("declined") // the cap: dead letter
 	})
-	start(t, b.app(t, b.stream(), h, settle.MaxAttempts(3), settle.DeadLetter(b.dlq),
-		settle.DelayIn(delayed.DurableZset{Key: b.r.Key("delayed")})))
-	evs := finals(t, b.rec, 1)
+	sourcetest.RunApp(t, b.App(t, b.Stream(), h, settle.MaxAttempts(3), settle.DeadLetter(b.DLQ),
+		settle.DelayIn(delayed.DurableZset{Key: b.R.Key("delayed")})))
+	evs := sourcetest.WaitFinals(t, b.Rec, 1)
 	last := evs[len(evs)-1]
 	if last.Action != settle.ActionDeadLetter || last.Attempt != 3 {
 		t.Fatalf("settled %s at attempt %d (%v), want a dead letter at 3", last.Action, last.Attempt, last.Err)
 	}
-	dead := b.entries(t, b.dlq)
+	dead := b.Entries(t, b.DLQ)
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
@@ -84,31 +85,31 @@ func TestStreamEntryTooLargeToSettleIsDeadLetteredByReference(t *testing.T) {
 	for _, withDLQ := range []bool{true, false} {
 		t.Run(fmt.Sprintf("DeadLetter=%t", withDLQ), func(t *testing.T) {
 			t.Parallel()
-			b := setupStream(t)
-			first := b.publish(t, "first", nil)
+			b := sourcetest.SetupStream(t)
+			first := b.Publish(t, "first", nil)
 			values := []any{wire.FieldPayload, "big"}
 			for k, v := range manyHeaders(4100) { // beyond what Lua hands one call, on every server
 				values = append(values, k, v)
 			}
-			big := b.xadd(t, b.in, values...)
-			last := b.publish(t, "last", nil)
+			big := b.XAdd(t, b.In, values...)
+			last := b.Publish(t, "last", nil)
 			var opts []settle.MountOption
 			if withDLQ {
-				opts = append(opts, settle.DeadLetter(b.dlq), settle.MaxAttempts(3))
+				opts = append(opts, settle.DeadLetter(b.DLQ), settle.MaxAttempts(3))
 			}
-			start(t, b.app(t, b.stream(), ack, opts...))
-			evs := finals(t, b.rec, 2)
-			if got := finalIDs(evs); len(got) != 2 || !slices.Contains(got, first) || !slices.Contains(got, last) {
+			sourcetest.RunApp(t, b.App(t, b.Stream(), sourcetest.Ack, opts...))
+			evs := sourcetest.WaitFinals(t, b.Rec, 2)
+			if got := sourcetest.FinalIDs(evs); len(got) != 2 || !slices.Contains(got, first) || !slices.Contains(got, last) {
 				t.Fatalf("handled %v, want only %s and %s", got, first, last)
 			}
-			if n := b.pending(t); n != 0 {
+			if n := b.Pending(t); n != 0 {
 				t.Fatalf("%d entries pending, want none", n)
 			}
-			logs := b.logs.containing("too large to settle")
-			if len(logs) != 1 || !strings.Contains(logs[0].attrs["reason"], big) {
+			logs := b.Logs.Containing("too large to settle")
+			if len(logs) != 1 || !strings.Contains(logs[0].Attrs["reason"], big) {
 				t.Fatalf("logs %+v, want one Error naming %s", logs, big)
 			}
-			dead := b.entries(t, b.dlq)
+			dead := b.Entries(t, b.DLQ)
 			if !withDLQ {
 				if len(dead) != 0 {
 					t.Fatalf("%d dead letters without a dead letter declared", len(dead))
@@ -119,7 +120,7 @@ func TestStreamEntryTooLargeToSettleIsDeadLetteredByReference(t *testing.T) {
 				t.Fatalf("%d dead letters, want 1", len(dead))
 			}
 			v := dead[0].Values
-			if v[wire.FieldPayload] != "big" || v[settle.HeaderDeadID] != big || v[settle.HeaderDeadSource] != b.in ||
+			if v[wire.FieldPayload] != "big" || v[settle.HeaderDeadID] != big || v[settle.HeaderDeadSource] != b.In ||
 				!strings.Contains(fmt.Sprint(v[settle.HeaderDeadReason]), "by reference") {
 				t.Fatalf("dead letter %v, want the payload and a reason naming the entry", v)
 			}
@@ -129,22 +130,22 @@ func TestStreamEntryTooLargeToSettleIsDeadLetteredByReference(t *testing.T) {
 
 // TestStreamNeighboursOfAnEntryTooLargeToSettleRetryOnceEach: 40 messages retrying at
 // once beside a foreign entry too large for the scripts each run exactly twice (the
-// retry, then the ack) and leave one copy each: the issue 16 probe saw 16–25 of them
+// retry, then the sourcetest.Ack) and leave one copy each: the issue 16 probe saw 16–25 of them
 // settled twice when the large entry's move failed half-way through their batch.
 func TestStreamNeighboursOfAnEntryTooLargeToSettleRetryOnceEach(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	const n = 40
 	for i := range n / 2 {
-		b.publish(t, i, nil)
+		b.Publish(t, i, nil)
 	}
 	values := []any{wire.FieldPayload, "big"}
 	for k, v := range manyHeaders(4100) {
 		values = append(values, k, v)
 	}
-	b.xadd(t, b.in, values...)
+	b.XAdd(t, b.In, values...)
 	for i := n / 2; i < n; i++ {
-		b.publish(t, i, nil)
+		b.Publish(t, i, nil)
 	}
 	var mu sync.Mutex
 	runs := map[string]int{} // payload -> handler runs
@@ -157,8 +158,8 @@ func TestStreamNeighboursOfAnEntryTooLargeToSettleRetryOnceEach(t *testing.T) {
 		}
 		return nil
 	})
-	start(t, b.app(t, b.stream(settle.Batch(n+1)), h, settle.Concurrency(n+1), settle.MaxAttempts(3), settle.DeadLetter(b.dlq)))
-	finals(t, b.rec, n)
+	sourcetest.RunApp(t, b.App(t, b.Stream(settle.Batch(n+1)), h, settle.Concurrency(n+1), settle.MaxAttempts(3), settle.DeadLetter(b.DLQ)))
+	sourcetest.WaitFinals(t, b.Rec, n)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(runs) != n {
@@ -169,10 +170,10 @@ func TestStreamNeighboursOfAnEntryTooLargeToSettleRetryOnceEach(t *testing.T) {
 			t.Fatalf("message %q ran %d times, want 2", p, k)
 		}
 	}
-	if got := len(b.entries(t, b.in)); got != 2*n+1 {
+	if got := len(b.Entries(t, b.In)); got != 2*n+1 {
 		t.Fatalf("the stream holds %d entries, want %d: each message and one copy of it, and the large entry", got, 2*n+1)
 	}
-	if got := len(b.entries(t, b.dlq)); got != 1 {
+	if got := len(b.Entries(t, b.DLQ)); got != 1 {
 		t.Fatalf("%d dead letters, want the large entry's", got)
 	}
 }

@@ -1,20 +1,13 @@
 package settle
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"math"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redislist"
 	"github.com/settlekit/settle/internal/source"
-	"github.com/settlekit/settle/internal/wire"
 )
 
 // ListSource pops items from a Redis list. Make one with List.
@@ -44,240 +37,86 @@ func List(rdb redis.UniversalClient, key string, opts ...ListOption) *ListSource
 
 // Transport is for settle's own use and may change in any release.
 func (s *ListSource) Transport(env source.Env) source.Transport {
-	t := &listTransport{env: env, ids: newDeliveryIDs(""), reader: envelopeReader{logger: env.Logger, mount: env.Mount}, src: s}
-	t.delays, t.parks = delaySetOf(env)
-	return t
+	return redislist.New(env, redislist.Config{Batch: s.cfg.batch, Block: s.cfg.block, Client: s.rdb, Key: s.key})
 }
 
-// listTransport is one mount's consumer on a plain list.
-type listTransport struct {
-	delays    delaySet // the mount's durable delay set, when parks
-	env       source.Env
-	ids       *deliveryIDs
-	parks     bool
-	reader    envelopeReader
-	src       *ListSource
-	unsettled atomic.Int64 // deliveries handed out and not settled yet
+// ReliableListSource moves items from a Redis list into a per-consumer processing list
+// while they are handled. Make one with ReliableList.
+type ReliableListSource struct {
+	cfg reliableListConfig
+	key string
+	rdb redis.UniversalClient
 }
 
-func (t *listTransport) Info() source.Info {
-	return source.Info{
-		Batch: t.src.cfg.batch,
-		Block: listBlock(t.src.cfg.block),
-		Caps:  source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
-		Key:   t.src.key,
-		Kind:  source.KindList,
-	}
-}
+var _ Source = (*ReliableListSource)(nil)
 
-func (t *listTransport) Validate(p source.Policy) []error {
-	errs := validateList("list", t.src.rdb, t.src.key, t.src.cfg.batch, t.src.cfg.block, p)
-	return append(errs, delaySetProblems(p, t.src.rdb, "list", t.src.key, t.src.key)...)
-}
-
-// validateList checks what List and ReliableList share.
-func validateList(kind string, rdb redis.UniversalClient, key string, batch int, block time.Duration, p source.Policy) []error {
-	var errs []error
-	if rdb == nil {
-		errs = append(errs, fmt.Errorf("%s: redis client is nil", kind))
-	}
-	if key == "" {
-		errs = append(errs, fmt.Errorf("%s: key is empty", kind))
-	}
-	if batch < 1 {
-		errs = append(errs, fmt.Errorf("Batch(%d): must be at least 1", batch))
-	}
-	if block <= 0 {
-		errs = append(errs, fmt.Errorf("Block(%s): must be positive", block))
-	}
-	if p.DeadLetter != "" && p.DeadLetter == key {
-		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the list the mount reads: dead letters would be read again", p.DeadLetter))
-	}
-	return errs
-}
-
-// blockingPop waits up to wait for one value: BLPOP, or BLMOVE into dest when dest is
-// not empty. go-redis gives both whole seconds only, so a wait under a second (a read
-// bounded by a due delay) goes as a decimal timeout (Redis 6 and later take one), and a
-// longer wait is cut to whole seconds (the next read sweeps and blocks for the rest). A
-// sub-second read is bounded by the client's ReadTimeout, which must exceed it (the
-// default, 3s, does). It returns redis.Nil when nothing came. A BLMOVE is never
-// retried on a new connection (see blmoveOnce).
-//
-// A wait that is not whole seconds was shortened by a delay coming due (listBlock makes
-// every other wait whole seconds). Redis times a block out only on its cron tick (see
-// minServerBlock), so such a read blocks whole seconds ending at least a tick before due,
-// and under that does not block in Redis at all: it waits on the client and returns
-// redis.Nil, and the caller's next read sweeps the delay set again (callers pop without
-// blocking before they call this).
-func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
-	if wait%time.Second != 0 {
-		block := (wait - minServerBlock).Truncate(time.Second)
-		if block < time.Second {
-			pollWait(ctx, min(wait, minServerBlock))
-			return "", redis.Nil
-		}
-		wait = block
-	}
-	if dest != "" {
-		return blmoveOnce(ctx, rdb, key, dest, wait)
-	}
-	if wait >= time.Second {
-		wait = wait.Truncate(time.Second)
-		kv, err := rdb.BLPop(ctx, wait, key).Result()
-		if err != nil {
-			return "", err
-		}
-		return kv[1], nil
-	}
-	timeout := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
-	kv, err := rdb.Do(ctx, "BLPOP", key, timeout).StringSlice()
-	if err != nil {
-		return "", err
-	}
-	if len(kv) != 2 {
-		return "", fmt.Errorf("blpop: %d values returned, want 2", len(kv))
-	}
-	return kv[1], nil
-}
-
-// listBlock rounds a block bound up to whole seconds, the resolution go-redis gives
-// BLPOP and BLMOVE.
-func listBlock(d time.Duration) time.Duration {
-	if d <= 0 {
-		return time.Second
-	}
-	return time.Duration(math.Ceil(d.Seconds())) * time.Second
-}
-
-func (t *listTransport) Open(ctx context.Context) error { return checkPerms(ctx, t.src.rdb, t.perms()) }
-
-func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
-	s := t.src
-	wait = listBlock(wait)
-	if t.parks {
-		var err error
-		if wait, err = t.sweepDelays(ctx, wait); err != nil {
-			return nil, err
+// ReliableList returns a source that moves items from the head of the list key into the
+// consumer's own processing list (LMOVE, BLMOVE when idle), where each stays until it is
+// settled, each settlement one script over the processing list and its destination.
+// Producers push to the tail (Publisher.PublishList). Each consumer keeps a heartbeat
+// (see Heartbeat); the items of a consumer whose heartbeat expired are taken over by a
+// live one, counting the lost delivery, so a message that kills its worker reaches the
+// dead letter. A consumer takes over one item at a time, the next once the last has
+// settled, and runs it alone, so that such a message, when it kills the next consumer
+// too, costs no other an attempt. The processing list, heartbeat
+// and consumer set are named after key (see ProcessingList) and share its cluster slot;
+// two live processes must not share a Consumer name.
+func ReliableList(rdb redis.UniversalClient, key string, opts ...ReliableListOption) *ReliableListSource {
+	cfg := reliableListConfig{batch: DefaultBatch, block: DefaultBlock, heartbeat: DefaultHeartbeat}
+	for _, o := range opts {
+		if o != nil {
+			o.applyReliableList(&cfg)
 		}
 	}
-	vals, err := s.rdb.LPopCount(ctx, s.key, max).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("list %q: lpop: %w", s.key, err)
-	}
-	if len(vals) == 0 {
-		// Idle: block for one item, then take what else came with it.
-		v, err := blockingPop(ctx, s.rdb, s.key, "", wait)
-		if errors.Is(err, redis.Nil) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list %q: blpop: %w", s.key, err)
-		}
-		vals = []string{v}
-		if max > 1 {
-			more, err := s.rdb.LPopCount(ctx, s.key, max-1).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				// The items popped so far are delivered; the rest wait for the next read.
-				t.env.Logger.WarnContext(ctx, "settle: list: lpop after blpop failed", slog.String(attrMount, t.env.Mount), slog.Any(attrError, err))
-			}
-			vals = append(vals, more...)
-		}
-	}
-	ds := make([]*source.Delivery, len(vals))
-	for i, v := range vals {
-		payload, headers, ok, rc := t.reader.read(ctx, s.key, []byte(v))
-		ds[i] = &source.Delivery{
-			Attempt:    rc + 1,
-			HasPayload: ok,
-			Headers:    headers,
-			ID:         t.ids.next(),
-			Key:        s.key,
-			Payload:    payload,
-			RetryCount: rc,
-		}
-	}
-	t.unsettled.Add(int64(len(ds)))
-	return ds, nil
+	return &ReliableListSource{cfg: cfg, key: key, rdb: rdb}
 }
 
-// sweepDelays pushes the due copies of the mount's delay set to the tail of the list
-// and returns how long the next read may block (see delaySet.sweep).
-func (t *listTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	wait, _, err := t.delays.sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
-		return script.SweepList(ctx, t.src.rdb, t.delays.Key, t.src.key, now, script.SweepBatch)
-	})
-	if err != nil {
-		return wait, fmt.Errorf("list %q: sweep delays from %q: %w", t.src.key, t.delays.Key, err)
-	}
-	return wait, nil
+// ProcessingList returns the name of the processing list of consumer on the reliable
+// list key: key + ":processing:" + consumer when key has a {hash tag}, else
+// "{" + key + "}:processing:" + consumer, so that it shares key's cluster slot.
+func ProcessingList(key, consumer string) string { return keys.ListProcessing(key, consumer) }
+
+// Transport is for settle's own use and may change in any release.
+func (s *ReliableListSource) Transport(env source.Env) source.Transport {
+	c := redislist.Config{Batch: s.cfg.batch, Block: s.cfg.block, Client: s.rdb, Key: s.key}
+	return redislist.NewReliable(env, redislist.ReliableConfig{Config: c, Consumer: s.cfg.consumer, Heartbeat: s.cfg.heartbeat})
 }
 
-// Ack does nothing: the pop already took the items.
-func (t *listTransport) Ack(_ context.Context, ds []*source.Delivery) error {
-	t.unsettled.Add(-int64(len(ds)))
-	return nil
+// ListOption configures a List source.
+type ListOption interface {
+	applyList(*listConfig)
 }
 
-// Moves writes each move on its own (the pop already took the original, so there is
-// nothing to complete): a retry copy is pushed to the tail of the list, a dead letter to
-// the tail of its list, and a parked copy (retry count + 1, in its envelope) goes into
-// the mount's delay set, due once its delay has passed on the Redis server's clock.
-func (t *listTransport) Moves(ctx context.Context, ms []source.Move) []error {
-	defer t.unsettled.Add(-int64(len(ms)))
-	return source.EachMove(ms, func(m source.Move) error {
-		d := m.Delivery
-		var err error
-		switch m.Action {
-		case source.ActionCopy:
-			if err = t.src.rdb.RPush(ctx, t.src.key, wire.Envelope(d.Payload, m.Headers)).Err(); err != nil {
-				err = fmt.Errorf("list %q: retry copy of %s: rpush: %w", t.src.key, d.ID, err)
-			}
-		case source.ActionDeadLetter:
-			if err = t.src.rdb.RPush(ctx, m.Dest, wire.Envelope(d.Payload, m.Headers)).Err(); err != nil {
-				err = fmt.Errorf("list %q: dead letter of %s to %q: rpush: %w", t.src.key, d.ID, m.Dest, err)
-			}
-		case source.ActionPark:
-			if err = t.delays.parkValue(ctx, t.src.rdb, m); err != nil {
-				err = fmt.Errorf("list %q: park of %s in %q: %w", t.src.key, d.ID, t.delays.Key, err)
-			}
-		default:
-			err = source.UnsupportedMove(source.KindList, m)
-		}
-		return err
-	})
+type listConfig struct {
+	batch int
+	block time.Duration
 }
 
-func (t *listTransport) Close(context.Context) error { return nil }
-
-// stringOnce is a list move (LMOVE, BLMOVE) that go-redis must not send twice: if Redis
-// moved the item and the reply was lost, a retry would move another one and the first
-// would sit in the processing list unseen. With NoRetry the failure reaches the
-// transport, which then re-reads its processing list.
-type stringOnce struct{ *redis.StringCmd }
-
-// NoRetry keeps go-redis from running the move again after a connection failure.
-func (stringOnce) NoRetry() bool { return true }
-
-// lmoveOnce queues an LMOVE of the head of key to the tail of dest on p, not retried.
-func lmoveOnce(ctx context.Context, p redis.Pipeliner, key, dest string) *redis.StringCmd {
-	cmd := redis.NewStringCmd(ctx, "lmove", key, dest, "left", "right")
-	_ = p.Process(ctx, stringOnce{cmd})
-	return cmd
+// ReliableListOption configures a ReliableList source.
+type ReliableListOption interface {
+	applyReliableList(*reliableListConfig)
 }
 
-// blmoveOnce runs a BLMOVE of the head of key to the tail of dest, blocking up to wait
-// (sub-second waits as a decimal timeout), not retried.
-func blmoveOnce(ctx context.Context, rdb redis.UniversalClient, key, dest string, wait time.Duration) (string, error) {
-	var cmd *redis.StringCmd
-	if wait >= time.Second {
-		// Built on a pipeline that is never run, for its blocking read timeout (see
-		// xreadGroupOnce).
-		cmd = rdb.Pipeline().BLMove(ctx, key, dest, "LEFT", "RIGHT", wait.Truncate(time.Second))
-	} else {
-		timeout := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
-		cmd = redis.NewStringCmd(ctx, "blmove", key, dest, "left", "right", timeout)
-	}
-	_ = rdb.Process(ctx, stringOnce{cmd})
-	return cmd.Result()
+type reliableListConfig struct {
+	batch     int
+	block     time.Duration
+	consumer  string
+	heartbeat time.Duration
+}
+
+// DefaultHeartbeat is how long a reliable list consumer's heartbeat lives unless
+// Heartbeat says otherwise.
+const DefaultHeartbeat = 15 * time.Second
+
+type reliableListOptionFunc func(*reliableListConfig)
+
+func (f reliableListOptionFunc) applyReliableList(c *reliableListConfig) { f(c) }
+
+// Heartbeat sets how long a reliable list consumer's heartbeat key lives (SET … PX ttl).
+// The consumer refreshes it every ttl/3 and, every ttl, looks for consumers of the same
+// list whose heartbeat has expired and recovers their processing lists. A dead
+// consumer's items come back between ttl and 2×ttl after it died. It must be at least
+// 100ms. Defaults to DefaultHeartbeat.
+func Heartbeat(ttl time.Duration) ReliableListOption {
+	return reliableListOptionFunc(func(c *reliableListConfig) { c.heartbeat = ttl })
 }

@@ -3,12 +3,9 @@ package settle
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/settlekit/settle/internal/source"
 )
 
 // Hooks are the engine's points of observation, for metrics and traces (the settleotel
@@ -107,119 +104,6 @@ type Event struct {
 	Transport string
 }
 
-// HeaderHookPrefix starts the headers a hook adds to the messages settle writes
-// (Hooks.Move): under HeaderPrefix, so no user header collides with them, and kept by
-// copies, dead letters and replays.
-const HeaderHookPrefix = HeaderPrefix + "x-"
-
-// HeaderOriginID is the id of the first delivery of a message, which its retry copies,
-// parked copies and dead letter carry, so that every line and span of one message share
-// one key (Settled.MessageKey) although each copy has an id of its own.
-const HeaderOriginID = HeaderPrefix + "origin-id"
-
-// messageKey is the key of d's message across its copies: its origin header, else its
-// own id (a first delivery).
-func messageKey(d *source.Delivery) string {
-	if k := d.Headers[HeaderOriginID]; k != "" {
-		return k
-	}
-	return d.ID
-}
-
-// observed reports whether any settlement hook is set: the engine then measures
-// durations and builds the delivery's context.
-func (e *engine) observed() bool {
-	return e.onSettled != nil || e.hooks.Settled != nil || e.hooks.Delivery != nil
-}
-
-// started calls the Delivery hook for d, when set, and returns the delivery's context.
-func (m *mount) started(ctx context.Context, d *source.Delivery) context.Context {
-	h := m.eng.hooks.Delivery
-	if h == nil {
-		return ctx
-	}
-	return h(ctx, DeliveryStart{
-		Attempt: d.Attempt, Group: m.info.Group, Headers: d.Headers, ID: d.ID, Key: d.Key,
-		MessageKey: messageKey(d), Mount: m.name, Redelivery: d.Redelivered, Transport: string(m.info.Kind),
-	})
-}
-
-// event returns the report of d's settlement s, for the hooks and the ack path.
-// ctx is the delivery's (see Hooks.Delivery), start when its handler began.
-func (m *mount) event(ctx context.Context, d *source.Delivery, o Outcome, a Action, start time.Time) Settled {
-	ev := Settled{
-		Action:     a,
-		Attempt:    d.Attempt,
-		HandlerErr: o.Err,
-		ID:         d.ID,
-		Key:        d.Key,
-		Mount:      m.name,
-		Outcome:    o.Kind,
-	}
-	if m.eng.observed() {
-		ev.Group, ev.Transport, ev.Redelivery = m.info.Group, string(m.info.Kind), d.Redelivered
-		ev.MessageKey = messageKey(d)
-		ev.ctx = ctx
-		ev.handled = m.eng.clock.Now()
-		if !start.IsZero() {
-			ev.HandlerDuration = ev.handled.Sub(start)
-		}
-	}
-	return ev
-}
-
-// moveHeaders gives the Move hook, when set, the headers of the message s writes, after
-// settle's own: the origin id, so that every copy names its message's first delivery.
-func (m *mount) moveHeaders(s Settled, d *source.Delivery, h map[string]string) map[string]string {
-	if _, ok := h[HeaderOriginID]; !ok {
-		h[HeaderOriginID] = d.ID
-	}
-	if hook := m.eng.hooks.Move; hook != nil {
-		ctx := s.ctx
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		hook(ctx, s, h)
-	}
-	return h
-}
-
-// putBackHeaders gives the Move hook, when set and where the transport retries in place
-// (Caps.RetriesInPlace: an inbox row's attempt column), the headers of the message a
-// put-back returns, so that the next attempt links to this one as a copy's would;
-// nil otherwise, at no cost.
-func (m *mount) putBackHeaders(s Settled, d *source.Delivery) map[string]string {
-	if m.eng.hooks.Move == nil || !m.info.Caps.RetriesInPlace {
-		return nil
-	}
-	h := make(map[string]string, len(d.Headers)+2) // room for the origin id and a hook's link
-	maps.Copy(h, d.Headers)
-	return m.moveHeaders(s, d, h)
-}
-
-// report calls the settlement hooks with ev, measuring how long the settlement took.
-func (e *engine) report(ctx context.Context, ev Settled) {
-	if ev.ctx != nil {
-		ctx = ev.ctx
-	}
-	if !ev.handled.IsZero() {
-		ev.SettleDuration = e.clock.Now().Sub(ev.handled)
-	}
-	if e.hooks.Settled != nil {
-		e.hooks.Settled(ctx, ev)
-	}
-	if e.onSettled != nil {
-		e.onSettled(ctx, ev)
-	}
-}
-
-// emit reports a transport's event to the Event hook (see source.Env.Event).
-func (m *mount) emit(ctx context.Context, e source.Event) {
-	if h := m.eng.hooks.Event; h != nil {
-		h(ctx, Event{Count: e.Count, Err: e.Err, Group: m.info.Group, Key: m.info.Key, Kind: EventKind(e.Kind), Mount: m.name, Transport: string(m.info.Kind)})
-	}
-}
-
 // logAttrs holds the attributes a handler adds to settle's lines for its delivery
 // (AddLogAttrs). One lives in each worker's context, reused from one delivery to the
 // next, so a handler that adds none costs nothing.
@@ -256,4 +140,60 @@ func (la *logAttrs) reset() {
 	la.mu.Lock()
 	la.attrs = la.attrs[:0]
 	la.mu.Unlock()
+}
+
+// Settled describes one settlement, for Config.OnSettled and Hooks.Settled. Group,
+// HandlerDuration, MessageKey, Redelivery, SettleDuration and Transport are filled
+// when a hook or OnSettled is set (as they are whenever one reads them).
+type Settled struct {
+	// Action is what the engine did.
+	Action Action
+	// Attempt is the delivery's attempt, 1-based.
+	Attempt int
+	// Delay is the wait of a parked copy.
+	Delay time.Duration
+	// Due: this reports the write of an in-process delayed copy that came due; the
+	// delivery's park was reported when it was scheduled. Late is then how long after
+	// its due time the copy was written.
+	Due bool
+	// Err is nil when the settlement was applied, else the error that kept it from being
+	// applied (the message then stays where the transport keeps it, if it does).
+	Err error
+	// Group is the consumer group (or inbox group) read, if any.
+	Group string
+	// HandlerDuration is how long the handler ran (0 when it did not run).
+	HandlerDuration time.Duration
+	// HandlerErr is the handler's error (nil for an ack).
+	HandlerErr error
+	// ID is the delivery's id in its transport.
+	ID string
+	// Key is where the delivery was read from.
+	Key string
+	// Late is how long after its due time a due copy was written (see Due).
+	Late time.Duration
+	// MessageKey identifies the message across its copies, whose ids differ: the id of
+	// its first delivery (HeaderOriginID).
+	MessageKey string
+	// Mount names the mount.
+	Mount string
+	// Outcome is what the handler asked.
+	Outcome OutcomeKind
+	// Redelivery: an earlier delivery of this message never settled, and the transport
+	// delivers it again: re-read from the consumer's own pending entries, claimed from
+	// another consumer, recovered from a dead consumer's processing list, or a row whose
+	// lease passed.
+	Redelivery bool
+	// SettleDuration is how long the settlement took to apply, from the handler's return.
+	SettleDuration time.Duration
+	// Transport is the kind of source read: stream, list, channel or table.
+	Transport string
+
+	ctx     context.Context // the delivery's (Hooks.Delivery); nil when no hook is set
+	handled time.Time       // when the handler returned; zero when no hook is set
+}
+
+// Final reports whether the message reached a final state with this settlement: acked,
+// dropped, rejected, lost or dead-lettered, and applied without error.
+func (s Settled) Final() bool {
+	return s.Err == nil && (s.Action.completes() || s.Action == ActionDeadLetter || s.Action == ActionReply)
 }

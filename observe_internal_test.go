@@ -2,11 +2,8 @@ package settle
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
-	"slices"
-	"sync"
 	"testing"
 
 	"github.com/settlekit/settle/delayed"
@@ -68,60 +65,5 @@ func TestUnsetMoveHookAddsNoAllocationToARetryCopy(t *testing.T) {
 	}
 	if base > 8 {
 		t.Fatalf("a retry copy allocates %.0f times; want at most 8, as before hooks and the origin header existed", base)
-	}
-}
-
-// A claimer warns of an entry taken over from under a running handler once, not at each
-// heartbeat while the handler runs on, and again only for an entry taken over anew.
-func TestClaimerWarnsOfATakenOverEntryOncePerOccurrence(t *testing.T) {
-	t.Parallel()
-	var c claimer
-	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
-		t.Fatalf("first heartbeat warns of %v, want [1-0]", got)
-	}
-	for range 3 {
-		if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0"}); len(got) != 0 {
-			t.Fatalf("a later heartbeat warns of %v again, want nothing new", got)
-		}
-	}
-	if got := c.newlyTaken([]string{"1-0", "2-0"}, []string{"1-0", "2-0"}); !slices.Equal(got, []string{"2-0"}) {
-		t.Fatalf("warns of %v, want only the entry newly taken over", got)
-	}
-	// 1-0 settled (no longer in flight): were it delivered and taken over again, that is
-	// a new occurrence.
-	c.newlyTaken([]string{"2-0"}, nil)
-	if got := c.newlyTaken([]string{"1-0"}, []string{"1-0"}); !slices.Equal(got, []string{"1-0"}) {
-		t.Fatalf("warns of %v, want 1-0's new occurrence", got)
-	}
-}
-
-// countHandler counts the records logged at each level.
-type countHandler struct {
-	mu sync.Mutex
-	n  map[slog.Level]int
-}
-
-func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.n[r.Level]++
-	return nil
-}
-func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *countHandler) WithGroup(string) slog.Handler      { return h }
-
-// A reliable list's heartbeat failing tick after tick is one error line, and its
-// recovery one info line: each failure is logged once per occurrence, not per tick.
-func TestReliableListHeartbeatFailureIsLoggedOncePerOccurrence(t *testing.T) {
-	t.Parallel()
-	h := &countHandler{n: map[slog.Level]int{}}
-	k := &listKeeper{env: source.Env{Logger: slog.New(h)}}
-	ctx, down := context.Background(), errors.New("connection refused")
-	for _, err := range []error{down, down, down, nil, nil, down, down} {
-		k.beaten(ctx, err)
-	}
-	if h.n[slog.LevelError] != 2 || h.n[slog.LevelInfo] != 1 {
-		t.Fatalf("logged %v, want 2 errors (two outages) and 1 recovery", h.n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/settletest"
 )
 
@@ -97,7 +98,7 @@ func TestAppMiddlewareWrapsEveryMountOutsideItsOwn(t *testing.T) {
 // msg_id changes) and the attributes its handler added.
 func TestSettlementLinesShareTheMessageKeyAcrossCopiesAndCarryTheHandlersAttrs(t *testing.T) {
 	t.Parallel()
-	sink := newLogSink()
+	sink := logtest.New()
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
 	in := h.Redis.Key("keys.in")
 	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
@@ -112,9 +113,9 @@ func TestSettlementLinesShareTheMessageKeyAcrossCopiesAndCarryTheHandlersAttrs(t
 	h.WaitAction(settle.ActionAck, 1)
 	h.Stop()
 
-	lines := sink.settlementLines()
+	lines := settlementLines(sink)
 	if len(lines) != 3 {
-		t.Fatalf("settlement lines %v, want 3 (retry, retry, ack)", lines)
+		t.Fatalf("settlement lines %v, want 3 (retry, retry, sourcetest.Ack)", lines)
 	}
 	ids := map[string]bool{}
 	for _, l := range lines {
@@ -130,11 +131,9 @@ func TestSettlementLinesShareTheMessageKeyAcrossCopiesAndCarryTheHandlersAttrs(t
 
 // settlementLines returns the attributes of the records that report a settlement
 // (those with an action and an attempt).
-func (s *logSink) settlementLines() []map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func settlementLines(s *logtest.Sink) []map[string]string {
 	var out []map[string]string
-	for _, r := range s.recs {
+	for _, r := range s.Records() {
 		attrs := map[string]string{}
 		r.Attrs(func(a slog.Attr) bool {
 			attrs[a.Key] = a.Value.String()
@@ -153,7 +152,7 @@ func TestEventHookHearsSweepsOfDueDelays(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var swept int
-	sink := newLogSink()
+	sink := logtest.New()
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger(), Hooks: settle.Hooks{Event: func(_ context.Context, e settle.Event) {
 		if e.Kind == settle.EventSweep && e.Transport == "stream" && e.Mount != "" {
 			mu.Lock()
@@ -182,7 +181,7 @@ func TestEventHookHearsSweepsOfDueDelays(t *testing.T) {
 // key), as every other settlement has.
 func TestInProcessDelayedCopyWrittenBackIsLogged(t *testing.T) {
 	t.Parallel()
-	sink := newLogSink()
+	sink := logtest.New()
 	h := settletest.New(t, settletest.WithConfig(settle.Config{Logger: sink.Logger()}))
 	in := h.Redis.Key("due.in")
 	h.Mount(settle.Stream(h.Redis.Client, in, "g"), retryOnceAfter(time.Minute), settle.DelayIn(delayed.InProcess{}))

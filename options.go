@@ -12,22 +12,6 @@ type MountOption interface {
 	applyMount(*mountConfig)
 }
 
-// StreamOption configures a Stream source.
-type StreamOption interface {
-	applyStream(*streamConfig)
-}
-
-// ClaimingStreamOption configures a ClaimingStream source: a Stream's options but
-// Reclaim, since a claiming stream always claims what has been idle for its minIdle.
-type ClaimingStreamOption interface {
-	applyClaimingStream(*streamConfig)
-}
-
-// PublisherOption configures a Publisher.
-type PublisherOption interface {
-	applyPublisher(*publisherConfig)
-}
-
 type mountConfig struct {
 	backoff          func(attempt int, err error) time.Duration
 	codec            Codec
@@ -155,36 +139,6 @@ func WithCodec(c Codec) CodecOption { return CodecOption{codec: c} }
 func (o CodecOption) applyMount(c *mountConfig)         { c.codec = o.codec }
 func (o CodecOption) applyPublisher(c *publisherConfig) { c.codec = o.codec }
 
-type streamConfig struct {
-	batch    int
-	block    time.Duration
-	consumer string
-	reclaim  time.Duration // Reclaim's idle; 0: no reclaim
-	startID  string
-	trimKeep time.Duration // Trim's keep
-	trimOff  bool          // NoTrim
-}
-
-// Stream defaults.
-const (
-	// DefaultReclaim is how long a Stream consumer waits before it takes over an entry
-	// another consumer left pending (see Reclaim).
-	DefaultReclaim = time.Minute
-	// DefaultBatch is the most entries one XREADGROUP asks for.
-	DefaultBatch = 100
-	// DefaultBlock is the longest one XREADGROUP blocks waiting for entries; it also
-	// bounds how long a shutdown waits for a read in progress.
-	DefaultBlock = time.Second
-)
-
-func defaultStreamConfig() streamConfig {
-	return streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0", trimKeep: DefaultTrimKeep}
-}
-
-type streamOptionFunc func(*streamConfig)
-
-func (f streamOptionFunc) applyStream(c *streamConfig) { f(c) }
-
 // ReadOption configures how a source reads (Batch, Block). It is an option of every
 // Redis source: a StreamOption, a ClaimingStreamOption, a ListOption, a
 // ReliableListOption and a PubSubOption.
@@ -195,9 +149,9 @@ type ReadOption struct {
 func (o ReadOption) applyStream(c *streamConfig)         { o.set(&c.batch, &c.block) }
 func (o ReadOption) applyClaimingStream(c *streamConfig) { o.set(&c.batch, &c.block) }
 
-// Batch sets the most entries (list items, channel messages, rows) one read asks for; a
-// read never asks for more than the mount has free handler slots. Defaults to
-// DefaultBatch.
+// Batch sets the most messages (stream entries, list items, channel messages) one read
+// asks for; a read never asks for more than the mount has free handler slots. Defaults
+// to DefaultBatch.
 func Batch(n int) ReadOption {
 	return ReadOption{set: func(batch *int, _ *time.Duration) { *batch = n }}
 }
@@ -227,115 +181,52 @@ type ConsumerOption struct{ name string }
 func (o ConsumerOption) applyStream(c *streamConfig)         { c.consumer = o.name }
 func (o ConsumerOption) applyClaimingStream(c *streamConfig) { c.consumer = o.name }
 
-// StartAt sets where a consumer group created by the mount starts: "0" reads the whole
-// stream, "$" only entries added after the group is created. A group that already exists
-// keeps its position. Defaults to "0".
-func StartAt(id string) StartOption { return StartOption{id: id} }
-
-// StartOption sets where a new consumer group starts (see StartAt). It is a
-// StreamOption and a ClaimingStreamOption.
-type StartOption struct{ id string }
-
-func (o StartOption) applyStream(c *streamConfig)         { c.startID = o.id }
-func (o StartOption) applyClaimingStream(c *streamConfig) { c.startID = o.id }
-
-// Reclaim sets how long an entry must have been left pending by another consumer of the
-// group before a Stream consumer takes it over: the entries of a consumer whose process
-// died. A reclaimed entry's attempt counts its unsettled deliveries, so a message that
-// kills its consumers reaches the cap. Entries are taken over one at a time, each run
-// alone once the last settled: a crash charges every entry its process held, and a
-// message that kills its consumers then spends no other's attempts. While a handler runs (or waits, read ahead), its
-// entry's idle time is reset every idle/3, so that no live handler's entry is taken
-// over by a settle consumer. The consumer that scans also removes from the group the
-// consumers that hold no entry and have been idle ten times as long (at least 10 min).
-// idle must be at least a millisecond. Defaults to DefaultReclaim.
-func Reclaim(idle time.Duration) StreamOption {
-	return streamOptionFunc(func(c *streamConfig) { c.reclaim = idle })
-}
-
-// ListOption configures a List source.
-type ListOption interface {
-	applyList(*listConfig)
-}
-
-type listConfig struct {
-	batch int
-	block time.Duration
-}
-
 func (o ReadOption) applyList(c *listConfig) { o.set(&c.batch, &c.block) }
-
-// ReliableListOption configures a ReliableList source.
-type ReliableListOption interface {
-	applyReliableList(*reliableListConfig)
-}
-
-type reliableListConfig struct {
-	batch     int
-	block     time.Duration
-	consumer  string
-	heartbeat time.Duration
-}
 
 func (o ReadOption) applyReliableList(c *reliableListConfig)     { o.set(&c.batch, &c.block) }
 func (o ConsumerOption) applyReliableList(c *reliableListConfig) { c.consumer = o.name }
 
-// DefaultHeartbeat is how long a reliable list consumer's heartbeat lives unless
-// Heartbeat says otherwise.
-const DefaultHeartbeat = 15 * time.Second
-
-type reliableListOptionFunc func(*reliableListConfig)
-
-func (f reliableListOptionFunc) applyReliableList(c *reliableListConfig) { f(c) }
-
-// Heartbeat sets how long a reliable list consumer's heartbeat key lives (SET … PX ttl).
-// The consumer refreshes it every ttl/3 and, every ttl, looks for consumers of the same
-// list whose heartbeat has expired and recovers their processing lists. A dead
-// consumer's items come back between ttl and 2×ttl after it died. It must be at least
-// 100ms. Defaults to DefaultHeartbeat.
-func Heartbeat(ttl time.Duration) ReliableListOption {
-	return reliableListOptionFunc(func(c *reliableListConfig) { c.heartbeat = ttl })
-}
-
-// PubSubOption configures a PubSub or PubSubPattern source.
-type PubSubOption interface {
-	applyPubSub(*pubsubConfig)
-}
-
-type pubsubConfig struct {
-	batch    int
-	block    time.Duration
-	buffer   int
-	outRetry string
-}
-
 func (o ReadOption) applyPubSub(c *pubsubConfig) { o.set(&c.batch, &c.block) }
 
-type pubsubOptionFunc func(*pubsubConfig)
-
-func (f pubsubOptionFunc) applyPubSub(c *pubsubConfig) { f(c) }
-
-// OutRetry names the channel a subscription publishes its retry copies to. A pattern
-// subscription reads many channels and names none, so PubSubPattern requires it: without
-// it App.Validate (and so App.Run) refuses the mount. Subscribe to that channel (the
-// pattern may match it) to read the copies again. On PubSub it replaces the default, the
-// channel the message came on.
-func OutRetry(channel string) PubSubOption {
-	return pubsubOptionFunc(func(c *pubsubConfig) { c.outRetry = channel })
+// WaitReplicas makes a Redis mount's settlements wait until n replicas have
+// acknowledged them (Redis's WAIT, at most timeout) before they count as applied: a
+// settlement the primary wrote but fewer replicas acknowledged in time is reported failed
+// (Settled.Err), so that what OnSettled reports applied survives a failover to one of
+// those replicas. It narrows what a failover undoes; it does not make replication
+// synchronous (RELIABILITY.md §6 has the measured figures). Each Ack or Moves call of the mount then
+// costs one more round trip, and one more while a replica lags. Refused on a List or
+// PubSub mount (their settlements write nothing) and on a SQL inbox.
+func WaitReplicas(n int, timeout time.Duration) MountOption {
+	return mountOptionFunc(func(c *mountConfig) {
+		c.replicas = replicaWait{n: n, timeout: timeout, set: true}
+	})
 }
 
-// Buffer sets how many received messages may wait in memory for a free handler. When it
-// is full for a minute, go-redis drops messages (at-most-once). Defaults to
-// DefaultBuffer.
-func Buffer(n int) PubSubOption {
-	return pubsubOptionFunc(func(c *pubsubConfig) { c.buffer = n })
+// replicaWait is a mount's WaitReplicas.
+type replicaWait struct {
+	n       int
+	timeout time.Duration
+	set     bool
 }
 
-// DefaultBuffer is how many received channel messages may wait for a handler unless
-// Buffer says otherwise.
-const DefaultBuffer = 1000
+// ReplyTo names where a mount's replies go (see Reply and Message.Reply). Without
+// ReplyVia, dest is a destination of the source's own kind in its own store, and the
+// transport writes the replies and completes the original in one atomic step, fenced
+// like any settlement: a stream key in the source stream's hash slot, a list key beside
+// a reliable list, another group (or table) of an inbox's database, another topic of a
+// settletest.Broker. A source that cannot do that refuses to start unless ReplyVia is
+// given too. Defaults to no replies.
+func ReplyTo(dest string) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.replyTo = dest })
+}
 
-type publisherConfig struct {
-	codec Codec
-	hook  PublishHook
+// ReplyVia sends a mount's replies to its ReplyTo destination through r, into another
+// store (a stream → a channel, an inbox → Redis). Then the replies are published
+// first and the original completed after: a crash or failed ack in between delivers
+// the original again and its replies are published again (at least once), and a failed
+// publish settles the delivery as a failure (a Retry after the mount's backoff, kept for
+// the dead letter), so that no reply is lost. Defaults to the source's own atomic
+// replies.
+func ReplyVia(r Replier) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.replier = r })
 }

@@ -34,12 +34,6 @@ func (p *pauseProbe) Paused(context.Context) (bool, error) {
 	return a.paused, a.err
 }
 
-// stepClock is a clock that moves only when told.
-type stepClock struct{ now time.Time }
-
-func (c *stepClock) Now() time.Time                     { return c.now }
-func (c *stepClock) NewTimer(time.Duration) clock.Timer { panic("not used") }
-
 // The read loop asks its transport at most once per pauseCheck of the App's clock; a
 // failed check keeps the last state and warns once per streak of failures; each change
 // is logged once at Info.
@@ -49,13 +43,13 @@ func TestPauseCheckIsCachedAndAFailedCheckKeepsTheLastState(t *testing.T) {
 		{paused: true}, {err: down}, {err: down}, {paused: false}, {err: down}, {paused: false},
 	}}
 	var logs bytes.Buffer
-	c := &stepClock{now: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+	c := clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	m := &mount{eng: &engine{clock: c}, transport: probe, logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	ctx := context.Background()
 	var ps pauseState
 	step := func(d time.Duration, want bool, calls int) {
 		t.Helper()
-		c.now = c.now.Add(d)
+		c.Advance(d)
 		if got := m.paused(ctx, &ps); got != want {
 			t.Fatalf("paused = %v, want %v", got, want)
 		}

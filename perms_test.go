@@ -13,20 +13,21 @@ import (
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/sourcetest"
 )
 
 // runRefused runs app until Run returns (it must, at once: the server answered) and
 // returns its error.
 func runRefused(t *testing.T, app *settle.App) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	ctx, cancel := context.WithTimeout(context.Background(), sourcetest.WaitBound)
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- app.Run(ctx) }()
 	select {
 	case err := <-errc:
 		return err
-	case <-time.After(waitBound):
+	case <-time.After(sourcetest.WaitBound):
 		t.Fatal("Run did not return: a missing permission must fail it at once")
 		return nil
 	}
@@ -49,41 +50,45 @@ func TestRunNamesEveryMissingPermissionOfEveryMountAtOnce(t *testing.T) {
 		name:  "StreamWithDurableZsetWithoutScripts",
 		rules: []string{"+@all", "-eval", "-evalsha"},
 		mount: func(app *settle.App, rdb *redis.Client) {
-			app.Mount(settle.Stream(rdb, r.Key("s1"), "g"), ack, settle.DelayIn(delayed.DurableZset{Key: r.Key("s1:delayed")}))
+			app.Mount(settle.Stream(rdb, r.Key("s1"), "g"), sourcetest.Ack, settle.DelayIn(delayed.DurableZset{Key: r.Key("s1:delayed")}))
 		},
 		want:  []string{"EVALSHA", "EVAL"},
 		never: []string{"XACK", "ZADD"},
 	}, {
 		name:  "WithoutScriptsNorACL",
 		rules: []string{"+@all", "-eval", "-evalsha", "-acl"},
-		mount: func(app *settle.App, rdb *redis.Client) { app.Mount(settle.Stream(rdb, r.Key("s2"), "g"), ack) },
-		want:  []string{"EVALSHA", "EVAL"},
+		mount: func(app *settle.App, rdb *redis.Client) {
+			app.Mount(settle.Stream(rdb, r.Key("s2"), "g"), sourcetest.Ack)
+		},
+		want: []string{"EVALSHA", "EVAL"},
 	}, {
 		name:  "StreamWithoutXACKAndXAUTOCLAIM",
 		rules: []string{"+@all", "-xack", "-xautoclaim"},
-		mount: func(app *settle.App, rdb *redis.Client) { app.Mount(settle.Stream(rdb, r.Key("s3"), "g"), ack) },
+		mount: func(app *settle.App, rdb *redis.Client) {
+			app.Mount(settle.Stream(rdb, r.Key("s3"), "g"), sourcetest.Ack)
+		},
 		want:  []string{"XACK " + r.Key("s3"), "XAUTOCLAIM " + r.Key("s3")},
 		never: []string{"EVAL"},
 	}, {
 		name:  "DeadLetterKeyNotWritable",
 		rules: []string{"+@all", "resetkeys", "~" + r.Key("s4") + "*"},
 		mount: func(app *settle.App, rdb *redis.Client) {
-			app.Mount(settle.Stream(rdb, r.Key("s4"), "g"), ack, settle.DeadLetter(r.Key("dead4")), settle.MaxAttempts(3))
+			app.Mount(settle.Stream(rdb, r.Key("s4"), "g"), sourcetest.Ack, settle.DeadLetter(r.Key("dead4")), settle.MaxAttempts(3))
 		},
 		want: []string{"XADD " + r.Key("dead4")},
 	}, {
 		name:  "TwoMountsEachNamed",
 		rules: []string{"+@all", "-lrem", "-set"},
 		mount: func(app *settle.App, rdb *redis.Client) {
-			app.Mount(settle.ReliableList(rdb, r.Key("l1")), ack, settle.Name("first"))
-			app.Mount(settle.ReliableList(rdb, r.Key("l2")), ack, settle.Name("second"))
+			app.Mount(settle.ReliableList(rdb, r.Key("l1")), sourcetest.Ack, settle.Name("first"))
+			app.Mount(settle.ReliableList(rdb, r.Key("l2")), sourcetest.Ack, settle.Name("second"))
 		},
 		want: []string{"mount first", "mount second", "LREM", "SET"},
 	}, {
 		name:  "WaitReplicasWithoutWAIT",
 		rules: []string{"+@all", "-wait"},
 		mount: func(app *settle.App, rdb *redis.Client) {
-			app.Mount(settle.Stream(rdb, r.Key("s5"), "g"), ack, settle.WaitReplicas(1, time.Second))
+			app.Mount(settle.Stream(rdb, r.Key("s5"), "g"), sourcetest.Ack, settle.WaitReplicas(1, time.Second))
 		},
 		want:  []string{"WAIT"},
 		never: []string{"XACK", "EVAL"},

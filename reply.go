@@ -4,19 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/settlekit/settle/internal/source"
-	"github.com/settlekit/settle/internal/timerq"
-)
-
-// Headers every reply carries, naming the delivery it answers.
-const (
-	// HeaderReplyOf is the id of the delivery a reply answers.
-	HeaderReplyOf = HeaderPrefix + "reply-of"
-	// HeaderReplySource is where the answered delivery was read from (its Key).
-	HeaderReplySource = HeaderPrefix + "reply-source"
 )
 
 // ErrNoReplyTo is the error of Message.Reply on a mount that declares no ReplyTo.
@@ -88,28 +77,6 @@ func (e *EncodeError) Error() string {
 // Unwrap returns the codec's error.
 func (e *EncodeError) Unwrap() error { return e.Err }
 
-// ReplyTo names where a mount's replies go (see Reply and Message.Reply). Without
-// ReplyVia, dest is a destination of the source's own kind in its own store, and the
-// transport writes the replies and completes the original in one atomic step, fenced
-// like any settlement: a stream key in the source stream's hash slot, a list key beside
-// a reliable list, another group (or table) of an inbox's database, another topic of a
-// settletest.Broker. A source that cannot do that refuses to start unless ReplyVia is
-// given too. Defaults to no replies.
-func ReplyTo(dest string) MountOption {
-	return mountOptionFunc(func(c *mountConfig) { c.replyTo = dest })
-}
-
-// ReplyVia sends a mount's replies to its ReplyTo destination through r, into another
-// store (a stream → a channel, an inbox → Redis). Then the replies are published
-// first and the original completed after: a crash or failed ack in between delivers
-// the original again and its replies are published again (at least once), and a failed
-// publish settles the delivery as a failure (a Retry after the mount's backoff, kept for
-// the dead letter), so that no reply is lost. Defaults to the source's own atomic
-// replies.
-func ReplyVia(r Replier) MountOption {
-	return mountOptionFunc(func(c *mountConfig) { c.replier = r })
-}
-
 // Replier publishes a reply somewhere other than the source's store (see ReplyVia).
 type Replier interface {
 	// PublishReply writes one reply, payload and headers, to dest; nil once written.
@@ -124,37 +91,4 @@ type ReplierFunc func(ctx context.Context, dest string, payload []byte, headers 
 // PublishReply calls f.
 func (f ReplierFunc) PublishReply(ctx context.Context, dest string, payload []byte, headers map[string]string) error {
 	return f(ctx, dest, payload, headers)
-}
-
-// replyProblems returns the refusals of the mount's reply options.
-func (m *mount) replyProblems() []error {
-	switch {
-	case m.cfg.replier != nil && m.cfg.replyTo == "":
-		return []error{errors.New("ReplyVia without ReplyTo: say where replies go")}
-	case m.cfg.replyTo != "" && m.cfg.replier == nil && !m.info.Caps.Replies:
-		return []error{fmt.Errorf("ReplyTo(%q): a %s source cannot write replies atomically itself; give ReplyVia to publish them", m.cfg.replyTo, m.info.Kind)}
-	}
-	return nil
-}
-
-// reply settles a delivery whose handler succeeded with replies: one atomic move where
-// the transport writes them itself, else each published through the mount's replier
-// and the original completed after; a failed publish settles it as a failure.
-func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Output, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
-	ev := m.event(ctx, d, Outcome{Kind: OutcomeAck}, ActionReply, start)
-	m.logSettlement(ctx, slog.LevelDebug, "settle: reply", d, Outcome{Kind: OutcomeAck}, settlement{Action: ActionReply},
-		slog.String("reply_to", m.cfg.replyTo), slog.Int("replies", len(outs)))
-	if m.cfg.replier == nil {
-		return m.move(source.Move{Action: source.ActionReply, Delivery: d, Outputs: outs}, ev)
-	}
-	wctx := m.writes.get()
-	for i, out := range outs {
-		if err := m.cfg.replier.PublishReply(wctx, m.cfg.replyTo, out.Payload, out.Headers); err != nil {
-			err = fmt.Errorf("settle: publish reply %d of %d to %q: %w", i+1, len(outs), m.cfg.replyTo, err)
-			o := Outcome{Kind: OutcomeRetry, Err: err, Delay: m.backoff(d.Attempt, err)}
-			return m.apply(ctx, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), acks, delays, start)
-		}
-	}
-	acks.add(d, ev)
-	return false
 }

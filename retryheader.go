@@ -1,10 +1,6 @@
 package settle
 
-import (
-	"errors"
-	"strconv"
-	"strings"
-)
+import "github.com/settlekit/settle/internal/wire"
 
 // HeaderPrefix starts every header settle writes. Headers with this prefix are reserved:
 // publishing one is refused.
@@ -16,6 +12,32 @@ const HeaderPrefix = "settle-"
 // none, which reads as 0.
 const HeaderRetryCount = HeaderPrefix + "retry-count"
 
+// HeaderInvalidEnvelope marks a list item or channel message that started like settle's
+// envelope but did not decode: its value is the decode error. Such a message is
+// delivered with its whole value, as it arrived, as Message.Payload, but Message.Decode
+// (and so Typed) refuses it with a *DecodeError: it spends attempts like any payload that
+// does not decode and reaches the dead letter at the cap with its bytes intact. Its
+// retry copies carry this header, so every delivery of it reads the same.
+const HeaderInvalidEnvelope = HeaderPrefix + "invalid-envelope"
+
+// HeaderHookPrefix starts the headers a hook adds to the messages settle writes
+// (Hooks.Move): under HeaderPrefix, so no user header collides with them, and kept by
+// copies, dead letters and replays.
+const HeaderHookPrefix = HeaderPrefix + "x-"
+
+// HeaderOriginID is the id of the first delivery of a message, which its retry copies,
+// parked copies and dead letter carry, so that every line and span of one message share
+// one key (Settled.MessageKey) although each copy has an id of its own.
+const HeaderOriginID = HeaderPrefix + "origin-id"
+
+// Headers every reply carries, naming the delivery it answers.
+const (
+	// HeaderReplyOf is the id of the delivery a reply answers.
+	HeaderReplyOf = HeaderPrefix + "reply-of"
+	// HeaderReplySource is where the answered delivery was read from (its Key).
+	HeaderReplySource = HeaderPrefix + "reply-source"
+)
+
 // MaxRetryCount bounds the retry-count header as it is read: a larger count (written by
 // another client, or too large for an int) reads as MaxRetryCount, so an attempt never
 // overflows to a negative number and a delivery's attempt is always past any
@@ -26,28 +48,10 @@ const MaxRetryCount = 1 << 20
 // (not an integer, or negative) is also 0, and one beyond MaxRetryCount is
 // MaxRetryCount; for both ok is false so the caller can log it.
 func parseRetryCount(headers map[string]string) (n int, ok bool) {
-	v, present := headers[HeaderRetryCount]
-	if !present {
-		return 0, true
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	switch {
-	case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(v), "-"):
-		return MaxRetryCount, false
-	case err != nil || n < 0:
-		return 0, false
-	case n > MaxRetryCount:
-		return MaxRetryCount, false
-	}
-	return n, true
+	return wire.ParseRetryCount(headers)
 }
 
 // withRetryCount returns a copy of headers whose retry count is n.
 func withRetryCount(headers map[string]string, n int) map[string]string {
-	out := make(map[string]string, len(headers)+2) // room for the origin id too (see moveHeaders)
-	for k, v := range headers {
-		out[k] = v
-	}
-	out[HeaderRetryCount] = strconv.Itoa(n)
-	return out
+	return wire.WithRetryCount(headers, n)
 }

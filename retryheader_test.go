@@ -3,6 +3,8 @@ package settle
 import (
 	"maps"
 	"testing"
+
+	"github.com/settlekit/settle/internal/wire"
 )
 
 func TestParseRetryCount(t *testing.T) {
@@ -64,5 +66,32 @@ func TestWithRetryCountOfNilHeaders(t *testing.T) {
 	got := withRetryCount(nil, 1)
 	if want := map[string]string{HeaderRetryCount: "1"}; !maps.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// TestHeaderNamesMatchWire keeps settle's public header names and bounds in step with
+// the ones the transports write (internal/wire).
+func TestHeaderNamesMatchWire(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ public, internal string }{
+		{HeaderPrefix, wire.HeaderPrefix},
+		{HeaderRetryCount, wire.HeaderRetryCount},
+		{HeaderInvalidEnvelope, wire.HeaderInvalidEnvelope},
+		{HeaderDeadAt, wire.HeaderDeadAt},
+		{HeaderDeadError, wire.HeaderDeadError},
+		{HeaderDeadID, wire.HeaderDeadID},
+		{HeaderDeadReason, wire.HeaderDeadReason},
+		{HeaderDeadSource, wire.HeaderDeadSource},
+		{deadAtLayout, wire.DeadAtLayout},
+	} {
+		if tt.public != tt.internal {
+			t.Errorf("got %q, want %q", tt.public, tt.internal)
+		}
+	}
+	if MaxHeaders != wire.MaxStreamFields-100 {
+		t.Errorf("MaxHeaders = %d, want wire.MaxStreamFields - 100 = %d: room for the payload and settle's own headers", MaxHeaders, wire.MaxStreamFields-100)
+	}
+	if MaxRetryCount != wire.MaxRetryCount {
+		t.Errorf("MaxRetryCount = %d, wire.MaxRetryCount = %d", MaxRetryCount, wire.MaxRetryCount)
 	}
 }

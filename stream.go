@@ -2,22 +2,14 @@ package settle
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/settlekit/settle/internal/keys"
-	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/redisstream"
 	"github.com/settlekit/settle/internal/source"
-	"github.com/settlekit/settle/internal/wire"
 )
 
 // StreamSource reads a Redis stream through a consumer group. Make one with Stream.
@@ -48,37 +40,14 @@ func Stream(rdb redis.UniversalClient, key, group string, opts ...StreamOption) 
 
 // Transport is for settle's own use and may change in any release.
 func (s *StreamSource) Transport(env source.Env) source.Transport {
-	consumer := s.cfg.consumer
-	if consumer == "" {
-		consumer = defaultConsumerName()
-	}
-	t := &streamTransport{
-		consumer: consumer,
-		cursor:   "0",
-		env:      env,
-		inflight: map[string]bool{},
-		rescan:   true,
-		src:      s,
-	}
-	t.delays, t.parks = delaySetOf(env)
-	t.claim = newClaimer(t.claimStream(), "Reclaim", s.cfg.reclaim, s.cfg.block, false, nil) // retries are copies
-	return t
+	return redisstream.New(env, s.config())
 }
 
-// claimStream is what a claimer of this consumer's group needs of it.
-func (t *streamTransport) claimStream() claimStream {
-	return claimStream{consumer: t.consumer, env: t.env, group: t.src.group, key: t.src.key, owner: t, rdb: t.src.rdb}
-}
-
-// defaultConsumerName is unique per process: host, pid and a random suffix.
-func defaultConsumerName() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "settle"
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+// config is what the stream transport is given.
+func (s *StreamSource) config() redisstream.Config {
+	c := s.cfg
+	return redisstream.Config{Batch: c.batch, Block: c.block, Client: s.rdb, Consumer: c.consumer, Group: s.group, Key: s.key,
+		Reclaim: c.reclaim, StartID: c.startID, TrimKeep: c.trimKeep, TrimOff: c.trimOff}
 }
 
 // Seek moves the consumer group's position back (or forward) to id (XGROUP SETID): the
@@ -109,522 +78,103 @@ func (s *StreamSource) Seek(ctx context.Context, id string) error {
 	return nil
 }
 
-// streamTransport is one mount's consumer on a stream.
-type streamTransport struct {
-	claim       *claimer // takes idle pending entries over (Reclaim, ClaimingStream); nil: none
-	consumer    string
-	delays      delaySet // the mount's durable delay set, when parks
-	env         source.Env
-	garbledOnce sync.Once
-	nextTrim    time.Time // when Fetch trims next (see trim); Fetch's goroutine only
-	parks       bool
-	src         *StreamSource
-
-	mu       sync.Mutex
-	cursor   string          // where the next own-pending read starts
-	fence    rereadFence     // entries settled while an own-pending re-read was out
-	inflight map[string]bool // delivered here and not yet settled; true: taken over (see takeoverRoom)
-	last     string          // the greatest entry id delivered here (see recreateGroup)
-	rescan   bool            // re-read own pending entries before new ones
-	rescans  uint64          // how many times a re-read was asked for (see readOwnPending)
+// TrimOption sets how a stream mount trims its stream (see Trim). It is a StreamOption
+// and a ClaimingStreamOption.
+type TrimOption struct {
+	keep time.Duration
+	off  bool
 }
 
-func (t *streamTransport) Info() source.Info {
-	return source.Info{
-		Batch:        t.src.cfg.batch,
-		BatchesMoves: true,
-		Block:        t.src.cfg.block,
-		// A re-read or claimed entry's attempt counts its unsettled deliveries.
-		Caps:  source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, Replies: true, RetryWithoutCap: source.ActionCopy},
-		Group: t.src.group,
-		Key:   t.src.key,
-		Kind:  source.KindStream,
-	}
-}
+func (o TrimOption) applyStream(c *streamConfig)         { c.trimKeep, c.trimOff = o.keep, o.off }
+func (o TrimOption) applyClaimingStream(c *streamConfig) { c.trimKeep, c.trimOff = o.keep, o.off }
 
-func (t *streamTransport) Validate(p source.Policy) []error {
-	var errs []error
-	s := t.src
-	if s.rdb == nil {
-		errs = append(errs, errors.New("stream: redis client is nil"))
-	}
-	if s.key == "" {
-		errs = append(errs, errors.New("stream: key is empty"))
-	}
-	if s.group == "" {
-		errs = append(errs, errors.New("stream: group is empty"))
-	}
-	if s.cfg.batch < 1 {
-		errs = append(errs, fmt.Errorf("Batch(%d): must be at least 1", s.cfg.batch))
-	}
-	if s.cfg.block <= 0 {
-		errs = append(errs, fmt.Errorf("Block(%s): must be positive", s.cfg.block))
-	}
-	if s.cfg.trimKeep < 0 {
-		errs = append(errs, fmt.Errorf("Trim(%s): keep must not be negative (NoTrim keeps every entry)", s.cfg.trimKeep))
-	}
-	errs = append(errs, t.claim.validate()...)
-	if p.DeadLetter != "" && p.DeadLetter == s.key {
-		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the stream the mount reads: dead letters would be read again", p.DeadLetter))
-	}
-	slotKeys := []string{s.key}
-	if p.DeadLetter != "" {
-		slotKeys = append(slotKeys, p.DeadLetter)
-	}
-	errs = append(errs, delaySetProblems(p, s.rdb, "stream", s.key, slotKeys...)...)
-	errs = append(errs, replyProblems(p, s.rdb, "stream", s.key, s.key)...)
-	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
-		if err := keys.SameSlot(s.key, p.DeadLetter); err != nil {
-			errs = append(errs, fmt.Errorf("stream and DeadLetter must share a cluster slot (dead-lettering is one script): %w", err))
-		}
-	}
-	return errs
-}
-
-func (t *streamTransport) Open(ctx context.Context) error {
-	if err := checkPerms(ctx, t.src.rdb, t.perms()); err != nil {
-		return err
-	}
-	if err := t.createGroup(ctx); err != nil {
-		return err
-	}
-	t.claim.start(ctx)
-	return nil
-}
-
-func (t *streamTransport) createGroup(ctx context.Context) error {
-	s := t.src
-	err := s.rdb.XGroupCreateMkStream(ctx, s.key, s.group, s.cfg.startID).Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("stream %q: create group %q: %w", s.key, s.group, err)
-	}
-	return nil
-}
-
-func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
-	wait, err := t.sweepDelays(ctx, wait)
-	if err != nil {
-		return nil, err
-	}
-	t.trim(ctx)
-	t.mu.Lock()
-	rescan := t.rescan
-	t.mu.Unlock()
-	if rescan && !t.claim.leavesRetries() {
-		ds, err := t.readOwnPending(ctx, max)
-		if err != nil || len(ds) > 0 {
-			return ds, err
-		}
-	}
-	if t.claim != nil {
-		ds, err := t.claim.fetch(ctx, max)
-		if err != nil || len(ds) > 0 {
-			return ds, err
-		}
-		wait = t.claim.bound(wait)
-	}
-	return t.read(ctx, ">", max, wait)
-}
-
-// read reads entries after id (">" for new ones), blocking up to wait (-1: not at all).
+// Trim sets how long the mount keeps the entries that every consumer group of its
+// stream has acknowledged: about once a minute each consumer removes the entries older
+// than keep (by their ids' time, against the Redis server's TIME) that lie below every
+// group's oldest pending entry and last-delivered id (XTRIM MINID at the least of
+// those), in one Lua script, so that no entry pending or unread by any group is ever
+// trimmed, and a group created meanwhile cannot lose one. keep is the window in which
+// an operator can still seek a group back (admin Seek, StreamSource.Seek) and replay
+// what it had acknowledged; 0 trims acknowledged entries at once.
 //
-// Redis times a block out only on its cron tick (see minServerBlock), so a wait that
-// something shortened below the mount's Block (a delay coming due, a claim coming idle)
-// blocks in Redis one tick less, and a wait shorter than a tick reads without blocking,
-// then waits on the client: a due delay is swept within milliseconds of due rather than
-// up to a tick late.
-func (t *streamTransport) read(ctx context.Context, id string, max int, wait time.Duration) ([]*source.Delivery, error) {
-	block := wait
-	if wait >= 0 && wait < t.src.cfg.block {
-		block = wait - minServerBlock // Redis may answer up to a tick late: wake a tick early
-	}
-	short := wait >= 0 && block < minServerBlock
-	if short {
-		block = -1
-	}
-	msgs, err := t.xread(ctx, id, max, block)
-	if err != nil {
-		return nil, err
-	}
-	if short && len(msgs) == 0 {
-		pollWait(ctx, min(wait, minServerBlock))
-		return nil, nil
-	}
-	return t.deliveries(ctx, msgs, false), nil
+// Only the groups that exist are protected: a group created later starts where it is
+// told, and cannot read what was trimmed before; a stream with no group at all, and
+// readers that use no group (XREAD, XRANGE), are not protected: use NoTrim for a stream
+// kept as a log. A dead-letter stream is never trimmed by a mount, whoever reads it (a
+// review mount's group acknowledges every dead letter): bound it with DeadLetterMaxLen
+// on the mounts that write to it. A negative keep is refused. Defaults to
+// DefaultTrimKeep.
+func Trim(keep time.Duration) TrimOption { return TrimOption{keep: keep} }
+
+// NoTrim keeps every entry of the mount's stream: it grows until something else trims
+// it (the Publisher's MaxLen or MinID, XTRIM). For a stream that is also a log read
+// without a consumer group. Defaults to trimming (see Trim).
+func NoTrim() TrimOption { return TrimOption{off: true} }
+
+// trim removes the entries every group of the stream acknowledged and older than the
+// mount's keep, at most once per trimEvery of the App's clock. A failure is logged
+
+// StreamOption configures a Stream source.
+type StreamOption interface {
+	applyStream(*streamConfig)
 }
 
-func (t *streamTransport) xread(ctx context.Context, id string, max int, wait time.Duration) ([]redis.XMessage, error) {
-	s := t.src
-	args := &redis.XReadGroupArgs{
-		Block:    wait,
-		Consumer: t.consumer,
-		Count:    int64(max),
-		Group:    s.group,
-		Streams:  []string{s.key, id},
-	}
-	var cmd *redis.XStreamSliceCmd
-	if id == ">" {
-		// Not retried on a new connection: a lost reply must fail the read, so that the
-		// entries it delivered are re-read from the pending list (see xreadOnce).
-		cmd = xreadGroupOnce(ctx, s.rdb, args)
-	} else {
-		cmd = s.rdb.XReadGroup(ctx, args) // a re-read of own pending entries is safe to retry
-	}
-	res, err := cmd.Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "NOGROUP") {
-			// The stream or its group was deleted under us: make them again.
-			if cerr := t.recreateGroup(ctx); cerr != nil {
-				return nil, errors.Join(fmt.Errorf("stream %q: xreadgroup: %w", s.key, err), cerr)
-			}
-			return nil, nil
-		}
-		t.markRescan()
-		return nil, fmt.Errorf("stream %q: xreadgroup: %w", s.key, err)
-	}
-	if len(res) == 0 {
-		return nil, nil
-	}
-	msgs := res[0].Messages
-	if len(msgs) > max {
-		// A re-read of pending entries on miniredis ignores COUNT; never hand the engine
-		// more than it has slots for (the rest stay pending and are read next).
-		msgs = msgs[:max]
-	}
-	return msgs, nil
+type streamConfig struct {
+	batch    int
+	block    time.Duration
+	consumer string
+	reclaim  time.Duration // Reclaim's idle; 0: no reclaim
+	startID  string
+	trimKeep time.Duration // Trim's keep
+	trimOff  bool          // NoTrim
 }
 
-// deliveries turns entries into deliveries, skipping those already in flight here,
-// acknowledging pending entries whose body was deleted from the stream and settling
-// those too large to settle by a script (settleOversized). taken marks
-// them taken over from the group's other consumers (see takeoverRoom).
-func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage, taken bool) []*source.Delivery {
-	ds := make([]*source.Delivery, 0, len(msgs))
-	all := make([]source.Delivery, len(msgs)) // one allocation for the batch, not one each
-	var gone []string
-	var big []redis.XMessage
-	t.mu.Lock()
-	for i, msg := range msgs {
-		if _, busy := t.inflight[msg.ID]; busy {
-			continue
-		}
-		if msg.Values == nil {
-			gone = append(gone, msg.ID)
-			continue
-		}
-		if oversized(msg) {
-			big = append(big, msg)
-			continue
-		}
-		t.inflight[msg.ID] = taken
-		t.noteDelivered(msg.ID)
-		all[i] = t.delivery(ctx, msg)
-		all[i].TakenOver = taken
-		ds = append(ds, &all[i])
-	}
-	t.mu.Unlock()
-	t.settleOversized(ctx, big)
-	if len(gone) > 0 {
-		t.env.Logger.WarnContext(ctx, "settle: pending entries were deleted from the stream before they were settled; acknowledging them",
-			slog.String(attrMount, t.env.Mount), slog.String(attrKey, t.src.key), slog.Any("ids", gone))
-		if err := t.src.rdb.XAck(ctx, t.src.key, t.src.group, gone...).Err(); err != nil {
-			t.env.Logger.ErrorContext(ctx, "settle: xack of deleted entries failed", slog.Any(attrError, err))
-		}
-	}
-	return ds
+// Stream defaults.
+const (
+	// DefaultReclaim is how long a Stream consumer waits before it takes over an entry
+	// another consumer left pending (see Reclaim).
+	DefaultReclaim = time.Minute
+	// DefaultBatch is the most entries one XREADGROUP asks for.
+	DefaultBatch = 100
+	// DefaultBlock is the longest one XREADGROUP blocks waiting for entries; it also
+	// bounds how long a shutdown waits for a read in progress.
+	DefaultBlock = time.Second
+)
+
+func defaultStreamConfig() streamConfig {
+	return streamConfig{batch: DefaultBatch, block: DefaultBlock, startID: "0", trimKeep: DefaultTrimKeep}
 }
 
-func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) source.Delivery {
-	payload, ok, headers := wire.FromStream(msg.Values)
-	rc, valid := parseRetryCount(headers)
-	if !valid {
-		t.garbledOnce.Do(func() {
-			t.env.Logger.WarnContext(ctx, "settle: garbled or out-of-range retry-count header read as 0 or MaxRetryCount (logged once per mount)",
-				slog.String(attrMount, t.env.Mount), slog.String(attrMsgID, msg.ID), slog.String(HeaderRetryCount, headers[HeaderRetryCount]), slog.Int("read_as", rc))
-		})
-	}
-	return source.Delivery{
-		Attempt:    rc + 1,
-		HasPayload: ok,
-		Headers:    headers,
-		ID:         msg.ID,
-		Key:        t.src.key,
-		Payload:    payload,
-		RetryCount: rc,
-	}
+type streamOptionFunc func(*streamConfig)
+
+func (f streamOptionFunc) applyStream(c *streamConfig) { f(c) }
+
+// StartAt sets where a consumer group created by the mount starts: "0" reads the whole
+// stream, "$" only entries added after the group is created. A group that already exists
+// keeps its position. Defaults to "0".
+func StartAt(id string) StartOption { return StartOption{id: id} }
+
+// StartOption sets where a new consumer group starts (see StartAt). It is a
+// StreamOption and a ClaimingStreamOption.
+type StartOption struct{ id string }
+
+func (o StartOption) applyStream(c *streamConfig)         { c.startID = o.id }
+func (o StartOption) applyClaimingStream(c *streamConfig) { c.startID = o.id }
+
+// Reclaim sets how long an entry must have been left pending by another consumer of the
+// group before a Stream consumer takes it over: the entries of a consumer whose process
+// died. A reclaimed entry's attempt counts its unsettled deliveries, so a message that
+// kills its consumers reaches the cap. Entries are taken over one at a time, each run
+// alone once the last settled: a crash charges every entry its process held, and a
+// message that kills its consumers then spends no other's attempts. While a handler runs (or waits, read ahead), its
+// entry's idle time is reset every idle/3, so that no live handler's entry is taken
+// over by a settle consumer. The consumer that scans also removes from the group the
+// consumers that hold no entry and have been idle ten times as long (at least 10 min).
+// idle must be at least a millisecond. Defaults to DefaultReclaim.
+func Reclaim(idle time.Duration) StreamOption {
+	return streamOptionFunc(func(c *streamConfig) { c.reclaim = idle })
 }
 
-// settledIDs forgets deliveries that were settled; on failure it asks for a re-read of
-// own pending entries so that they are delivered again.
-func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
-	t.mu.Lock()
-	for _, d := range ds {
-		delete(t.inflight, d.ID)
-		if err == nil || errors.Is(err, script.ErrNotOwner) {
-			t.fence.note(d.ID) // no longer ours to deliver
-		}
-	}
-	// A failed write leaves the entry pending here: read it again. An entry another
-	// consumer took over (script.ErrNotOwner) is not ours to read again.
-	if err != nil && !errors.Is(err, script.ErrNotOwner) {
-		t.rescan, t.cursor = true, "0"
-		t.rescans++
-	}
-	t.mu.Unlock()
-}
-
-// inflightIDs returns the ids of the entries in flight here.
-func (t *streamTransport) inflightIDs() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ids := make([]string, 0, len(t.inflight))
-	for id := range t.inflight {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-// takeoverRoom is how many entries a scan of the group's pending list may take over
-// now: one, once the last taken over has settled (none before). An entry taken over
-// runs alone (see source.Delivery.TakenOver), so that an entry that kills its process
-// (each crash charging an attempt to every entry the process held) is charged its
-// crashes alone: the others' attempts are not spent to the cap by crashes they only
-// shared.
-func (t *streamTransport) takeoverRoom() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 1
-	for _, taken := range t.inflight {
-		if taken {
-			n--
-		}
-	}
-	return n
-}
-
-// stillInflight returns those of ids still in flight here.
-func (t *streamTransport) stillInflight(ids []string) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []string
-	for _, id := range ids {
-		if _, ok := t.inflight[id]; ok {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-func (t *streamTransport) markRescan() {
-	t.mu.Lock()
-	t.rescan, t.cursor = true, "0"
-	t.rescans++
-	t.mu.Unlock()
-}
-
-func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
-	ids := make([]string, len(ds))
-	for i, d := range ds {
-		ids[i] = d.ID
-	}
-	err := t.src.rdb.XAck(ctx, t.src.key, t.src.group, ids...).Err()
-	if err != nil {
-		err = fmt.Errorf("stream %q: xack: %w", t.src.key, err)
-	}
-	t.settledIDs(err, ds...)
-	return err
-}
-
-func (t *streamTransport) Close(context.Context) error {
-	t.claim.close()
-	return nil
-}
-
-// sweepDelays moves the due members of the mount's delay set into the stream, looping
-// while full batches move, and returns how long the next read may block: no longer than
-// until the earliest member still waiting comes due.
-func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	if !t.parks {
-		return wait, nil
-	}
-	dz := t.delays
-	t.mu.Lock()
-	inflight := len(t.inflight) > 0
-	t.mu.Unlock()
-	wait, _, err := dz.sweep(ctx, wait, inflight, func(ctx context.Context, now int64) (script.SweepResult, error) {
-		return script.Sweep(ctx, t.src.rdb, dz.Key, t.src.key, now, script.SweepBatch, wire.FieldPayload)
-	})
-	if err != nil {
-		return wait, fmt.Errorf("stream %q: sweep delays from %q: %w", t.src.key, dz.Key, err)
-	}
-	return wait, nil
-}
-
-// Moves writes a batch of moves: retry copies (back to the stream) and dead letters (to
-// their stream, bounded by DeadLetterMaxLen) in one stream_move script call per
-// destination, parks in one pipeline of park script calls; each move all or nothing
-// and fenced on its own (its entry must still be pending to this consumer). A delivery
-// stays in flight until its call has answered.
-func (t *streamTransport) Moves(ctx context.Context, ms []source.Move) []error {
-	errs := make([]error, len(ms))
-	t.writeMoves(ctx, ms, errs)
-	// Forgotten as in flight only now that every write has answered.
-	for i, m := range ms {
-		t.settledIDs(errs[i], m.Delivery)
-	}
-	return errs
-}
-
-// writeMoves writes ms, setting each one's error in errs.
-func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs []error) {
-	done := make([]bool, len(ms))
-	batch := make([]script.Move, 0, len(ms))
-	idx := make([]int, 0, len(ms))
-	var parks []script.StreamPark
-	var parkIdx []int
-	var released []string
-	releasedAt := map[string]int{}
-	for i, m := range ms {
-		switch m.Action {
-		case source.ActionCopy, source.ActionDeadLetter:
-		case source.ActionPark:
-			parks, parkIdx = append(parks, t.park(m)), append(parkIdx, i)
-			done[i] = true
-		case source.ActionReply:
-			errs[i] = t.reply(ctx, m)
-			done[i] = true
-		case source.ActionRelease:
-			released = append(released, m.Delivery.ID)
-			releasedAt[m.Delivery.ID] = i
-			done[i] = true
-		default:
-			errs[i] = source.UnsupportedMove(source.KindStream, m)
-			done[i] = true
-		}
-	}
-	for i := range ms {
-		if done[i] {
-			continue
-		}
-		dest := streamDest(ms[i])
-		batch, idx = batch[:0], idx[:0]
-		for j := i; j < len(ms); j++ {
-			if !done[j] && streamDest(ms[j]) == dest {
-				d := ms[j].Delivery
-				batch = append(batch, script.Move{ID: d.ID, Values: wire.StreamValues(d.Payload, ms[j].Headers)})
-				idx = append(idx, j)
-				done[j] = true
-			}
-		}
-		key, maxLen := t.src.key, int64(0)
-		if dest != "" {
-			key, maxLen = dest, t.env.Policy.DeadLetterMaxLen
-		}
-		for k, err := range script.StreamMoves(ctx, t.src.rdb, key, t.src.key, t.src.group, t.consumer, maxLen, batch) {
-			if err != nil {
-				j := idx[k]
-				if dest == "" {
-					err = fmt.Errorf("stream %q: retry copy of %s: %w", t.src.key, ms[j].Delivery.ID, err)
-				} else {
-					err = fmt.Errorf("stream %q: dead letter of %s to %q: %w", t.src.key, ms[j].Delivery.ID, dest, err)
-				}
-				errs[j] = err
-			}
-		}
-	}
-	if len(released) > 0 {
-		// A heartbeat must not touch them after the release (their idle time would be
-		// reset, and the next consumer kept waiting a min-idle): the claimer's serial
-		// lock orders the two, and they stop being in flight before it is let go.
-		if t.claim != nil {
-			t.claim.serial.Lock()
-		}
-		lost, err := script.Release(ctx, t.src.rdb, t.src.key, t.src.group, t.consumer, released...)
-		for _, id := range released {
-			errs[releasedAt[id]] = err
-		}
-		for _, id := range lost {
-			errs[releasedAt[id]] = fmt.Errorf("stream %q: hand back %s: %w", t.src.key, id, script.ErrNotOwner)
-		}
-		for _, id := range released {
-			t.settledIDs(errs[releasedAt[id]], ms[releasedAt[id]].Delivery)
-		}
-		if t.claim != nil {
-			t.claim.serial.Unlock()
-		}
-	}
-	if len(parks) > 0 {
-		dz := t.delays
-		for k, err := range script.Parks(ctx, t.src.rdb, dz.Key, t.src.key, t.src.group, t.consumer, dz.TTL, dz.now(), parks) {
-			if err != nil {
-				errs[parkIdx[k]] = fmt.Errorf("stream %q: park of %s in %q: %w", t.src.key, ms[parkIdx[k]].Delivery.ID, dz.Key, err)
-			}
-		}
-	}
-}
-
-// streamDest is where a copy or dead letter goes: "" for the stream itself (a retry
-// copy), else the dead-letter stream.
-func streamDest(m source.Move) string {
-	if m.Action == source.ActionDeadLetter {
-		return m.Dest
-	}
-	return ""
-}
-
-// park is the script's park of m: its retry copy (payload and the given headers) goes
-// into the mount's delay set, due once m.Delay has passed on the Redis server's clock,
-// and the original entry is acknowledged.
-func (t *streamTransport) park(m source.Move) script.StreamPark {
-	d := m.Delivery
-	payload := d.Payload
-	if !d.HasPayload {
-		payload = nil
-	}
-	return script.StreamPark{Delay: m.Delay, ID: d.ID, Member: wire.DelayMember(d.ID, payload, m.Headers)}
-}
-
-// xreadOnce is an XREADGROUP that go-redis must not send twice. go-redis retries a
-// command whose connection failed (EOF, reset) on a new connection; for a read of new
-// entries (id ">") that is not safe: if Redis ran the first read and its reply was lost,
-// the entries it delivered are pending at the consumer, and the retried read returns
-// only newer ones, so those are never handled while the consumer runs. With NoRetry the
-// failure reaches the transport, which then re-reads its own pending entries.
-type xreadOnce struct{ *redis.XStreamSliceCmd }
-
-// NoRetry keeps go-redis from running the read again after a connection failure.
-func (xreadOnce) NoRetry() bool { return true }
-
-// xreadGroupOnce runs XREADGROUP a once, without go-redis's retries (see xreadOnce).
-func xreadGroupOnce(ctx context.Context, rdb redis.UniversalClient, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
-	// The command is built on a pipeline that is never run: the only exported way to get
-	// it with its blocking read timeout set (BLOCK plus go-redis's margin).
-	cmd := rdb.Pipeline().XReadGroup(ctx, a)
-	_ = rdb.Process(ctx, xreadOnce{cmd})
-	return cmd
-}
-
-// minServerBlock is the shortest block a Redis server times out with any precision: it
-// checks blocked clients' timeouts on its cron (hz 10 by default, every 100 ms), so a
-// short BLOCK returns up to a tick late. A read bounded by a delay coming due sooner
-// than this does not block in Redis: it reads without blocking and then waits on the
-// client.
-const minServerBlock = 100 * time.Millisecond
-
-// pollWait waits d on the wall clock, or until ctx ends. It stands in for a short Redis
-// block (a poll bound, never a settlement delay), so it runs on real time like the
-// Redis-side block it replaces.
-func pollWait(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
+// DefaultTrimKeep is how long a Stream or ClaimingStream mount keeps the entries every
+// group of its stream has acknowledged, unless Trim or NoTrim says otherwise.
+const DefaultTrimKeep = time.Hour

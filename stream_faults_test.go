@@ -69,25 +69,25 @@ func TestStreamRereadsEntriesWhoseReadReplyWasLost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			app.Mount(settle.Stream(client, in, "g", settle.Consumer("c1"), settle.Block(testBlock)),
+			app.Mount(settle.Stream(client, in, "g", settle.Consumer("c1"), settle.Block(sourcetest.TestBlock)),
 				settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 					mu.Lock()
 					runs[m.ID] = append(runs[m.ID], m.Attempt)
 					mu.Unlock()
 					return nil
 				}))
-			stop := start(t, app)
+			stop := sourcetest.RunApp(t, app)
 
 			select {
 			case <-rule.Done():
-			case <-time.After(waitBound):
+			case <-time.After(sourcetest.WaitBound):
 				t.Fatal("no read of new entries had its reply cut")
 			}
-			evs := finals(t, rec, 3)
+			evs := sourcetest.WaitFinals(t, rec, 3)
 			if err := stop(); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			got := finalIDs(evs)
+			got := sourcetest.FinalIDs(evs)
 			slices.Sort(got)
 			if !slices.Equal(got, ids) {
 				t.Fatalf("settled %v, want %v", got, ids)
@@ -158,21 +158,21 @@ func TestReliableListRereadsItemsWhoseMoveReplyWasLost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			app.Mount(settle.ReliableList(client, in, settle.Consumer("c1"), settle.Block(testBlock)),
+			app.Mount(settle.ReliableList(client, in, settle.Consumer("c1"), settle.Block(sourcetest.TestBlock)),
 				settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 					mu.Lock()
 					runs[string(m.Payload)] = append(runs[string(m.Payload)], m.Attempt)
 					mu.Unlock()
 					return nil
 				}), settle.WithCodec(settle.Raw))
-			stop := start(t, app)
+			stop := sourcetest.RunApp(t, app)
 
 			select {
 			case <-rule.Done():
-			case <-time.After(waitBound):
+			case <-time.After(sourcetest.WaitBound):
 				t.Fatal("no move had its reply cut")
 			}
-			evs := finals(t, rec, 3)
+			evs := sourcetest.WaitFinals(t, rec, 3)
 			for _, e := range evs {
 				if e.Action != settle.ActionAck || e.Err != nil {
 					t.Fatalf("settlement %+v, want an applied ack", e)

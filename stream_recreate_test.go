@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/sourcetest"
 )
 
 // TestStreamRecreatedGroupStartsAfterTheLastDeliveredEntryWhateverStartAt: a group
@@ -17,22 +18,22 @@ import (
 // all delivered, the one already settled is not delivered again, and an Error says so.
 func TestStreamRecreatedGroupStartsAfterTheLastDeliveredEntryWhateverStartAt(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	if err := b.r.Client.XGroupCreateMkStream(ctx, b.in, b.group, "$").Err(); err != nil {
+	if err := b.R.Client.XGroupCreateMkStream(ctx, b.In, b.Group, "$").Err(); err != nil {
 		t.Fatal(err)
 	}
-	start(t, b.app(t, b.stream(settle.StartAt("$")), ack, settle.Concurrency(1)))
-	first := b.publish(t, "first", nil)
-	finals(t, b.rec, 1)
+	sourcetest.RunApp(t, b.App(t, b.Stream(settle.StartAt("$")), sourcetest.Ack, settle.Concurrency(1)))
+	first := b.Publish(t, "first", nil)
+	sourcetest.WaitFinals(t, b.Rec, 1)
 
 	// The group goes and entries come in one step: the consumer meets NOGROUP only
 	// once they are all in the stream.
 	var later []*redis.StringCmd
-	if _, err := b.r.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XGroupDestroy(ctx, b.in, b.group)
+	if _, err := b.R.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XGroupDestroy(ctx, b.In, b.Group)
 		for i := range 5 {
-			later = append(later, p.XAdd(ctx, &redis.XAddArgs{Stream: b.in, Values: []any{"payload", i}}))
+			later = append(later, p.XAdd(ctx, &redis.XAddArgs{Stream: b.In, Values: []any{"payload", i}}))
 		}
 		return nil
 	}); err != nil {
@@ -42,12 +43,12 @@ func TestStreamRecreatedGroupStartsAfterTheLastDeliveredEntryWhateverStartAt(t *
 	for _, c := range later {
 		want = append(want, c.Val())
 	}
-	evs := finals(t, b.rec, len(want))
-	if got := finalIDs(evs); !slices.Equal(got, want) {
+	evs := sourcetest.WaitFinals(t, b.Rec, len(want))
+	if got := sourcetest.FinalIDs(evs); !slices.Equal(got, want) {
 		t.Fatalf("settled %v, want %v: every entry written while the group was missing, none twice", got, want)
 	}
-	logs := b.logs.containing("created it again")
-	if len(logs) != 1 || logs[0].level != slog.LevelError || logs[0].attrs["from"] != first {
+	logs := b.Logs.Containing("created it again")
+	if len(logs) != 1 || logs[0].Level != slog.LevelError || logs[0].Attrs["from"] != first {
 		t.Fatalf("logs %+v, want one Error saying the group was created again from %s", logs, first)
 	}
 }

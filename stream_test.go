@@ -14,385 +14,61 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
 
-// waitBound bounds every wait for a signal in these tests; it is never slept.
-const waitBound = 10 * time.Second
-
-// testBlock is the stream read bound the tests use, so shutdowns are quick.
-const testBlock = 50 * time.Millisecond
-
-// streamBundle is one stream test's world: a Redis, the App's own client (whose
-// commands are recorded), the settlements and the logs.
-type streamBundle struct {
-	cmds   *cmdRecorder
-	client *redis.Client // the App's client: its commands are recorded
-	dlq    string
-	group  string
-	in     string
-	logs   *logRecorder
-	r      *redistest.Redis
-	rec    *sourcetest.Recorder
-}
-
-func setupStream(t *testing.T) *streamBundle {
-	t.Helper()
-	r := redistest.New(t)
-	b := &streamBundle{
-		cmds:  &cmdRecorder{wake: make(chan struct{})},
-		dlq:   r.Key("dlq"),
-		group: "workers",
-		in:    r.Key("in"),
-		logs:  newLogRecorder(),
-		r:     r,
-		rec:   sourcetest.NewRecorder(),
-	}
-	// A client of its own (sharing the test client's Options would share its
-	// internal state): its commands are recorded.
-	o := r.Client.Options()
-	b.client = redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Password: o.Password, Username: o.Username})
-	b.client.AddHook(b.cmds)
-	t.Cleanup(func() { _ = b.client.Close() })
-	return b
-}
-
-// config is the App configuration the bundle records with.
-func (b *streamBundle) config() settle.Config {
-	return settle.Config{Logger: slog.New(b.logs), OnSettled: b.rec.OnSettled}
-}
-
-// stream returns the bundle's stream source on the App's client, with testBlock.
-func (b *streamBundle) stream(opts ...settle.StreamOption) *settle.StreamSource {
-	return settle.Stream(b.client, b.in, b.group, append([]settle.StreamOption{settle.Block(testBlock)}, opts...)...)
-}
-
-// app returns an App with the bundle's config and one mount.
-func (b *streamBundle) app(t *testing.T, src settle.Source, h settle.Handler, opts ...settle.MountOption) *settle.App {
-	t.Helper()
-	app, err := settle.New(b.config())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	app.Mount(src, h, opts...)
-	return app
-}
-
-// xadd appends an entry with the given field/value pairs with the test's own client.
-func (b *streamBundle) xadd(t *testing.T, key string, values ...any) string {
-	t.Helper()
-	id, err := b.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: key, Values: values}).Result()
-	if err != nil {
-		t.Fatalf("xadd %s: %v", key, err)
-	}
-	return id
-}
-
-// publish publishes v with settle's publisher and returns the entry id.
-func (b *streamBundle) publish(t *testing.T, v any, headers map[string]string) string {
-	t.Helper()
-	id, err := settle.NewPublisher(b.r.Client).Publish(context.Background(), b.in, v, settle.Headers(headers))
-	if err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	return id
-}
-
-// pending returns how many entries of the bundle's group are pending.
-func (b *streamBundle) pending(t *testing.T) int64 {
-	t.Helper()
-	p, err := b.r.Client.XPending(context.Background(), b.in, b.group).Result()
-	if err != nil {
-		t.Fatalf("xpending: %v", err)
-	}
-	return p.Count
-}
-
-// entries returns every entry of key.
-func (b *streamBundle) entries(t *testing.T, key string) []redis.XMessage {
-	t.Helper()
-	msgs, err := b.r.Client.XRange(context.Background(), key, "-", "+").Result()
-	if err != nil {
-		t.Fatalf("xrange %s: %v", key, err)
-	}
-	return msgs
-}
-
-// start runs app until stop is called or the test ends. stop cancels Run's context
-// and returns what Run returned.
-func start(t *testing.T, app *settle.App) (stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- app.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-errc:
-			case <-time.After(waitBound):
-				runErr = errors.New("Run did not return after its context was cancelled")
-			}
-		})
-		return runErr
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return stop
-}
-
-// finals waits until n settlements have put messages in a final state.
-func finals(t *testing.T, rec *sourcetest.Recorder, n int) []settle.Settled {
-	t.Helper()
-	return rec.WaitFor(t, waitBound, fmt.Sprintf("%d final settlements", n), func(evs []settle.Settled) bool {
-		return sourcetest.Finals(evs) >= n
-	})
-}
-
-// finalIDs returns the ids of the final settlements, in order.
-func finalIDs(evs []settle.Settled) []string {
-	var ids []string
-	for _, e := range evs {
-		if e.Final() {
-			ids = append(ids, e.ID)
-		}
-	}
-	return ids
-}
-
-// ack is a handler that acks everything.
-var ack = settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil })
-
-// cmdRecorder is a go-redis hook that records every command a client sent and its
-// error, so tests can wait for one and read its arguments.
-type cmdRecorder struct {
-	mu   sync.Mutex
-	cmds []recordedCmd
-	wake chan struct{}
-}
-
-type recordedCmd struct {
-	args []any
-	err  error
-}
-
-func (c recordedCmd) name() string { return strings.ToLower(fmt.Sprint(c.args[0])) }
-
-// arg returns the argument after the (case-insensitive) word w, or "".
-func (c recordedCmd) arg(w string) string {
-	for i := 0; i+1 < len(c.args); i++ {
-		if strings.EqualFold(fmt.Sprint(c.args[i]), w) {
-			return fmt.Sprint(c.args[i+1])
-		}
-	}
-	return ""
-}
-
-// record keeps cmd and err (go-redis sets cmd.Err only after the hooks return).
-func (r *cmdRecorder) record(cmd redis.Cmder, err error) {
-	r.mu.Lock()
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
-	r.cmds = append(r.cmds, recordedCmd{args: cmd.Args(), err: err})
-	close(r.wake)
-	r.wake = make(chan struct{})
-	r.mu.Unlock()
-}
-
-func (r *cmdRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *cmdRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		r.record(cmd, err)
-		return err
-	}
-}
-
-func (r *cmdRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			r.record(c, c.Err())
-		}
-		return err
-	}
-}
-
-// named returns the recorded commands called name.
-func (r *cmdRecorder) named(name string) []recordedCmd {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []recordedCmd
-	for _, c := range r.cmds {
-		if c.name() == name {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// waitN waits until n recorded commands satisfy cond.
-func (r *cmdRecorder) waitN(t *testing.T, what string, n int, cond func(recordedCmd) bool) {
-	t.Helper()
-	deadline := time.NewTimer(waitBound)
-	defer deadline.Stop()
-	for {
-		r.mu.Lock()
-		wake, k := r.wake, 0
-		for _, c := range r.cmds {
-			if cond(c) {
-				k++
-			}
-		}
-		r.mu.Unlock()
-		if k >= n {
-			return
-		}
-		select {
-		case <-wake:
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", waitBound, what)
-		}
-	}
-}
-
-// waitFor waits until a recorded command satisfies cond and returns it.
-func (r *cmdRecorder) waitFor(t *testing.T, what string, cond func(recordedCmd) bool) recordedCmd {
-	t.Helper()
-	deadline := time.NewTimer(waitBound)
-	defer deadline.Stop()
-	for {
-		r.mu.Lock()
-		wake := r.wake
-		for _, c := range r.cmds {
-			if cond(c) {
-				r.mu.Unlock()
-				return c
-			}
-		}
-		r.mu.Unlock()
-		select {
-		case <-wake:
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", waitBound, what)
-		}
-	}
-}
-
-// logRecorder is a slog.Handler that keeps every record, with its attributes
-// flattened to strings.
-type logRecorder struct {
-	attrs []slog.Attr
-	store *logStore
-}
-
-type logStore struct {
-	mu      sync.Mutex
-	records []loggedRecord
-}
-
-type loggedRecord struct {
-	attrs map[string]string
-	level slog.Level
-	msg   string
-}
-
-func newLogRecorder() *logRecorder { return &logRecorder{store: &logStore{}} }
-
-func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	rec := loggedRecord{attrs: map[string]string{}, level: r.Level, msg: r.Message}
-	for _, a := range l.attrs {
-		rec.attrs[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		rec.attrs[a.Key] = a.Value.String()
-		return true
-	})
-	l.store.mu.Lock()
-	l.store.records = append(l.store.records, rec)
-	l.store.mu.Unlock()
-	return nil
-}
-
-func (l *logRecorder) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &logRecorder{attrs: append(slices.Clip(l.attrs), attrs...), store: l.store}
-}
-
-func (l *logRecorder) WithGroup(string) slog.Handler { return l }
-
-// containing returns the records whose message contains s.
-func (l *logRecorder) containing(s string) []loggedRecord {
-	l.store.mu.Lock()
-	defer l.store.mu.Unlock()
-	var out []loggedRecord
-	for _, r := range l.store.records {
-		if strings.Contains(r.msg, s) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 func TestStreamCreatesMissingGroupWithMkStream(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	app := b.app(t, b.stream(), ack)
-	start(t, app)
+	app := b.App(t, b.Stream(), sourcetest.Ack)
+	sourcetest.RunApp(t, app)
 
-	b.cmds.waitFor(t, "a read after Open", func(c recordedCmd) bool { return c.name() == "xreadgroup" })
-	if n, err := b.r.Client.Exists(ctx, b.in).Result(); err != nil || n != 1 {
-		t.Fatalf("stream %s exists = %d, %v; want the stream made by MKSTREAM", b.in, n, err)
+	b.Cmds.WaitFor(t, "a read after Open", func(c sourcetest.RecordedCmd) bool { return c.Name() == "xreadgroup" })
+	if n, err := b.R.Client.Exists(ctx, b.In).Result(); err != nil || n != 1 {
+		t.Fatalf("stream %s exists = %d, %v; want the stream made by MKSTREAM", b.In, n, err)
 	}
-	groups, err := b.r.Client.XInfoGroups(ctx, b.in).Result()
-	if err != nil || len(groups) != 1 || groups[0].Name != b.group {
-		t.Fatalf("groups = %+v, %v; want one group %q", groups, err, b.group)
+	groups, err := b.R.Client.XInfoGroups(ctx, b.In).Result()
+	if err != nil || len(groups) != 1 || groups[0].Name != b.Group {
+		t.Fatalf("groups = %+v, %v; want one group %q", groups, err, b.Group)
 	}
-	id := b.publish(t, "hello", nil)
-	if got := finalIDs(finals(t, b.rec, 1)); !slices.Equal(got, []string{id}) {
+	id := b.Publish(t, "hello", nil)
+	if got := sourcetest.FinalIDs(sourcetest.WaitFinals(t, b.Rec, 1)); !slices.Equal(got, []string{id}) {
 		t.Fatalf("settled %v, want [%s]", got, id)
 	}
 }
 
 func TestStreamUsesExistingGroupAsItIs(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	b.publish(t, "old 1", nil)
-	b.publish(t, "old 2", nil)
-	if err := b.r.Client.XGroupCreate(ctx, b.in, b.group, "$").Err(); err != nil {
+	b.Publish(t, "old 1", nil)
+	b.Publish(t, "old 2", nil)
+	if err := b.R.Client.XGroupCreate(ctx, b.In, b.Group, "$").Err(); err != nil {
 		t.Fatal(err)
 	}
-	id := b.publish(t, "new", nil)
+	id := b.Publish(t, "new", nil)
 	// StartAt("0") would read the whole stream were the group created now: an existing
 	// group keeps its own position.
-	app := b.app(t, b.stream(settle.StartAt("0")), ack, settle.Concurrency(1))
-	stop := start(t, app)
+	app := b.App(t, b.Stream(settle.StartAt("0")), sourcetest.Ack, settle.Concurrency(1))
+	stop := sourcetest.RunApp(t, app)
 
-	if got := finalIDs(finals(t, b.rec, 1)); !slices.Equal(got, []string{id}) {
+	if got := sourcetest.FinalIDs(sourcetest.WaitFinals(t, b.Rec, 1)); !slices.Equal(got, []string{id}) {
 		t.Fatalf("settled %v, want only the entry after the group's position [%s]", got, id)
 	}
-	create := b.cmds.waitFor(t, "XGROUP CREATE", func(c recordedCmd) bool {
-		return c.name() == "xgroup" && strings.EqualFold(fmt.Sprint(c.args[1]), "create")
+	create := b.Cmds.WaitFor(t, "XGROUP CREATE", func(c sourcetest.RecordedCmd) bool {
+		return c.Name() == "xgroup" && strings.EqualFold(fmt.Sprint(c.Args[1]), "create")
 	})
-	if create.err == nil || !strings.HasPrefix(create.err.Error(), "BUSYGROUP") {
-		t.Fatalf("XGROUP CREATE returned %v, want BUSYGROUP (the group existed)", create.err)
+	if create.Err == nil || !strings.HasPrefix(create.Err.Error(), "BUSYGROUP") {
+		t.Fatalf("XGROUP CREATE returned %v, want BUSYGROUP (the group existed)", create.Err)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run = %v, want nil: BUSYGROUP is fine", err)
 	}
-	if got := len(b.rec.Events()); got != 1 {
+	if got := len(b.Rec.Events()); got != 1 {
 		t.Fatalf("%d settlements, want 1: entries before the group's position are not read", got)
 	}
 }
@@ -402,30 +78,30 @@ func TestStreamStartAt(t *testing.T) {
 
 	t.Run("DefaultReadsWholeStream", func(t *testing.T) {
 		t.Parallel()
-		b := setupStream(t)
-		old := b.publish(t, "before the group", nil)
-		start(t, b.app(t, b.stream(), ack, settle.Concurrency(1)))
-		b.cmds.waitFor(t, "XGROUP CREATE", func(c recordedCmd) bool { return c.name() == "xgroup" })
-		late := b.publish(t, "after the group", nil)
-		if got := finalIDs(finals(t, b.rec, 2)); !slices.Equal(got, []string{old, late}) {
+		b := sourcetest.SetupStream(t)
+		old := b.Publish(t, "before the group", nil)
+		sourcetest.RunApp(t, b.App(t, b.Stream(), sourcetest.Ack, settle.Concurrency(1)))
+		b.Cmds.WaitFor(t, "XGROUP CREATE", func(c sourcetest.RecordedCmd) bool { return c.Name() == "xgroup" })
+		late := b.Publish(t, "after the group", nil)
+		if got := sourcetest.FinalIDs(sourcetest.WaitFinals(t, b.Rec, 2)); !slices.Equal(got, []string{old, late}) {
 			t.Fatalf("settled %v, want [%s %s]", got, old, late)
 		}
 	})
 
 	t.Run("DollarReadsOnlyNewEntries", func(t *testing.T) {
 		t.Parallel()
-		b := setupStream(t)
-		b.publish(t, "before the group", nil)
-		stop := start(t, b.app(t, b.stream(settle.StartAt("$")), ack, settle.Concurrency(1)))
-		b.cmds.waitFor(t, "XGROUP CREATE", func(c recordedCmd) bool { return c.name() == "xgroup" && c.err == nil })
-		late := b.publish(t, "after the group", nil)
-		if got := finalIDs(finals(t, b.rec, 1)); !slices.Equal(got, []string{late}) {
+		b := sourcetest.SetupStream(t)
+		b.Publish(t, "before the group", nil)
+		stop := sourcetest.RunApp(t, b.App(t, b.Stream(settle.StartAt("$")), sourcetest.Ack, settle.Concurrency(1)))
+		b.Cmds.WaitFor(t, "XGROUP CREATE", func(c sourcetest.RecordedCmd) bool { return c.Name() == "xgroup" && c.Err == nil })
+		late := b.Publish(t, "after the group", nil)
+		if got := sourcetest.FinalIDs(sourcetest.WaitFinals(t, b.Rec, 1)); !slices.Equal(got, []string{late}) {
 			t.Fatalf("settled %v, want [%s]", got, late)
 		}
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
-		if got := len(b.rec.Events()); got != 1 {
+		if got := len(b.Rec.Events()); got != 1 {
 			t.Fatalf("%d settlements, want 1", got)
 		}
 	})
@@ -433,26 +109,26 @@ func TestStreamStartAt(t *testing.T) {
 
 func TestStreamRestartHandlesOwnPendingFirst(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	if err := b.r.Client.XGroupCreateMkStream(ctx, b.in, b.group, "0").Err(); err != nil {
+	if err := b.R.Client.XGroupCreateMkStream(ctx, b.In, b.Group, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	p1 := b.publish(t, "pending 1", nil)
-	p2 := b.publish(t, "pending 2", nil)
+	p1 := b.Publish(t, "pending 1", nil)
+	p2 := b.Publish(t, "pending 2", nil)
 	// The consumer's previous life: delivered, never settled.
-	got, err := b.r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "worker-1", Streams: []string{b.in, ">"}, Count: 2}).Result()
+	got, err := b.R.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.Group, Consumer: "worker-1", Streams: []string{b.In, ">"}, Count: 2}).Result()
 	if err != nil || len(got[0].Messages) != 2 {
 		t.Fatalf("xreadgroup = %v, %v", got, err)
 	}
-	n1 := b.publish(t, "new 1", nil)
-	n2 := b.publish(t, "new 2", nil)
+	n1 := b.Publish(t, "new 1", nil)
+	n2 := b.Publish(t, "new 2", nil)
 
-	start(t, b.app(t, b.stream(settle.Consumer("worker-1"), settle.Batch(1)), ack, settle.Concurrency(1)))
-	if ids := finalIDs(finals(t, b.rec, 4)); !slices.Equal(ids, []string{p1, p2, n1, n2}) {
+	sourcetest.RunApp(t, b.App(t, b.Stream(settle.Consumer("worker-1"), settle.Batch(1)), sourcetest.Ack, settle.Concurrency(1)))
+	if ids := sourcetest.FinalIDs(sourcetest.WaitFinals(t, b.Rec, 4)); !slices.Equal(ids, []string{p1, p2, n1, n2}) {
 		t.Fatalf("settled %v, want own pending entries first: [%s %s %s %s]", ids, p1, p2, n1, n2)
 	}
-	if n := b.pending(t); n != 0 {
+	if n := b.Pending(t); n != 0 {
 		t.Fatalf("%d pending, want 0", n)
 	}
 }
@@ -462,8 +138,8 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 
 	t.Run("CopyCarriesRetryCountAndOriginalIsAcked", func(t *testing.T) {
 		t.Parallel()
-		b := setupStream(t)
-		id := b.publish(t, "hello", map[string]string{"tenant": "acme"})
+		b := sourcetest.SetupStream(t)
+		id := b.Publish(t, "hello", map[string]string{"tenant": "acme"})
 		var seen []settle.Message
 		var mu sync.Mutex
 		h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -475,13 +151,13 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 			}
 			return nil
 		})
-		start(t, b.app(t, b.stream(), h, settle.Concurrency(1)))
-		evs := finals(t, b.rec, 1)
+		sourcetest.RunApp(t, b.App(t, b.Stream(), h, settle.Concurrency(1)))
+		evs := sourcetest.WaitFinals(t, b.Rec, 1)
 		if len(evs) != 2 || evs[0].Action != settle.ActionCopy || evs[0].Err != nil || evs[0].ID != id {
 			t.Fatalf("events %+v, want a copy of %s then an ack", evs, id)
 		}
 
-		entries := b.entries(t, b.in)
+		entries := b.Entries(t, b.In)
 		if len(entries) != 2 {
 			t.Fatalf("stream has %d entries, want the original and its copy", len(entries))
 		}
@@ -489,7 +165,7 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 		if cp["payload"] != orig["payload"] || cp["tenant"] != "acme" || cp[settle.HeaderRetryCount] != "1" || cp[settle.HeaderOriginID] != id || len(cp) != 4 {
 			t.Fatalf("copy %v, want the original's payload and headers %v with %s=1 and %s=%s", cp, orig, settle.HeaderRetryCount, settle.HeaderOriginID, id)
 		}
-		if n := b.pending(t); n != 0 {
+		if n := b.Pending(t); n != 0 {
 			t.Fatalf("%d pending, want 0: the original was acked with its copy", n)
 		}
 		mu.Lock()
@@ -501,71 +177,71 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 
 	t.Run("FailedDeadLetterWriteLeavesOriginalPending", func(t *testing.T) {
 		t.Parallel()
-		b := setupStream(t)
+		b := sourcetest.SetupStream(t)
 		ctx := context.Background()
 		// The dead-letter key holds a string: the XADD of the dead letter fails.
-		if err := b.r.Client.Set(ctx, b.dlq, "occupied", 0).Err(); err != nil {
+		if err := b.R.Client.Set(ctx, b.DLQ, "occupied", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		id := b.publish(t, "doomed", nil)
+		id := b.Publish(t, "doomed", nil)
 		fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
-		stop := start(t, b.app(t, b.stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.dlq), settle.Concurrency(1)))
-		evs := b.rec.WaitFor(t, waitBound, "a failed dead letter", func(evs []settle.Settled) bool { return len(evs) > 0 })
-		if evs[0].Action != settle.ActionDeadLetter || evs[0].Err == nil || !strings.Contains(evs[0].Err.Error(), b.dlq) {
-			t.Fatalf("event %+v, want a dead letter that failed naming %s", evs[0], b.dlq)
+		stop := sourcetest.RunApp(t, b.App(t, b.Stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.DLQ), settle.Concurrency(1)))
+		evs := b.Rec.WaitFor(t, sourcetest.WaitBound, "a failed dead letter", func(evs []settle.Settled) bool { return len(evs) > 0 })
+		if evs[0].Action != settle.ActionDeadLetter || evs[0].Err == nil || !strings.Contains(evs[0].Err.Error(), b.DLQ) {
+			t.Fatalf("event %+v, want a dead letter that failed naming %s", evs[0], b.DLQ)
 		}
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
 
-		p, err := b.r.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: b.in, Group: b.group, Start: "-", End: "+", Count: 10}).Result()
+		p, err := b.R.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: b.In, Group: b.Group, Start: "-", End: "+", Count: 10}).Result()
 		if err != nil || len(p) != 1 || p[0].ID != id {
 			t.Fatalf("pending %+v, %v; want the original %s still pending (not acked without its dead letter)", p, err, id)
 		}
-		if v, err := b.r.Client.Get(ctx, b.dlq).Result(); err != nil || v != "occupied" {
+		if v, err := b.R.Client.Get(ctx, b.DLQ).Result(); err != nil || v != "occupied" {
 			t.Fatalf("dead-letter key = %q, %v; want it untouched", v, err)
 		}
-		if n := len(b.entries(t, b.in)); n != 1 {
+		if n := len(b.Entries(t, b.In)); n != 1 {
 			t.Fatalf("stream has %d entries, want 1: nothing half-written", n)
 		}
 	})
 
 	t.Run("FailedCopyWriteRedeliversOriginal", func(t *testing.T) {
 		t.Parallel()
-		b := setupStream(t)
-		if b.r.Mini == nil {
+		b := sourcetest.SetupStream(t)
+		if b.R.Mini == nil {
 			t.Skip("needs miniredis's fault injection (SetError); the dead-letter subtest covers a failed write on a real server")
 		}
-		id := b.publish(t, "hello", nil)
+		id := b.Publish(t, "hello", nil)
 		var calls atomic.Int32
 		h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			if calls.Add(1) == 1 {
-				b.r.Mini.SetError("ERR injected failure")
+				b.R.Mini.SetError("ERR injected failure")
 				return settle.Retry(errors.New("busy"))
 			}
 			return nil
 		})
-		cfg := b.config()
+		cfg := b.Config()
 		cfg.OnSettled = func(ctx context.Context, s settle.Settled) {
 			if s.Err != nil {
-				b.r.Mini.SetError("")
+				b.R.Mini.SetError("")
 			}
-			b.rec.OnSettled(ctx, s)
+			b.Rec.OnSettled(ctx, s)
 		}
 		app, err := settle.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		app.Mount(b.stream(), h, settle.Concurrency(1))
-		start(t, app)
-		evs := finals(t, b.rec, 1)
+		app.Mount(b.Stream(), h, settle.Concurrency(1))
+		sourcetest.RunApp(t, app)
+		evs := sourcetest.WaitFinals(t, b.Rec, 1)
 		if len(evs) != 2 || evs[0].Action != settle.ActionCopy || evs[0].Err == nil || evs[1].Action != settle.ActionAck || evs[1].ID != id || evs[1].Attempt != 2 {
 			t.Fatalf("events %+v, want a failed copy, then the original %s delivered again (attempt 2: the unsettled delivery counts) and acked", evs, id)
 		}
-		if n := len(b.entries(t, b.in)); n != 1 {
+		if n := len(b.Entries(t, b.In)); n != 1 {
 			t.Fatalf("stream has %d entries, want 1: the failed copy wrote nothing", n)
 		}
-		if n := b.pending(t); n != 0 {
+		if n := b.Pending(t); n != 0 {
 			t.Fatalf("%d pending, want 0", n)
 		}
 	})
@@ -576,15 +252,15 @@ func TestStreamReadsEntriesWrittenByOtherClients(t *testing.T) {
 
 	t.Run("PlainHandlerSeesFieldsAsHeaders", func(t *testing.T) {
 		t.Parallel()
-		b := setupStream(t)
-		id := b.xadd(t, b.in, "name", "bob", "age", "3")
+		b := sourcetest.SetupStream(t)
+		id := b.XAdd(t, b.In, "name", "bob", "age", "3")
 		got := make(chan settle.Message, 1)
 		h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
 			got <- *m
 			return nil
 		})
-		start(t, b.app(t, b.stream(), h))
-		finals(t, b.rec, 1)
+		sourcetest.RunApp(t, b.App(t, b.Stream(), h))
+		sourcetest.WaitFinals(t, b.Rec, 1)
 		m := <-got
 		if m.ID != id || len(m.Headers) != 2 || m.Headers["name"] != "bob" || m.Headers["age"] != "3" || len(m.Payload) != 0 || m.Attempt != 1 {
 			t.Fatalf("message %+v, want headers name=bob age=3, no payload, attempt 1", m)
@@ -593,15 +269,15 @@ func TestStreamReadsEntriesWrittenByOtherClients(t *testing.T) {
 
 	t.Run("TypedHandlerGetsDecodeErrorAndDeadLetters", func(t *testing.T) {
 		t.Parallel()
-		b := setupStream(t)
-		b.xadd(t, b.in, "name", "bob", "age", "3")
+		b := sourcetest.SetupStream(t)
+		b.XAdd(t, b.In, "name", "bob", "age", "3")
 		h := settle.Typed(func(context.Context, *settle.Message, map[string]any) error {
 			t.Error("the typed function ran without a payload")
 			return nil
 		})
 		// Concurrency(1): the copy's own settlement cannot be reported before the copy's.
-		start(t, b.app(t, b.stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.dlq), settle.Concurrency(1)))
-		evs := finals(t, b.rec, 1)
+		sourcetest.RunApp(t, b.App(t, b.Stream(), h, settle.MaxAttempts(2), settle.DeadLetter(b.DLQ), settle.Concurrency(1)))
+		evs := sourcetest.WaitFinals(t, b.Rec, 1)
 		// A decode error is a plain failure: its retry waits the backoff (parked in the
 		// process, then copied), then the cap's dead letter.
 		if len(evs) != 3 || evs[0].Action != settle.ActionPark || evs[1].Action != settle.ActionCopy || evs[2].Action != settle.ActionDeadLetter {
@@ -612,12 +288,12 @@ func TestStreamReadsEntriesWrittenByOtherClients(t *testing.T) {
 			t.Fatalf("handler error %v, want a *DecodeError naming the missing payload field", evs[0].HandlerErr)
 		}
 
-		dead := b.entries(t, b.dlq)
+		dead := b.Entries(t, b.DLQ)
 		if len(dead) != 1 {
 			t.Fatalf("%d dead letters, want 1", len(dead))
 		}
 		v := dead[0].Values
-		if v["name"] != "bob" || v["age"] != "3" || v[settle.HeaderRetryCount] != "2" || v[settle.HeaderDeadSource] != b.in ||
+		if v["name"] != "bob" || v["age"] != "3" || v[settle.HeaderRetryCount] != "2" || v[settle.HeaderDeadSource] != b.In ||
 			v[settle.HeaderDeadID] != evs[2].ID || !strings.Contains(fmt.Sprint(v[settle.HeaderDeadError]), "payload") || v[settle.HeaderDeadReason] == "" {
 			t.Fatalf("dead letter %v, want the original fields, retry count 2 and the dead-letter headers", v)
 		}
@@ -629,9 +305,9 @@ func TestStreamReadsEntriesWrittenByOtherClients(t *testing.T) {
 
 func TestStreamGarbledRetryCountReadsAsZeroAndLogsOnce(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
-	b.xadd(t, b.in, "payload", "x", settle.HeaderRetryCount, "abc")
-	b.xadd(t, b.in, "payload", "y", settle.HeaderRetryCount, "-1")
+	b := sourcetest.SetupStream(t)
+	b.XAdd(t, b.In, "payload", "x", settle.HeaderRetryCount, "abc")
+	b.XAdd(t, b.In, "payload", "y", settle.HeaderRetryCount, "-1")
 	var attempts []int
 	var mu sync.Mutex
 	h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
@@ -640,21 +316,21 @@ func TestStreamGarbledRetryCountReadsAsZeroAndLogsOnce(t *testing.T) {
 		attempts = append(attempts, m.Attempt)
 		return nil
 	})
-	start(t, b.app(t, b.stream(), h))
-	finals(t, b.rec, 2)
+	sourcetest.RunApp(t, b.App(t, b.Stream(), h))
+	sourcetest.WaitFinals(t, b.Rec, 2)
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(attempts, []int{1, 1}) {
 		t.Fatalf("attempts %v, want [1 1]: a garbled retry count reads as 0", attempts)
 	}
-	if n := len(b.logs.containing("garbled")); n != 1 {
+	if n := len(b.Logs.Containing("garbled")); n != 1 {
 		t.Fatalf("%d garbled-header logs, want exactly 1", n)
 	}
 }
 
 func TestStreamDeadLetterMaxLenBoundsDeadLetterStream(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	const maxLen = 3
 	n := 5
 	if redistest.Real() {
@@ -663,13 +339,13 @@ func TestStreamDeadLetterMaxLenBoundsDeadLetterStream(t *testing.T) {
 	}
 	var ids []string
 	for i := range n {
-		ids = append(ids, b.publish(t, i, nil))
+		ids = append(ids, b.Publish(t, i, nil))
 	}
 	fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
-	start(t, b.app(t, b.stream(), fail, settle.DeadLetter(b.dlq), settle.DeadLetterMaxLen(maxLen), settle.Concurrency(1)))
-	finals(t, b.rec, n)
+	sourcetest.RunApp(t, b.App(t, b.Stream(), fail, settle.DeadLetter(b.DLQ), settle.DeadLetterMaxLen(maxLen), settle.Concurrency(1)))
+	sourcetest.WaitFinals(t, b.Rec, n)
 
-	dead := b.entries(t, b.dlq)
+	dead := b.Entries(t, b.DLQ)
 	if redistest.Real() {
 		if len(dead) < maxLen || len(dead) >= n {
 			t.Fatalf("%d dead letters of %d, want at least %d and fewer than all: trimmed", len(dead), n, maxLen)
@@ -689,81 +365,81 @@ func TestStreamDeadLetterMaxLenBoundsDeadLetterStream(t *testing.T) {
 func TestStreamPendingEntryDeletedBeforeSettlementIsAcknowledged(t *testing.T) {
 	t.Parallel()
 	redistest.RealOnly(t) // miniredis silently skips deleted entries when re-reading a consumer's pending list
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	if err := b.r.Client.XGroupCreateMkStream(ctx, b.in, b.group, "0").Err(); err != nil {
+	if err := b.R.Client.XGroupCreateMkStream(ctx, b.In, b.Group, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	gone := b.publish(t, "deleted", nil)
-	if err := b.r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "worker-1", Streams: []string{b.in, ">"}}).Err(); err != nil {
+	gone := b.Publish(t, "deleted", nil)
+	if err := b.R.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.Group, Consumer: "worker-1", Streams: []string{b.In, ">"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.r.Client.XDel(ctx, b.in, gone).Err(); err != nil {
+	if err := b.R.Client.XDel(ctx, b.In, gone).Err(); err != nil {
 		t.Fatal(err)
 	}
-	next := b.publish(t, "next", nil)
+	next := b.Publish(t, "next", nil)
 
-	start(t, b.app(t, b.stream(settle.Consumer("worker-1")), ack, settle.Concurrency(1)))
+	sourcetest.RunApp(t, b.App(t, b.Stream(settle.Consumer("worker-1")), sourcetest.Ack, settle.Concurrency(1)))
 	// The deleted entry is acknowledged while re-reading own pending entries, before
 	// any new entry is read.
-	if ids := finalIDs(finals(t, b.rec, 1)); !slices.Equal(ids, []string{next}) {
+	if ids := sourcetest.FinalIDs(sourcetest.WaitFinals(t, b.Rec, 1)); !slices.Equal(ids, []string{next}) {
 		t.Fatalf("settled %v, want only [%s]: a deleted entry reaches no handler", ids, next)
 	}
-	if n := b.pending(t); n != 0 {
+	if n := b.Pending(t); n != 0 {
 		t.Fatalf("%d pending, want 0: the deleted entry is acknowledged", n)
 	}
-	logs := b.logs.containing("deleted from the stream")
-	if len(logs) != 1 || logs[0].level != slog.LevelWarn || !strings.Contains(logs[0].attrs["ids"], gone) {
+	logs := b.Logs.Containing("deleted from the stream")
+	if len(logs) != 1 || logs[0].Level != slog.LevelWarn || !strings.Contains(logs[0].Attrs["ids"], gone) {
 		t.Fatalf("logs %+v, want one warning naming %s", logs, gone)
 	}
 }
 
 func TestStreamRecreatesDestroyedGroup(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	first := b.publish(t, "first", nil)
-	start(t, b.app(t, b.stream(), ack, settle.Concurrency(1)))
-	finals(t, b.rec, 1)
+	first := b.Publish(t, "first", nil)
+	sourcetest.RunApp(t, b.App(t, b.Stream(), sourcetest.Ack, settle.Concurrency(1)))
+	sourcetest.WaitFinals(t, b.Rec, 1)
 
-	if err := b.r.Client.XGroupDestroy(ctx, b.in, b.group).Err(); err != nil {
+	if err := b.R.Client.XGroupDestroy(ctx, b.In, b.Group).Err(); err != nil {
 		t.Fatal(err)
 	}
-	second := b.publish(t, "second", nil)
+	second := b.Publish(t, "second", nil)
 	// The recreated group starts after the first entry (the last delivered here): at
 	// least once, never lost.
-	b.rec.WaitFor(t, waitBound, "the entry published after the group was destroyed", func(evs []settle.Settled) bool {
-		return slices.Contains(finalIDs(evs), second)
+	b.Rec.WaitFor(t, sourcetest.WaitBound, "the entry published after the group was destroyed", func(evs []settle.Settled) bool {
+		return slices.Contains(sourcetest.FinalIDs(evs), second)
 	})
-	for _, id := range finalIDs(b.rec.Events()) {
+	for _, id := range sourcetest.FinalIDs(b.Rec.Events()) {
 		if id != first && id != second {
 			t.Fatalf("settled unknown id %s", id)
 		}
 	}
-	if len(b.logs.containing("created it again")) == 0 {
+	if len(b.Logs.Containing("created it again")) == 0 {
 		t.Fatal("no warning that the group was created again")
 	}
-	groups, err := b.r.Client.XInfoGroups(ctx, b.in).Result()
-	if err != nil || len(groups) != 1 || groups[0].Name != b.group {
-		t.Fatalf("groups = %+v, %v; want %q again", groups, err, b.group)
+	groups, err := b.R.Client.XInfoGroups(ctx, b.In).Result()
+	if err != nil || len(groups) != 1 || groups[0].Name != b.Group {
+		t.Fatalf("groups = %+v, %v; want %q again", groups, err, b.Group)
 	}
 }
 
 func TestStreamWrongTypeKeyFailsOpenNamingKey(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	if err := b.r.Client.Set(ctx, b.in, "not a stream", 0).Err(); err != nil {
+	if err := b.R.Client.Set(ctx, b.In, "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	app := b.app(t, b.stream(), ack)
-	runCtx, cancel := context.WithTimeout(ctx, waitBound)
+	app := b.App(t, b.Stream(), sourcetest.Ack)
+	runCtx, cancel := context.WithTimeout(ctx, sourcetest.WaitBound)
 	defer cancel()
 	err := app.Run(runCtx)
-	if err == nil || !strings.Contains(err.Error(), b.in) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "open") {
-		t.Fatalf("Run = %v, want an Open error naming %s and WRONGTYPE", err, b.in)
+	if err == nil || !strings.Contains(err.Error(), b.In) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "open") {
+		t.Fatalf("Run = %v, want an Open error naming %s and WRONGTYPE", err, b.In)
 	}
-	if n := len(b.cmds.named("xreadgroup")); n != 0 {
+	if n := len(b.Cmds.Named("xreadgroup")); n != 0 {
 		t.Fatalf("%d reads, want none after a failed Open", n)
 	}
 }
@@ -772,10 +448,10 @@ func TestStreamWrongTypeKeyFailsOpenNamingKey(t *testing.T) {
 // full Batch.
 func TestStreamConcurrencyBoundsHandlersNotReads(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	const limit, n = 3, 12
 	for i := range n {
-		b.publish(t, i, nil)
+		b.Publish(t, i, nil)
 	}
 	var running, most atomic.Int32
 	started := make(chan struct{}, n)
@@ -793,11 +469,11 @@ func TestStreamConcurrencyBoundsHandlersNotReads(t *testing.T) {
 		running.Add(-1)
 		return nil
 	})
-	start(t, b.app(t, b.stream(), h, settle.Concurrency(limit)))
+	sourcetest.RunApp(t, b.App(t, b.Stream(), h, settle.Concurrency(limit)))
 	for i := range n {
 		select {
 		case <-started:
-		case <-time.After(waitBound):
+		case <-time.After(sourcetest.WaitBound):
 			t.Fatalf("only %d handlers started", i)
 		}
 		// Once the limit is reached, each start lets one handler finish: a handler
@@ -809,21 +485,21 @@ func TestStreamConcurrencyBoundsHandlersNotReads(t *testing.T) {
 	for range limit - 1 {
 		release <- struct{}{}
 	}
-	finals(t, b.rec, n)
+	sourcetest.WaitFinals(t, b.Rec, n)
 	if got := most.Load(); got != limit {
 		t.Fatalf("at most %d handlers ran at once, want %d", got, limit)
 	}
-	reads := b.cmds.named("xreadgroup")
+	reads := b.Cmds.Named("xreadgroup")
 	biggest := 0
 	for _, r := range reads {
-		c, err := strconv.Atoi(r.arg("count"))
+		c, err := strconv.Atoi(r.Arg("count"))
 		if err != nil {
-			t.Fatalf("read %v has no COUNT", r.args)
+			t.Fatalf("read %v has no COUNT", r.Args)
 		}
 		biggest = max(biggest, c)
 	}
 	for _, r := range reads {
-		if c, _ := strconv.Atoi(r.arg("count")); c != settle.DefaultBatch {
+		if c, _ := strconv.Atoi(r.Arg("count")); c != settle.DefaultBatch {
 			t.Fatalf("a read asked for %d entries, want a full batch (%d) each time, whatever the free handlers", c, settle.DefaultBatch)
 		}
 	}
@@ -834,27 +510,27 @@ func TestStreamConcurrencyBoundsHandlersNotReads(t *testing.T) {
 // three waiting), read two at a time, and reads no more until some settle.
 func TestStreamPrefetchBoundsWhatIsHeldAndNotStarted(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	const n = 20
 	for i := range n {
-		b.publish(t, i, nil)
+		b.Publish(t, i, nil)
 	}
 	release := make(chan struct{})
 	h := settle.HandlerFunc(func(context.Context, *settle.Message) error {
 		<-release
 		return nil
 	})
-	start(t, b.app(t, b.stream(settle.Batch(2)), h, settle.Concurrency(1), settle.Prefetch(3)))
-	b.cmds.waitN(t, "two reads of new entries", 2, func(c recordedCmd) bool {
-		return c.name() == "xreadgroup" && fmt.Sprint(c.args[len(c.args)-1]) == ">"
+	sourcetest.RunApp(t, b.App(t, b.Stream(settle.Batch(2)), h, settle.Concurrency(1), settle.Prefetch(3)))
+	b.Cmds.WaitN(t, "two reads of new entries", 2, func(c sourcetest.RecordedCmd) bool {
+		return c.Name() == "xreadgroup" && fmt.Sprint(c.Args[len(c.Args)-1]) == ">"
 	})
-	if got := b.pending(t); got != 4 {
+	if got := b.Pending(t); got != 4 {
 		t.Fatalf("%d entries held with one handler blocked, want 4 (1 running + Prefetch 3)", got)
 	}
 	close(release)
-	finals(t, b.rec, n)
-	for _, r := range b.cmds.named("xreadgroup") {
-		if c, _ := strconv.Atoi(r.arg("count")); c != 2 && fmt.Sprint(r.args[len(r.args)-1]) == ">" {
+	sourcetest.WaitFinals(t, b.Rec, n)
+	for _, r := range b.Cmds.Named("xreadgroup") {
+		if c, _ := strconv.Atoi(r.Arg("count")); c != 2 && fmt.Sprint(r.Args[len(r.Args)-1]) == ">" {
 			t.Fatalf("a read asked for %d entries, want Batch(2) each time", c)
 		}
 	}
@@ -862,11 +538,11 @@ func TestStreamPrefetchBoundsWhatIsHeldAndNotStarted(t *testing.T) {
 
 func TestStreamShutdownEndsWithinBlockBound(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	const block = 300 * time.Millisecond
-	stop := start(t, b.app(t, settle.Stream(b.client, b.in, b.group, settle.Block(block)), ack))
-	b.cmds.waitFor(t, "a blocking read", func(c recordedCmd) bool {
-		return c.name() == "xreadgroup" && c.arg("block") != ""
+	stop := sourcetest.RunApp(t, b.App(t, settle.Stream(b.Client, b.In, b.Group, settle.Block(block)), sourcetest.Ack))
+	b.Cmds.WaitFor(t, "a blocking read", func(c sourcetest.RecordedCmd) bool {
+		return c.Name() == "xreadgroup" && c.Arg("block") != ""
 	})
 	began := time.Now()
 	if err := stop(); err != nil {
@@ -880,30 +556,30 @@ func TestStreamShutdownEndsWithinBlockBound(t *testing.T) {
 
 func TestStreamFailedSettlementBacksOffBeforeRedelivery(t *testing.T) {
 	t.Parallel()
-	b := setupStream(t)
+	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
 	// Every dead letter fails: the key holds a string.
-	if err := b.r.Client.Set(ctx, b.dlq, "occupied", 0).Err(); err != nil {
+	if err := b.R.Client.Set(ctx, b.DLQ, "occupied", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b.publish(t, "doomed", nil)
+	b.Publish(t, "doomed", nil)
 	var mu sync.Mutex
 	var at []time.Time
-	cfg := b.config()
+	cfg := b.Config()
 	cfg.OnSettled = func(ctx context.Context, s settle.Settled) {
 		mu.Lock()
 		at = append(at, time.Now())
 		mu.Unlock()
-		b.rec.OnSettled(ctx, s)
+		b.Rec.OnSettled(ctx, s)
 	}
 	app, err := settle.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
-	app.Mount(b.stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.dlq), settle.Concurrency(1))
-	stop := start(t, app)
-	b.rec.WaitFor(t, waitBound, "three failed dead letters", func(evs []settle.Settled) bool { return len(evs) >= 3 })
+	app.Mount(b.Stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.DLQ), settle.Concurrency(1))
+	stop := sourcetest.RunApp(t, app)
+	b.Rec.WaitFor(t, sourcetest.WaitBound, "three failed dead letters", func(evs []settle.Settled) bool { return len(evs) >= 3 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -915,7 +591,7 @@ func TestStreamFailedSettlementBacksOffBeforeRedelivery(t *testing.T) {
 	if first < 90*time.Millisecond || second < 180*time.Millisecond {
 		t.Fatalf("redelivered after %s, then %s; want pauses of about 100ms, then 200ms", first, second)
 	}
-	for _, e := range b.rec.Events() {
+	for _, e := range b.Rec.Events() {
 		if e.Err == nil {
 			t.Fatalf("event %+v succeeded; want every dead letter to fail", e)
 		}

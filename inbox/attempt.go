@@ -9,6 +9,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/settlekit/settle/internal/source"
 )
 
 // The attempt column's range. A row that fails forever (no cap) or crashes its worker
@@ -95,7 +97,7 @@ func (t *transport) atMax(ctx context.Context, r claimedRow) {
 	}
 	t.maxOnce.Do(func() {
 		t.env.Logger.ErrorContext(ctx, "settle: inbox: a row reached the largest attempt its column holds; it is still delivered and its retries hold it there: settle it, widen the column, or declare MaxAttempts and DeadLetter (logged once per mount)",
-			slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.String("msg_id", idString(r.id)), slog.Int64("attempt", r.attempt))
+			slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, t.q.ib.table.Name), slog.String(source.AttrMsgID, idString(r.id)), slog.Int64(source.AttrAttempt, r.attempt))
 	})
 }
 

@@ -118,7 +118,7 @@ func (t *transport) claimRows(ctx context.Context, skew time.Duration, n int, ta
 		var herr error
 		ds[i], herr = r.delivery(t.q.ib.table.Name)
 		if herr != nil {
-			t.env.Logger.WarnContext(ctx, "settle: inbox: row delivered without its headers", "mount", t.env.Mount, "key", t.q.ib.table.Name, "msg_id", ds[i].ID, "error", herr)
+			t.env.Logger.WarnContext(ctx, "settle: inbox: row delivered without its headers", source.AttrMount, t.env.Mount, source.AttrKey, t.q.ib.table.Name, source.AttrMsgID, ds[i].ID, source.AttrError, herr)
 		}
 		hs[i] = ds[i].Raw.(*held)
 		hs[i].skew, hs[i].wrote = skew, now

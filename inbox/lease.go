@@ -73,7 +73,7 @@ func (k *leaseKeeper) extend(ctx context.Context, hs []*held) {
 	if err != nil {
 		if ctx.Err() == nil { // not a stop
 			k.logger.WarnContext(ctx, "settle: inbox: extending leases failed; their rows may be claimed again if the leases pass",
-				slog.String("mount", k.mount), slog.Int("count", len(hs)), slog.Any("error", err))
+				slog.String(source.AttrMount, k.mount), slog.Int("count", len(hs)), slog.Any(source.AttrError, err))
 		}
 		return
 	}
@@ -82,7 +82,7 @@ func (k *leaseKeeper) extend(ctx context.Context, hs []*held) {
 		next, ok := leases[idString(h.id)]
 		if !ok {
 			k.logger.WarnContext(ctx, "settle: inbox: a row no longer holds its lease while its handler runs (another worker took it over once it passed, or someone else released, changed or deleted the row); its settlement will change nothing",
-				slog.String("mount", k.mount), slog.String("msg_id", idString(h.id)))
+				slog.String(source.AttrMount, k.mount), slog.String(source.AttrMsgID, idString(h.id)))
 			k.forget(h)
 			continue
 		}

@@ -68,7 +68,7 @@ func (ib *Inbox) listen(ctx context.Context, env source.Env) (stop func()) {
 func (l *listener) run(ctx context.Context) {
 	defer close(l.done)
 	channel := l.ib.table.Name
-	attrs := []any{slog.String("mount", l.env.Mount), slog.String("key", channel)}
+	attrs := []any{slog.String(source.AttrMount, l.env.Mount), slog.String(source.AttrKey, channel)}
 	if len(channel) > 63 {
 		l.env.Logger.WarnContext(ctx, "settle: inbox: the table name is longer than PostgreSQL's 63-byte channel names: the queues do not LISTEN; they find rows by polling", attrs...)
 		return
@@ -95,7 +95,7 @@ func (l *listener) run(ctx context.Context) {
 		}
 		if !lost {
 			lost = true
-			l.env.Logger.WarnContext(ctx, "settle: inbox: the LISTEN connection failed; the queues poll until it is back", append(attrs, slog.Any("error", err))...)
+			l.env.Logger.WarnContext(ctx, "settle: inbox: the LISTEN connection failed; the queues poll until it is back", append(attrs, slog.Any(source.AttrError, err))...)
 		}
 		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 		timer := time.NewTimer(backoff)

@@ -205,12 +205,7 @@ var latestAt = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
 // for a table without a retry_after column, an At past latestAt (checkHeaderNames
 // refuses the names).
 func (ib *Inbox) publishConfig(opts []settle.PublishOption) (publish.Config, error) {
-	var c publish.Config
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
+	c := publish.Apply(opts)
 	err := c.Refuse("an inbox", "Header", "After", "At")
 	if err == nil {
 		err = c.CheckDelay()

@@ -96,7 +96,7 @@ func (r *redoer) run(ctx context.Context) {
 		r.acks, r.moves = nil, nil
 		r.mu.Unlock()
 		r.logger.InfoContext(ctx, "settle: inbox: applying settlements that failed again",
-			slog.String("mount", r.mount), slog.Int("count", len(acks)+len(moves)))
+			slog.String(source.AttrMount, r.mount), slog.Int("count", len(acks)+len(moves)))
 		r.applyFunc(ctx, acks, moves)
 		r.mu.Lock()
 		again := len(r.acks) + len(r.moves)
@@ -140,7 +140,7 @@ func (t *transport) keepForRedo(ctx context.Context, h *held, err error) bool {
 		return true
 	}
 	t.env.Logger.WarnContext(ctx, "settle: inbox: a settlement kept failing for a whole lease; the row is let go and comes back once its lease passes",
-		slog.String("mount", t.env.Mount), slog.String("msg_id", idString(h.id)), slog.Any("error", err))
+		slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrMsgID, idString(h.id)), slog.Any(source.AttrError, err))
 	return false
 }
 

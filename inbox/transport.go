@@ -229,9 +229,9 @@ func (t *transport) dueIndexed(ctx context.Context) bool {
 	if tb.Group != "" {
 		lead = tb.Group + ", " + tb.RetryAfter
 	}
-	attrs := []any{slog.String("mount", t.env.Mount), slog.String("key", tb.Name), slog.String("index", "("+lead+", "+tb.ID+")")}
+	attrs := []any{slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, tb.Name), slog.String("index", "("+lead+", "+tb.ID+")")}
 	if err != nil {
-		attrs = append(attrs, slog.Any("error", err))
+		attrs = append(attrs, slog.Any(source.AttrError, err))
 	}
 	t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no index led by its group and retry_after columns: claims take rows in id order, reading past the rows parked for later; add the index to claim the earliest due first without reading them (see the README's schema)", attrs...)
 	return false
@@ -373,7 +373,7 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 			if t.s.parkN == nil {
 				t.warnOnce.Do(func() {
 					t.env.Logger.WarnContext(ctx, "settle: inbox: the table has no retry_after column: RetryAfter returns the row at once (logged once per mount)",
-						slog.String("mount", t.env.Mount), slog.String("key", t.q.ib.table.Name), slog.Duration("delay", m.Delay))
+						slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, t.q.ib.table.Name), slog.Duration(source.AttrDelay, m.Delay))
 				})
 				puts = append(puts, i)
 				continue

@@ -11,7 +11,7 @@ import (
 
 // EnvRedisURL names the environment variable that points tests at a real Redis server
 // (e.g. redis://127.0.0.1:6379/0) instead of an embedded miniredis.
-const EnvRedisURL = redistest.EnvURL
+const EnvRedisURL = "SETTLE_REDIS_URL"
 
 // Server is one test's Redis.
 type Server struct {

@@ -12,6 +12,24 @@ import (
 	"github.com/settlekit/settle/delayed"
 )
 
+// Option is what settle.PublishOption's values are: settle's own packages (the inbox)
+// apply them through it, since settle.PublishOption's method is unexported.
+type Option interface {
+	ApplyPublish(c *Config)
+}
+
+// Apply applies the options that are Options (every settle.PublishOption is) to a new
+// Config.
+func Apply[O any](opts []O) Config {
+	var c Config
+	for _, o := range opts {
+		if a, ok := any(o).(Option); ok {
+			a.ApplyPublish(&c)
+		}
+	}
+	return c
+}
+
 // Config is what the options of one publish call set.
 type Config struct {
 	// After is the delay (After), when AfterSet.

@@ -1,83 +1,20 @@
 package timerq
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/settlekit/settle/internal/clock"
 )
 
-// fakeClock is a clock that moves only by Advance. Each timer made reports itself on
-// made, so a test advances only once the queue is waiting on its timer.
-type fakeClock struct {
-	made chan struct{}
-
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
+// fakeClock is the tests' fake clock; each timer made reports itself on Made, so a test
+// advances only once the queue is waiting on its timer.
+type fakeClock = clock.Fake
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{made: make(chan struct{}, 64), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) NewTimer(d time.Duration) clock.Timer {
-	c.mu.Lock()
-	t := &fakeTimer{c: c, ch: make(chan time.Time, 1), due: c.now.Add(d)}
-	c.timers = append(c.timers, t)
-	c.mu.Unlock()
-	c.made <- struct{}{}
-	return t
-}
-
-// Advance moves the clock by d and fires the timers that came due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if t.due.After(c.now) {
-			kept = append(kept, t)
-			continue
-		}
-		t.ch <- c.now
-	}
-	c.timers = kept
-}
-
-// pending returns how many timers have not fired nor been stopped.
-func (c *fakeClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
-
-type fakeTimer struct {
-	c   *fakeClock
-	ch  chan time.Time
-	due time.Time
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.ch }
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, o := range t.c.timers {
-		if o == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
+	c := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	c.Made = make(chan struct{}, 64)
+	return c
 }
 
 type testBundle struct {
@@ -116,7 +53,7 @@ func (b *testBundle) run() {
 func (b *testBundle) waitTimer(t *testing.T) {
 	t.Helper()
 	select {
-	case <-b.clock.made:
+	case <-b.clock.Made:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the queue made no timer")
 	}
@@ -194,7 +131,7 @@ func TestQueueRunsNothingBeforeDue(t *testing.T) {
 	b.run()
 	b.waitTimer(t)
 	b.clock.Advance(999 * time.Millisecond)
-	if n := b.clock.pending(); n != 1 {
+	if n := b.clock.Pending(); n != 1 {
 		t.Fatalf("got %d timers waiting after 999ms, want the queue's one unfired", n)
 	}
 	// One more millisecond makes "soon" due, and only it.

@@ -1,0 +1,375 @@
+package settle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"runtime/debug"
+	"time"
+
+	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/timerq"
+)
+
+// backoff is the wait before a plain error's retry: the mount's policy, cut to a
+// durable delay set's TTL (a longer delay would be refused and retried at once).
+func (m *mount) backoff(attempt int, err error) time.Duration {
+	d := m.cfg.backoff(attempt, err)
+	if dz, ok := m.policy.Delay.(delayed.DurableZset); ok && dz.TTL > 0 {
+		d = min(d, dz.TTL)
+	}
+	return d
+}
+
+// handle runs the handler on one delivery, decides and applies its settlement. It
+// reports whether the delivery's move was queued to the copier, which then frees its slot.
+func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, delays *timerq.Queue, w *worker) (queued bool) {
+	if spentByCrashes(d, m.policy, m.info.Caps) {
+		// The deliveries past the cap never settled: settle this one as the cap's failure,
+		// counting the attempts spent (the cap), without running the handler again.
+		spent := *d
+		spent.Attempt = m.policy.MaxAttempts
+		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
+		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
+		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
+		ctx = m.started(ctx, d)
+		if !w.end() {
+			return true // settled by the watchdog meanwhile
+		}
+		return m.apply(ctx, &spent, o, s, acks, delays, time.Time{})
+	}
+	var start time.Time
+	if m.eng.observed() {
+		start = m.eng.clock.Now()
+		ctx = m.started(ctx, d)
+		w.observe(ctx)
+	}
+	msg := &Message{
+		Attempt:   d.Attempt,
+		Headers:   d.Headers,
+		ID:        d.ID,
+		Key:       d.Key,
+		Payload:   d.Payload,
+		codec:     m.cfg.codec,
+		noPayload: !d.HasPayload,
+		replyTo:   m.cfg.replyTo,
+	}
+	err := callHandler(ctx, m.wrapped, msg)
+	if !w.end() {
+		// The watchdog settled the delivery at its timeout (and owns its slot).
+		m.logger.WarnContext(ctx, "settle: a handler returned after its timeout; the delivery was settled as a failure then, and this return is ignored",
+			slog.String(attrMsgID, d.ID), slog.Any(attrError, err))
+		return true
+	}
+	if pe, ok := err.(*PanicError); ok {
+		m.logger.ErrorContext(ctx, "settle: handler panicked; its delivery is retried",
+			slog.String(attrMsgID, d.ID), slog.Int(attrAttempt, d.Attempt), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
+	}
+	if err == nil && len(msg.outputs) > 0 {
+		return m.reply(ctx, d, msg.outputs, acks, delays, start)
+	}
+	o, plain := outcomeOf(err)
+	if plain {
+		o.Delay = m.backoff(d.Attempt, err)
+	}
+	s := decide(o, d.Attempt, m.policy, m.info.Caps)
+	if s.Action == ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
+		// The common case, kept out of apply: its large frame would grow the stack of
+		// every handler goroutine.
+		acks.add(d, m.event(ctx, d, o, s.Action, start))
+		return
+	}
+	return m.apply(ctx, d, o, s, acks, delays, start)
+}
+
+// callHandler runs h, turning a panic into a *PanicError.
+func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return h.Handle(ctx, msg)
+}
+
+// settled reports an applied (or failed) settlement.
+func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
+	if ev.Err == nil {
+		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
+			m.settleOK.Store(true)
+		}
+		if ev.Due && m.logger.Enabled(ctx, slog.LevelDebug) {
+			m.logger.DebugContext(ctx, "settle: delayed copy written back", slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)),
+				slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt), slog.String(attrAction, ev.Action.String()))
+		}
+	} else {
+		m.settleFailed.Store(true)
+		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
+			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
+	}
+	m.eng.report(ctx, ev)
+}
+
+// logSettlement logs a settlement's line at level with the delivery's attributes and
+// extra, building nothing when the level is off: the retry path runs it for every
+// delivery.
+func (m *mount) logSettlement(ctx context.Context, level slog.Level, msg string, d *source.Delivery, o Outcome, s settlement, extra ...slog.Attr) {
+	if !m.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := settlementAttrs(d, o, s, extra...)
+	if la, ok := ctx.Value(logAttrsKey{}).(*logAttrs); ok {
+		for _, a := range la.added() {
+			attrs = append(attrs, a)
+		}
+	}
+	m.logger.Log(ctx, level, msg, attrs...)
+}
+
+// settlementAttrs are a settlement's log attributes: the delivery's (its msg_key the
+// same on every copy of the message), then extra.
+func settlementAttrs(d *source.Delivery, o Outcome, s settlement, extra ...slog.Attr) []any {
+	attrs := make([]any, 0, 6+len(extra))
+	attrs = append(attrs,
+		slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt),
+		slog.String(attrOutcome, string(o.Kind)), slog.String(attrAction, s.Action.String()))
+	for _, a := range extra {
+		attrs = append(attrs, a)
+	}
+	return attrs
+}
+
+// apply carries out a settlement: a completion goes to the batched acker, any other to
+// the transport's Moves (see move), an in-process delay to the delay queue. It reports
+// whether the delivery's move was queued to the copier, which then frees its slot.
+// ctx is the delivery's, start when its handler began (zero: it did not run).
+func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s settlement, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
+	ev := m.event(ctx, d, o, s.Action, start)
+	switch s.Action {
+	case ActionAck:
+		m.logSettlement(ctx, slog.LevelDebug, "settle: ack", d, o, s)
+		acks.add(d, ev)
+		return false
+	case ActionDrop, ActionReject:
+		m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Any(attrError, o.Err))
+		acks.add(d, ev)
+		return false
+	case ActionLose:
+		// Warned once per mount, counted every time (reported again when the mount stops).
+		n := m.lost.Add(1)
+		m.warnOnce(ctx, "lose", "settle: "+s.Reason+"; declare MaxAttempts to retry with a copy (warned once per mount; every loss is counted)",
+			settlementAttrs(d, o, s, slog.Any(attrError, o.Err))...)
+		m.logSettlement(ctx, slog.LevelDebug, "settle: "+s.Reason, d, o, s, slog.Int64("lost", n), slog.Any(attrError, o.Err))
+		acks.add(d, ev)
+		return false
+	case ActionLeave:
+		if o.Kind == OutcomeRetryAfter && o.Delay != s.Delay {
+			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
+				slog.Duration(attrDelay, o.Delay), slog.Duration("min_idle", s.Delay))
+		}
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
+		ev.Delay = s.Delay
+		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
+	case ActionPutBack:
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
+		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d, Err: errorText(o.Err), Headers: m.putBackHeaders(ev, d)}, ev)
+	case ActionCopy:
+		if o.Kind == OutcomeRetryAfter {
+			// The asked delay could not be kept (see delayRefusal): say why, loudly.
+			m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Duration(attrDelay, o.Delay), slog.Any(attrError, o.Err))
+		} else {
+			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
+		}
+		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
+	case ActionPark:
+		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
+		ev.Delay = s.Delay
+		if m.info.Caps.Parks {
+			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
+		}
+		// Reported once scheduled, so a test may advance its clock right after seeing it.
+		m.scheduleCopy(d, ev, s.Delay, delays)
+		m.settled(m.writes.get(), d, ev)
+		return false
+	default: // ActionDeadLetter
+		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
+		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, deadLetterHeaders(d, s, o.Err, m.eng.clock.Now()))}, ev)
+	}
+}
+
+// move applies one move: queued to the mount's copier when its transport writes moves
+// in batches (the copier reports it and frees the delivery's slot once it is written),
+// else written now, from the handler's goroutine, so the writes of concurrent handlers
+// stay concurrent.
+func (m *mount) move(mv source.Move, ev Settled) (queued bool) {
+	if m.copies != nil {
+		m.copies.add(mv, ev)
+		return true
+	}
+	ctx := m.writes.get()
+	ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
+	m.settled(ctx, mv.Delivery, ev)
+	return false
+}
+
+// scheduleCopy keeps an in-process delay: the original stays unsettled until the copy
+// is written. Copies coming due go to the mount's writer of due copies, which writes
+// those due meanwhile together; without one (a transport that writes moves one at a
+// time), each is written on its own goroutine, so many coming due at once are written
+// concurrently. Run waits for every one before returning.
+func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration, delays *timerq.Queue) {
+	// A delivery may share its memory with the rest of its read (see
+	// streamTransport.deliveries): keep a copy of its own while it waits.
+	held := *d
+	d = &held
+	ev.Due = true // the Move hook sees a park kept in-process
+	mv := source.Move{Action: source.ActionCopy, Delivery: d, Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}
+	ev.Action = ActionCopy
+	var due time.Time
+	if m.eng.observed() {
+		due = m.eng.clock.Now().Add(delay)
+	}
+	if w := m.due; w != nil {
+		delays.Schedule(delay, func() { w.add(copyReq{move: mv, ev: m.cameDue(ev, due)}) })
+		return
+	}
+	delays.Schedule(delay, func() {
+		m.eng.delayed.Go(func() {
+			ctx := m.writes.get()
+			ev := m.cameDue(ev, due)
+			ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
+			m.settled(ctx, d, ev)
+		})
+	})
+}
+
+// cameDue returns the report of an in-process delayed copy due at due, whose write
+// starts now: how late it is, and its settlement timed from now.
+func (m *mount) cameDue(ev Settled, due time.Time) Settled {
+	if !due.IsZero() {
+		ev.handled = m.eng.clock.Now()
+		ev.Late = max(ev.handled.Sub(due), 0)
+		ev.HandlerDuration = 0
+	}
+	return ev
+}
+
+// messageKey is the key of d's message across its copies: its origin header, else its
+// own id (a first delivery).
+func messageKey(d *source.Delivery) string {
+	if k := d.Headers[HeaderOriginID]; k != "" {
+		return k
+	}
+	return d.ID
+}
+
+// observed reports whether any settlement hook is set: the engine then measures
+// durations and builds the delivery's context.
+func (e *engine) observed() bool {
+	return e.onSettled != nil || e.hooks.Settled != nil || e.hooks.Delivery != nil
+}
+
+// started calls the Delivery hook for d, when set, and returns the delivery's context.
+func (m *mount) started(ctx context.Context, d *source.Delivery) context.Context {
+	h := m.eng.hooks.Delivery
+	if h == nil {
+		return ctx
+	}
+	return h(ctx, DeliveryStart{
+		Attempt: d.Attempt, Group: m.info.Group, Headers: d.Headers, ID: d.ID, Key: d.Key,
+		MessageKey: messageKey(d), Mount: m.name, Redelivery: d.Redelivered, Transport: string(m.info.Kind),
+	})
+}
+
+// event returns the report of d's settlement s, for the hooks and the ack path.
+// ctx is the delivery's (see Hooks.Delivery), start when its handler began.
+func (m *mount) event(ctx context.Context, d *source.Delivery, o Outcome, a Action, start time.Time) Settled {
+	ev := Settled{
+		Action:     a,
+		Attempt:    d.Attempt,
+		HandlerErr: o.Err,
+		ID:         d.ID,
+		Key:        d.Key,
+		Mount:      m.name,
+		Outcome:    o.Kind,
+	}
+	if m.eng.observed() {
+		ev.Group, ev.Transport, ev.Redelivery = m.info.Group, string(m.info.Kind), d.Redelivered
+		ev.MessageKey = messageKey(d)
+		ev.ctx = ctx
+		ev.handled = m.eng.clock.Now()
+		if !start.IsZero() {
+			ev.HandlerDuration = ev.handled.Sub(start)
+		}
+	}
+	return ev
+}
+
+// moveHeaders gives the Move hook, when set, the headers of the message s writes, after
+// settle's own: the origin id, so that every copy names its message's first delivery.
+func (m *mount) moveHeaders(s Settled, d *source.Delivery, h map[string]string) map[string]string {
+	if _, ok := h[HeaderOriginID]; !ok {
+		h[HeaderOriginID] = d.ID
+	}
+	if hook := m.eng.hooks.Move; hook != nil {
+		ctx := s.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		hook(ctx, s, h)
+	}
+	return h
+}
+
+// putBackHeaders gives the Move hook, when set and where the transport retries in place
+// (Caps.RetriesInPlace: an inbox row's attempt column), the headers of the message a
+// put-back returns, so that the next attempt links to this one as a copy's would;
+// nil otherwise, at no cost.
+func (m *mount) putBackHeaders(s Settled, d *source.Delivery) map[string]string {
+	if m.eng.hooks.Move == nil || !m.info.Caps.RetriesInPlace {
+		return nil
+	}
+	h := make(map[string]string, len(d.Headers)+2) // room for the origin id and a hook's link
+	maps.Copy(h, d.Headers)
+	return m.moveHeaders(s, d, h)
+}
+
+// report calls the settlement hooks with ev, measuring how long the settlement took.
+func (e *engine) report(ctx context.Context, ev Settled) {
+	if ev.ctx != nil {
+		ctx = ev.ctx
+	}
+	if !ev.handled.IsZero() {
+		ev.SettleDuration = e.clock.Now().Sub(ev.handled)
+	}
+	if e.hooks.Settled != nil {
+		e.hooks.Settled(ctx, ev)
+	}
+	if e.onSettled != nil {
+		e.onSettled(ctx, ev)
+	}
+}
+
+// reply settles a delivery whose handler succeeded with replies: one atomic move where
+// the transport writes them itself, else each published through the mount's replier
+// and the original completed after; a failed publish settles it as a failure.
+func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Output, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
+	ev := m.event(ctx, d, Outcome{Kind: OutcomeAck}, ActionReply, start)
+	m.logSettlement(ctx, slog.LevelDebug, "settle: reply", d, Outcome{Kind: OutcomeAck}, settlement{Action: ActionReply},
+		slog.String("reply_to", m.cfg.replyTo), slog.Int("replies", len(outs)))
+	if m.cfg.replier == nil {
+		return m.move(source.Move{Action: source.ActionReply, Delivery: d, Outputs: outs}, ev)
+	}
+	wctx := m.writes.get()
+	for i, out := range outs {
+		if err := m.cfg.replier.PublishReply(wctx, m.cfg.replyTo, out.Payload, out.Headers); err != nil {
+			err = fmt.Errorf("settle: publish reply %d of %d to %q: %w", i+1, len(outs), m.cfg.replyTo, err)
+			o := Outcome{Kind: OutcomeRetry, Err: err, Delay: m.backoff(d.Attempt, err)}
+			return m.apply(ctx, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), acks, delays, start)
+		}
+	}
+	acks.add(d, ev)
+	return false
+}

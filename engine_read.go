@@ -1,0 +1,325 @@
+package settle
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/timerq"
+)
+
+// Only the killer pays for a crash. A crash-counting transport charges a crash to every
+// delivery the dead process held, having no record of which one was running; a message
+// that kills its process would take whatever it is held beside to the cap with it, crash
+// after crash. So a delivery taken over from a consumer that never settled it
+// (source.Delivery.TakenOver: the one that may have killed it) runs alone: the read
+// loop hands the rest of its read to the workers, waits until the mount holds nothing
+// but the taken-over deliveries (every other delivery handled and its settlement
+// written), runs them one at a time, each once the last has settled, and reads nothing
+// meanwhile. A transport hands over one such delivery at a time. A message that kills
+// its process then dies alone each time and reaches the cap and the dead letter; what
+// was held beside it at its first crash pays that one attempt (nothing says which of the
+// dead process's deliveries ran), and no other.
+
+// aloneTick is how often the read loop looks whether the mount holds nothing else yet,
+// while a taken-over delivery waits to run alone (real time: a rare path, and slots
+// freed in many places signal nothing).
+const aloneTick = time.Millisecond
+
+// pushAlone hands ds, one read, to the workers with push: the deliveries not taken over
+// at once, then each taken-over one alone (see the comment atop this file). It returns
+// once the last of them has settled, or at once when ctx ends (what it has not run is
+// queued, for the stop to hand back or run).
+func (m *mount) pushAlone(ctx context.Context, ds []*source.Delivery, acks *acker, push func([]*source.Delivery)) {
+	var taken []*source.Delivery
+	rest := ds[:0:0]
+	for _, d := range ds {
+		if d.TakenOver {
+			taken = append(taken, d)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	if len(taken) == 0 {
+		push(ds)
+		return
+	}
+	if len(rest) > 0 {
+		push(rest)
+	}
+	for i, d := range taken {
+		// The taken-over deliveries still to run hold their slots; nothing else may.
+		if !m.waitHolding(ctx, len(taken)-i, acks) {
+			push(taken[i:])
+			return
+		}
+		push([]*source.Delivery{d})
+	}
+	m.waitHolding(ctx, 0, acks)
+}
+
+// waitHolding waits until the mount holds only n deliveries and no ack waits to be
+// written; false if ctx ended first.
+func (m *mount) waitHolding(ctx context.Context, n int, acks *acker) bool {
+	if m.held() <= n && acks.pending.Load() == 0 {
+		return true
+	}
+	tick := time.NewTicker(aloneTick)
+	defer tick.Stop()
+	for m.held() > n || acks.pending.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
+// run reads and handles the mount's deliveries until ctx is cancelled, then
+// drains: in-flight handlers finish (or are cancelled after the drain timeout) and are
+// settled before it returns.
+func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
+	if m.policy.MaxAttempts == 0 && m.policy.DeadLetter == "" {
+		m.logger.WarnContext(ctx, "settle: the mount declares neither MaxAttempts nor DeadLetter: a message that keeps failing is retried without end (after its backoff)")
+	}
+	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+	m.writes.base = context.WithoutCancel(ctx)
+	var inflight sync.WaitGroup
+	// A slot is a delivery held: running, or read and waiting for a worker. Reads wait
+	// until a full one fits, so that the read size does not shrink to the free handlers.
+	capacity := m.cfg.concurrency + m.prefetch()
+	slots := make(chan struct{}, capacity)
+	m.slots = slots
+	acks := newAcker(context.WithoutCancel(ctx), m)
+	m.copies = newCopier(m, slots)
+	m.due = newDueCopies(m)
+	readSize := min(max(m.info.Batch, 1), capacity)
+	readCtx := context.WithoutCancel(ctx)
+	// Deliveries go to workers that live on from one delivery to the next (see
+	// workQueue), at most Concurrency of them: a goroutine per delivery would grow a new
+	// stack for nearly every one.
+	work := newWorkQueue(capacity)
+	watch := newWatchdog(m, handlerCtx, acks, delays, slots)
+	startWorker := func() func(*source.Delivery) {
+		w := watch.worker()
+		return func(d *source.Delivery) {
+			if !m.handle(w.begin(d), d, acks, delays, w) {
+				<-slots // else the copier (or the watchdog) frees it
+			}
+		}
+	}
+	backoff, settleBackoff := time.Duration(0), time.Duration(0)
+	var pause pauseState
+
+	for ctx.Err() == nil {
+		if m.paused(ctx, &pause) {
+			// Paused from outside (see mount.paused): read nothing new; what the mount holds
+			// runs and settles, heartbeats and leases go on, and a stop still drains.
+			m.waitPaused(ctx)
+			continue
+		}
+		n := 0
+	room:
+		for n < readSize {
+			select {
+			case slots <- struct{}{}:
+				n++
+			case <-ctx.Done():
+				break room
+			}
+		}
+		if n < readSize {
+			for range n {
+				<-slots
+			}
+			continue
+		}
+		if m.settleOK.Swap(false) {
+			settleBackoff = 0
+		}
+		if m.settleFailed.Swap(false) {
+			// A failed settlement leaves its delivery to be read again at once: without a
+			// pause, a write that keeps failing (a dead-letter key of the wrong type, a
+			// server refusing writes) would run the handler again thousands of times a
+			// second.
+			for range n {
+				<-slots
+			}
+			settleBackoff = nextBackoff(settleBackoff)
+			select {
+			case <-time.After(settleBackoff):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		m.reading.Store(int64(n)) // the read's room is taken, not held (see held)
+		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
+		for i := len(ds); i < n; i++ {
+			<-slots
+		}
+		m.reading.Store(0)
+		if err != nil {
+			backoff = nextBackoff(backoff)
+			m.logger.ErrorContext(ctx, "settle: read failed; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
+			m.emit(ctx, source.Event{Kind: string(EventReadFailed), Err: err})
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		backoff = 0
+		if len(ds) > 0 && m.settleFailed.Swap(false) {
+			// A settlement failed while this read was out (the read does not wait for
+			// settlement writes), so the read may hold its delivery again: pause first.
+			settleBackoff = nextBackoff(settleBackoff)
+			select {
+			case <-time.After(settleBackoff):
+			case <-ctx.Done():
+			}
+		}
+		// Every delivery holds a slot until it is handled: with a worker per slot held (up
+		// to Concurrency), a delivery queued here always finds a worker to take it.
+		if len(ds) > 0 {
+			m.pushAlone(ctx, ds, acks, func(ds []*source.Delivery) {
+				work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
+			})
+		}
+	}
+	if m.info.Caps.Releases {
+		m.release(ctx, work.takeQueued())
+	}
+	work.close()
+
+	drained := make(chan struct{})
+	go func() { inflight.Wait(); close(drained) }()
+	t := m.eng.clock.NewTimer(m.eng.drainTimeout)
+	select {
+	case <-drained:
+	case <-t.C():
+		m.logger.WarnContext(ctx, "settle: drain timeout passed; cancelling handlers", slog.Duration("drain_timeout", m.eng.drainTimeout))
+		cancelHandlers(ErrDrainTimeout)
+		<-drained
+	}
+	t.Stop()
+	watch.stop()
+	acks.close()
+	m.copies.close()
+	m.copies = nil
+	if n := m.lost.Load(); n > 0 {
+		m.logger.WarnContext(ctx, "settle: messages lost because their retry could not be honoured without an attempts cap", slog.Int64("lost", n))
+	}
+}
+
+// release hands back, at a graceful stop, the deliveries read and never started, so
+// that they wait for the next reader without having spent an attempt. One that cannot
+// be handed back stays where the transport keeps it (pending, in the processing list,
+// leased) and comes back as an unsettled delivery would.
+func (m *mount) release(ctx context.Context, ds []*source.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	ms := make([]source.Move, len(ds))
+	for i, d := range ds {
+		ms[i] = source.Move{Action: source.ActionRelease, Delivery: d}
+	}
+	failed := 0
+	for i, err := range m.transport.Moves(m.writes.get(), ms) {
+		if err != nil {
+			failed++
+			m.logger.WarnContext(ctx, "settle: shutdown: could not hand back a delivery that never started; it comes back as an unsettled one",
+				slog.String(attrMsgID, ds[i].ID), slog.Any(attrError, err))
+		}
+	}
+	m.logger.InfoContext(ctx, "settle: shutdown: handed back the deliveries that never started", slog.Int("count", len(ds)-failed))
+}
+
+// held is how many deliveries the mount holds now: running, waiting for a worker, or
+// being settled (not the room a read in progress has taken).
+func (m *mount) held() int {
+	if m.slots == nil {
+		return 0
+	}
+	return len(m.slots) - int(m.reading.Load())
+}
+
+// prefetch is how many deliveries the mount may hold read but not started.
+func (m *mount) prefetch() int {
+	if m.cfg.prefetchSet {
+		return m.cfg.prefetch
+	}
+	return 2 * max(m.info.Batch, 1)
+}
+
+// blockBound is how long one read may block.
+func (m *mount) blockBound() time.Duration {
+	if m.info.Block > 0 {
+		return m.info.Block
+	}
+	return DefaultBlock
+}
+
+// pauseCheck is how often, at most, a mount asks its transport whether an operator
+// paused it (on the App's clock, so a test's fake clock moves it): one command or
+// statement per mount per period, never one per read.
+const pauseCheck = time.Second
+
+// pauseCheckTimeout bounds one check: a check that hangs must not hold the read loop.
+const pauseCheckTimeout = 5 * time.Second
+
+// pauseState is what a mount's read loop knows of its pause; only the read loop's
+// goroutine touches it.
+type pauseState struct {
+	checked time.Time // when the transport was last asked (zero: never)
+	paused  bool      // its last answer
+	failing bool      // the last check failed (the failure streak was logged)
+}
+
+// paused reports whether the mount is paused, asking its transport when the last
+// answer is pauseCheck old or more on the App's clock, and logging each change at Info
+// and the first failure of a streak at Warn (a failed check keeps the last answer).
+func (m *mount) paused(ctx context.Context, ps *pauseState) bool {
+	now := m.eng.clock.Now()
+	if !ps.checked.IsZero() && now.Sub(ps.checked) < pauseCheck {
+		return ps.paused
+	}
+	ps.checked = now
+	cctx, cancel := context.WithTimeout(ctx, pauseCheckTimeout)
+	p, err := m.transport.Paused(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ps.paused // the stop cut the check short: nothing to report
+		}
+		if !ps.failing {
+			m.logger.WarnContext(ctx, "settle: could not check whether the mount is paused; keeping its last state until a check succeeds",
+				slog.Bool("paused", ps.paused), slog.Any(attrError, err))
+		}
+		ps.failing = true
+		return ps.paused
+	}
+	ps.failing = false
+	if p != ps.paused {
+		ps.paused = p
+		if p {
+			m.logger.InfoContext(ctx, "settle: paused: reading nothing new until resumed; what the mount holds settles")
+		} else {
+			m.logger.InfoContext(ctx, "settle: resumed")
+		}
+	}
+	return p
+}
+
+// waitPaused waits one pause check period on the App's clock, or until ctx is done.
+func (m *mount) waitPaused(ctx context.Context) {
+	t := m.eng.clock.NewTimer(pauseCheck)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-ctx.Done():
+	}
+}
