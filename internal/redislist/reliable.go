@@ -124,6 +124,9 @@ func (t *reliableTransport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "list")); err != nil {
+		return fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
+	}
 	t.keeper = &listKeeper{
 		consumer:   t.consumer,
 		consumers:  t.consumers,

@@ -155,6 +155,9 @@ func (t *streamTransport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "stream")); err != nil {
+		return fmt.Errorf("stream %q: %w", t.cfg.Key, err)
+	}
 	if err := t.createGroup(ctx); err != nil {
 		return err
 	}
