@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -137,6 +138,18 @@ func (m *mount) prepare(e *engine) {
 }
 
 // validate returns every refusal of the mount.
+// nilHandler reports whether h is nil or holds a nil func or pointer.
+func nilHandler(h Handler) bool {
+	if h == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(h); v.Kind() {
+	case reflect.Func, reflect.Pointer, reflect.Map, reflect.Chan, reflect.Interface, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
+}
+
 func (m *mount) validate() []error {
 	if m.src == nil {
 		return []error{&ConfigError{Mount: fmt.Sprintf("#%d", m.index+1), Problem: "source is nil"}}
@@ -145,8 +158,8 @@ func (m *mount) validate() []error {
 	add := func(format string, args ...any) {
 		errs = append(errs, &ConfigError{Mount: m.name, Problem: fmt.Sprintf(format, args...)})
 	}
-	if m.handler == nil {
-		add("handler is nil")
+	if nilHandler(m.handler) {
+		add("handler is nil (a nil Handler, or a nil func given to HandlerFunc, Typed or Reply): every delivery would panic")
 	}
 	if m.cfg.maxAttemptsSet && m.cfg.maxAttempts < 1 {
 		add("MaxAttempts(%d): the cap must be at least 1 (leave the option out for no cap)", m.cfg.maxAttempts)
@@ -234,7 +247,7 @@ func (m *mount) open(ctx context.Context) error {
 			return err
 		}
 		backoff = nextBackoff(backoff)
-		m.logger.ErrorContext(ctx, "settle: open failed on an error that waiting may fix (the server unreachable or not ready, the connection lost, the database locked); retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
+		m.logger.ErrorContext(ctx, "settle: open failed on an error that waiting may fix (the server unreachable, not ready or out of memory, the connection lost, the database locked); retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -244,7 +257,7 @@ func (m *mount) open(ctx context.Context) error {
 }
 
 // unreachable reports whether err says the server could not be reached or is not ready
-// yet, rather than refusing what was asked.
+// yet (loading, failing over, at maxmemory), rather than refusing what was asked.
 func unreachable(err error) bool {
 	var netErr net.Error
 	switch {
@@ -255,7 +268,7 @@ func unreachable(err error) bool {
 	}
 	// Redis's answers while it cannot serve yet.
 	msg := err.Error()
-	for _, prefix := range []string{"LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN "} {
+	for _, prefix := range []string{"LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN ", "OOM "} {
 		if strings.HasPrefix(msg, prefix) || strings.Contains(msg, ": "+prefix) {
 			return true
 		}
