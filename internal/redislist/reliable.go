@@ -489,6 +489,10 @@ func (t *reliableTransport) WaitReplicas(ctx context.Context, n int, timeout tim
 	return redisbase.WaitReplicas(ctx, t.cfg.Client, t.cfg.Key, n, timeout)
 }
 
+func (t *reliableTransport) Replicas(ctx context.Context) (int, error) {
+	return redisbase.ConnectedReplicas(ctx, t.cfg.Client, t.cfg.Key)
+}
+
 // Paused reports whether the list is paused: its control key (keys.Paused(list, ""))
 // exists; a List and a ReliableList on one key share it.
 func (t *reliableTransport) Paused(ctx context.Context) (bool, error) {

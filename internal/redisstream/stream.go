@@ -618,6 +618,10 @@ func (t *streamTransport) WaitReplicas(ctx context.Context, n int, timeout time.
 	return redisbase.WaitReplicas(ctx, t.cfg.Client, t.cfg.Key, n, timeout)
 }
 
+func (t *streamTransport) Replicas(ctx context.Context) (int, error) {
+	return redisbase.ConnectedReplicas(ctx, t.cfg.Client, t.cfg.Key)
+}
+
 // Paused reports whether the stream's group is paused: its control key
 // (keys.Paused(stream, group)) exists. A ClaimingStream on the same group shares it.
 func (t *streamTransport) Paused(ctx context.Context) (bool, error) {
