@@ -46,6 +46,9 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	app.Mount(b.Stream(), nil, settle.Name("nil-handler"))
+	app.Mount(b.Stream(), settle.HandlerFunc(nil), settle.Name("nil-func"))
+	app.Mount(b.Stream(), settle.Typed[string](nil), settle.Name("nil-typed"))
+	app.Mount(b.Stream(), settle.Reply[string, string](nil), settle.Name("nil-reply"))
 	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("no-concurrency"), settle.Concurrency(0))
 	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("negative-cap"), settle.MaxAttempts(-1))
 	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("zero-cap"), settle.MaxAttempts(0))
@@ -62,6 +65,9 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 	}
 	want := map[string]string{
 		"nil-handler":      "handler is nil",
+		"nil-func":         "handler is nil",
+		"nil-typed":        "handler is nil",
+		"nil-reply":        "handler is nil",
 		"no-concurrency":   "Concurrency(0)",
 		"negative-cap":     "MaxAttempts(-1)",
 		"zero-cap":         "MaxAttempts(0): the cap must be at least 1",

@@ -154,15 +154,27 @@ func TestBadInputOversizedValueKeepsItsBytes(t *testing.T) {
 // TestBadInputWrongTypeDeadLetterKeyLosesNothing proves that a dead-letter key holding
 // another type keeps the message pending with an error logged naming the key, and that
 // once the key is fixed the message is dead-lettered exactly once.
+// occupyingFailure is a handler that fails every delivery; its first call first makes
+// key a string, so that every write to key fails from then on: the key's type changes
+// while the App runs (Run refuses a key of another type at the start).
+func occupyingFailure(t *testing.T, rdb *redis.Client, key string) settle.Handler {
+	var once sync.Once
+	return settle.HandlerFunc(func(ctx context.Context, _ *settle.Message) error {
+		once.Do(func() {
+			if err := rdb.Set(ctx, key, "occupied", 0).Err(); err != nil {
+				t.Error(err)
+			}
+		})
+		return errors.New("declined")
+	})
+}
+
 func TestBadInputWrongTypeDeadLetterKeyLosesNothing(t *testing.T) {
 	t.Parallel()
 	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
-	if err := b.R.Client.Set(ctx, b.DLQ, "occupied", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
 	id := b.Publish(t, "doomed", nil)
-	fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
+	fail := occupyingFailure(t, b.R.Client, b.DLQ)
 	stop := sourcetest.RunApp(t, b.App(t, b.Stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.DLQ), settle.Concurrency(1)))
 
 	b.Rec.WaitFor(t, sourcetest.WaitBound, "a failed dead letter", func(evs []settle.Settled) bool { return len(evs) > 0 })
@@ -200,13 +212,16 @@ func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
 	set := b.R.Key("delayed")
-	if err := b.R.Client.Set(ctx, set, "occupied", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	id := b.Publish(t, "waiting", nil)
+	b.Publish(t, "first", nil)
 	var calls atomic.Int32
+	// The first delivery's handler makes the delay set a string: its type changes while
+	// the App runs (Run refuses it at the start).
 	h := settle.HandlerFunc(func(context.Context, *settle.Message) error {
-		calls.Add(1)
+		if calls.Add(1) == 1 {
+			if err := b.R.Client.Set(ctx, set, "occupied", 0).Err(); err != nil {
+				t.Error(err)
+			}
+		}
 		return nil
 	})
 	const readFailed = "read failed"
@@ -219,6 +234,8 @@ func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 	}
 	app.Mount(b.Stream(), h, settle.DelayIn(delayed.DurableZset{Key: set}), settle.Concurrency(1))
 	stop := sourcetest.RunApp(t, app)
+	sourcetest.WaitFinals(t, b.Rec, 1)
+	id := b.Publish(t, "waiting", nil)
 
 	select {
 	case <-sink.Seen(readFailed):
@@ -228,18 +245,18 @@ func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 	if v, ok := sink.Attr(readFailed, "error"); sink.Count(slog.LevelError, readFailed) == 0 || !ok || !strings.Contains(v.String(), set) || !strings.Contains(v.String(), "WRONGTYPE") {
 		t.Fatalf("read failure logged with error %v; want an error-level record naming the delay set %s and WRONGTYPE", v, set)
 	}
-	if n := calls.Load(); n != 0 {
-		t.Fatalf("the handler ran %d times while the delay set was unusable", n)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times while the delay set was unusable", n-1)
 	}
 	if err := b.R.Client.Del(ctx, set).Err(); err != nil {
 		t.Fatal(err)
 	}
-	evs := sourcetest.WaitFinals(t, b.Rec, 1)
+	evs := sourcetest.WaitFinals(t, b.Rec, 2)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 1 || evs[0].ID != id || evs[0].Action != settle.ActionAck {
-		t.Fatalf("settlements %+v, want %s acked once", evs, id)
+	if len(evs) != 2 || evs[1].ID != id || evs[1].Action != settle.ActionAck {
+		t.Fatalf("settlements %+v, want the first and then %s acked once each", evs, id)
 	}
 }
 

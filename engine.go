@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -123,10 +124,10 @@ func (m *mount) prepare(e *engine) {
 	}
 	m.transport = m.src.Transport(env)
 	m.info = m.transport.Info()
-	if _, ok := m.transport.(source.ReplicaWaiter); ok && m.cfg.replicas.set {
-		m.transport = replicaTransport{Transport: m.transport, w: m.cfg.replicas}
-	}
 	m.logger = e.logger.With(slog.String(attrMount, m.name))
+	if _, ok := m.transport.(source.ReplicaWaiter); ok && m.cfg.replicas.set {
+		m.transport = replicaTransport{Transport: m.transport, w: m.cfg.replicas, logger: m.logger}
+	}
 	m.wrapped = m.handler
 	mws := append(slices.Clip(e.middleware), m.cfg.middleware...) // the App's outermost
 	for i := len(mws) - 1; i >= 0; i-- {
@@ -137,6 +138,18 @@ func (m *mount) prepare(e *engine) {
 }
 
 // validate returns every refusal of the mount.
+// nilHandler reports whether h is nil or holds a nil func or pointer.
+func nilHandler(h Handler) bool {
+	if h == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(h); v.Kind() {
+	case reflect.Func, reflect.Pointer, reflect.Map, reflect.Chan, reflect.Interface, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
+}
+
 func (m *mount) validate() []error {
 	if m.src == nil {
 		return []error{&ConfigError{Mount: fmt.Sprintf("#%d", m.index+1), Problem: "source is nil"}}
@@ -145,8 +158,8 @@ func (m *mount) validate() []error {
 	add := func(format string, args ...any) {
 		errs = append(errs, &ConfigError{Mount: m.name, Problem: fmt.Sprintf(format, args...)})
 	}
-	if m.handler == nil {
-		add("handler is nil")
+	if nilHandler(m.handler) {
+		add("handler is nil (a nil Handler, or a nil func given to HandlerFunc, Typed or Reply): every delivery would panic")
 	}
 	if m.cfg.maxAttemptsSet && m.cfg.maxAttempts < 1 {
 		add("MaxAttempts(%d): the cap must be at least 1 (leave the option out for no cap)", m.cfg.maxAttempts)
@@ -234,7 +247,7 @@ func (m *mount) open(ctx context.Context) error {
 			return err
 		}
 		backoff = nextBackoff(backoff)
-		m.logger.ErrorContext(ctx, "settle: open failed on an error that waiting may fix (the server unreachable or not ready, the connection lost, the database locked); retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
+		m.logger.ErrorContext(ctx, "settle: open failed on an error that waiting may fix (the server unreachable, not ready or out of memory, the connection lost, the database locked); retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -244,7 +257,7 @@ func (m *mount) open(ctx context.Context) error {
 }
 
 // unreachable reports whether err says the server could not be reached or is not ready
-// yet, rather than refusing what was asked.
+// yet (loading, failing over, at maxmemory), rather than refusing what was asked.
 func unreachable(err error) bool {
 	var netErr net.Error
 	switch {
@@ -255,7 +268,7 @@ func unreachable(err error) bool {
 	}
 	// Redis's answers while it cannot serve yet.
 	msg := err.Error()
-	for _, prefix := range []string{"LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN "} {
+	for _, prefix := range []string{"LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN ", "OOM "} {
 		if strings.HasPrefix(msg, prefix) || strings.Contains(msg, ": "+prefix) {
 			return true
 		}
@@ -266,17 +279,27 @@ func unreachable(err error) bool {
 // replicaTransport applies a transport's settlements, then waits for replicas.
 type replicaTransport struct {
 	source.Transport
-	w replicaWait
+	w      replicaWait
+	logger *slog.Logger
 }
 
 // Open checks the permissions of the wait (its marker's SET and WAIT), as the transport
 // checks its own, then opens the transport: first, since a transport that opened has
-// started what only Close stops.
+// started what only Close stops. It warns when the server reports fewer replicas than
+// the wait asks for: every settlement would then be reported unconfirmed.
 func (t replicaTransport) Open(ctx context.Context) error {
-	if err := t.Transport.(source.ReplicaWaiter).ReplicaPerms(ctx); err != nil {
+	w := t.Transport.(source.ReplicaWaiter)
+	if err := w.ReplicaPerms(ctx); err != nil {
 		return err
 	}
-	return t.Transport.Open(ctx)
+	if err := t.Transport.Open(ctx); err != nil {
+		return err
+	}
+	if got, err := w.Replicas(ctx); err == nil && got < t.w.n {
+		t.logger.WarnContext(ctx, "settle: WaitReplicas asks for more replicas than the server reports: each settlement will be applied on the primary and reported unconfirmed after the timeout until enough replicas connect",
+			slog.Int("want", t.w.n), slog.Int("connected", got), slog.Duration("timeout", t.w.timeout))
+	}
+	return nil
 }
 
 // Ack acks ds, then waits for the replicas.
@@ -310,14 +333,29 @@ func (t replicaTransport) Moves(ctx context.Context, ms []source.Move) []error {
 
 func (t replicaTransport) wait(ctx context.Context) error {
 	got, err := t.Transport.(source.ReplicaWaiter).WaitReplicas(ctx, t.w.n, t.w.timeout)
-	if err != nil {
-		return fmt.Errorf("settlement written on the primary; waiting for %d replicas: %w", t.w.n, err)
-	}
-	if got < t.w.n {
-		return fmt.Errorf("settlement written on the primary but acknowledged by %d of %d replicas within %s", got, t.w.n, t.w.timeout)
+	if err != nil || got < t.w.n {
+		return &unconfirmed{got: got, want: t.w.n, timeout: t.w.timeout, err: err}
 	}
 	return nil
 }
+
+// unconfirmed is the error of a settlement applied on the primary that fewer replicas
+// than WaitReplicas asks for confirmed in time (or whose wait failed): the message does
+// not come back, but a failover may undo the settlement.
+type unconfirmed struct {
+	got, want int
+	timeout   time.Duration
+	err       error // the wait's own error, if it failed
+}
+
+func (e *unconfirmed) Error() string {
+	if e.err != nil {
+		return fmt.Sprintf("settlement applied on the primary; waiting for %d replicas failed: %v", e.want, e.err)
+	}
+	return fmt.Sprintf("settlement applied on the primary, confirmed by %d of %d replicas within %s", e.got, e.want, e.timeout)
+}
+
+func (e *unconfirmed) Unwrap() error { return e.err }
 
 // delayProblems returns the refusals of a mount's delay strategy that hold for any
 // source: a DurableZset needs a key, a TTL that is not negative, and a source that parks.

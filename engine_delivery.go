@@ -2,6 +2,7 @@ package settle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -104,6 +105,11 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 			m.logger.DebugContext(ctx, "settle: delayed copy written back", slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)),
 				slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt), slog.String(attrAction, ev.Action.String()))
 		}
+	} else if u := (*unconfirmed)(nil); errors.As(ev.Err, &u) {
+		// Applied: the message does not come back, so no pause before the next read.
+		m.logger.ErrorContext(ctx, "settle: settlement applied on the primary but not confirmed by enough replicas; a failover may undo it",
+			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()),
+			slog.Int("confirmed", u.got), slog.Int("want", u.want), slog.Any(attrError, ev.Err))
 	} else {
 		m.settleFailed.Store(true)
 		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",

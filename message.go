@@ -73,6 +73,9 @@ type Middleware func(next Handler) Handler
 // decode is not passed to fn: it settles as a failure (Retry with a *DecodeError) and so
 // spends an attempt, reaching the dead letter at the cap.
 func Typed[T any](fn func(ctx context.Context, m *Message, v T) error) Handler {
+	if fn == nil {
+		return HandlerFunc(nil) // refused by Validate
+	}
 	return HandlerFunc(func(ctx context.Context, m *Message) error {
 		var v T
 		if err := m.Decode(&v); err != nil {

@@ -157,7 +157,10 @@ type Settled struct {
 	// its due time the copy was written.
 	Due bool
 	// Err is nil when the settlement was applied, else the error that kept it from being
-	// applied (the message then stays where the transport keeps it, if it does).
+	// applied (the message then stays where the transport keeps it, if it does) or, with
+	// WaitReplicas, the shortfall of a settlement applied on the primary that too few
+	// replicas confirmed in time (the message does not come back; a failover may undo
+	// the settlement).
 	Err error
 	// Group is the consumer group (or inbox group) read, if any.
 	Group string

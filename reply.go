@@ -19,6 +19,9 @@ var ErrNoReplyTo = errors.New("settle: reply: the mount declares no ReplyTo, so 
 // completed (see ReplyVia). An error publishes nothing and settles by its outcome as
 // any handler's does; a payload that does not decode settles as a failure.
 func Reply[In, Out any](fn func(ctx context.Context, m *Message, v In) (Out, error)) Handler {
+	if fn == nil {
+		return HandlerFunc(nil) // refused by Validate
+	}
 	return HandlerFunc(func(ctx context.Context, m *Message) error {
 		var v In
 		if err := m.Decode(&v); err != nil {

@@ -179,12 +179,9 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 		t.Parallel()
 		b := sourcetest.SetupStream(t)
 		ctx := context.Background()
-		// The dead-letter key holds a string: the XADD of the dead letter fails.
-		if err := b.R.Client.Set(ctx, b.DLQ, "occupied", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
+		// The dead-letter key becomes a string: the XADD of the dead letter fails.
 		id := b.Publish(t, "doomed", nil)
-		fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
+		fail := occupyingFailure(t, b.R.Client, b.DLQ)
 		stop := sourcetest.RunApp(t, b.App(t, b.Stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.DLQ), settle.Concurrency(1)))
 		evs := b.Rec.WaitFor(t, sourcetest.WaitBound, "a failed dead letter", func(evs []settle.Settled) bool { return len(evs) > 0 })
 		if evs[0].Action != settle.ActionDeadLetter || evs[0].Err == nil || !strings.Contains(evs[0].Err.Error(), b.DLQ) {
@@ -557,11 +554,7 @@ func TestStreamShutdownEndsWithinBlockBound(t *testing.T) {
 func TestStreamFailedSettlementBacksOffBeforeRedelivery(t *testing.T) {
 	t.Parallel()
 	b := sourcetest.SetupStream(t)
-	ctx := context.Background()
-	// Every dead letter fails: the key holds a string.
-	if err := b.R.Client.Set(ctx, b.DLQ, "occupied", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	// Every dead letter fails: the key becomes a string.
 	b.Publish(t, "doomed", nil)
 	var mu sync.Mutex
 	var at []time.Time
@@ -576,8 +569,7 @@ func TestStreamFailedSettlementBacksOffBeforeRedelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fail := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("declined") })
-	app.Mount(b.Stream(), fail, settle.MaxAttempts(1), settle.DeadLetter(b.DLQ), settle.Concurrency(1))
+	app.Mount(b.Stream(), occupyingFailure(t, b.R.Client, b.DLQ), settle.MaxAttempts(1), settle.DeadLetter(b.DLQ), settle.Concurrency(1))
 	stop := sourcetest.RunApp(t, app)
 	b.Rec.WaitFor(t, sourcetest.WaitBound, "three failed dead letters", func(evs []settle.Settled) bool { return len(evs) >= 3 })
 	if err := stop(); err != nil {

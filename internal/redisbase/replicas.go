@@ -2,6 +2,9 @@ package redisbase
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,6 +36,29 @@ func WaitReplicas(ctx context.Context, rdb redis.UniversalClient, key string, n 
 	}
 	got, err := wait.Int()
 	return got, err
+}
+
+// ConnectedReplicas returns how many replicas key's primary reports connected (INFO
+// replication: connected_slaves).
+func ConnectedReplicas(ctx context.Context, rdb redis.UniversalClient, key string) (int, error) {
+	var c redis.Cmdable = rdb
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		c = node
+	}
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("INFO replication has no connected_slaves")
 }
 
 // replicaMarker is the key waitReplicas writes before its WAIT, in key's slot.

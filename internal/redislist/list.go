@@ -145,7 +145,13 @@ func listBlock(d time.Duration) time.Duration {
 }
 
 func (t *listTransport) Open(ctx context.Context) error {
-	return redisbase.CheckPerms(ctx, t.cfg.Client, t.perms())
+	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
+		return err
+	}
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "list")); err != nil {
+		return fmt.Errorf("list %q: %w", t.cfg.Key, err)
+	}
+	return nil
 }
 
 func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {

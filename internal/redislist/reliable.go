@@ -67,6 +67,10 @@ type reliableTransport struct {
 	processing string // this consumer's processing list
 	reader     redisbase.EnvelopeReader
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
+	// drained: the last Fetch found the list empty, so the next one blocks in Redis at
+	// once (BLMOVE returns at once when an item came meanwhile) instead of first
+	// pipelining a batch of LMOVEs that would find nothing. Touched only by Fetch.
+	drained bool
 
 	mu sync.Mutex
 	// inflight counts by value the items a re-read of the processing list must not
@@ -120,6 +124,9 @@ func (t *reliableTransport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "list")); err != nil {
+		return fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
+	}
 	t.keeper = &listKeeper{
 		consumer:   t.consumer,
 		consumers:  t.consumers,
@@ -156,12 +163,15 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 			return t.deliveries(ctx, vals), err
 		}
 	}
-	vals, err := t.moveMany(ctx, max)
-	if err != nil {
-		t.markRescan()
-	}
-	if err != nil || len(vals) > 0 {
-		return t.deliveries(ctx, vals), err
+	if !t.drained {
+		vals, err := t.moveMany(ctx, max)
+		if err != nil {
+			t.markRescan()
+		}
+		t.drained = err == nil && len(vals) < max
+		if err != nil || len(vals) > 0 {
+			return t.deliveries(ctx, vals), err
+		}
 	}
 	if ready, pending := t.takeoverPending(); pending {
 		// A takeover goes on lot by lot: wait for the next lot rather than in Redis,
@@ -178,9 +188,11 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 		t.markRescan()
 		return nil, fmt.Errorf("reliable list %q: blmove: %w", t.cfg.Key, err)
 	}
-	vals = []string{v}
+	t.drained = max == 1
+	vals := []string{v}
 	if max > 1 {
 		more, err := t.moveMany(ctx, max-1)
+		t.drained = err == nil && len(more) < max-1
 		vals = append(vals, more...)
 		if err != nil {
 			t.markRescan()
@@ -475,6 +487,10 @@ func (t *reliableTransport) ReplicaPerms(ctx context.Context) error {
 
 func (t *reliableTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
 	return redisbase.WaitReplicas(ctx, t.cfg.Client, t.cfg.Key, n, timeout)
+}
+
+func (t *reliableTransport) Replicas(ctx context.Context) (int, error) {
+	return redisbase.ConnectedReplicas(ctx, t.cfg.Client, t.cfg.Key)
 }
 
 // Paused reports whether the list is paused: its control key (keys.Paused(list, ""))

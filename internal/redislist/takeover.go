@@ -52,7 +52,12 @@ type lotHolder interface {
 	// hold marks values in flight, so that a re-read of the processing list does not
 	// deliver them: items about to be moved into it, or the own items awaiting a lot.
 	hold(values []string)
-	// leftBehind records whether the recovery round may have left items to take.
+	// recovering records, as a recovery round starts, that it may leave items to take
+	// until it knows better: a lot that settles meanwhile then wakes the keeper again.
+	// It wakes nothing itself (the round runs now).
+	recovering()
+	// leftBehind records, as a recovery round ends, whether it may have left items to
+	// take, and wakes the keeper when it did and nothing taken is outstanding.
 	leftBehind(more bool)
 	// lotRoom returns how many items a recovery may take now.
 	lotRoom() int
@@ -78,6 +83,12 @@ func (t *reliableTransport) hold(values []string) {
 	for _, v := range values {
 		t.inflight[v]++
 	}
+}
+
+func (t *reliableTransport) recovering() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lot.more = true
 }
 
 func (t *reliableTransport) leftBehind(more bool) {

@@ -108,6 +108,9 @@ func (t *transport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, s.Client, t.perms()); err != nil {
 		return err
 	}
+	if err := redisbase.CheckKeyTypes(ctx, s.Client, redisbase.MountKeyTypes(t.env.Policy, "")); err != nil {
+		return fmt.Errorf("channel %q: %w", s.Name, err)
+	}
 	if s.Pattern {
 		t.sub = s.Client.PSubscribe(ctx, s.Name)
 	} else {

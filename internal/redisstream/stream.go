@@ -155,6 +155,9 @@ func (t *streamTransport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "stream")); err != nil {
+		return fmt.Errorf("stream %q: %w", t.cfg.Key, err)
+	}
 	if err := t.createGroup(ctx); err != nil {
 		return err
 	}
@@ -613,6 +616,10 @@ func (t *streamTransport) ReplicaPerms(ctx context.Context) error {
 
 func (t *streamTransport) WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error) {
 	return redisbase.WaitReplicas(ctx, t.cfg.Client, t.cfg.Key, n, timeout)
+}
+
+func (t *streamTransport) Replicas(ctx context.Context) (int, error) {
+	return redisbase.ConnectedReplicas(ctx, t.cfg.Client, t.cfg.Key)
 }
 
 // Paused reports whether the stream's group is paused: its control key

@@ -31,4 +31,6 @@ type ReplicaWaiter interface {
 	WaitReplicas(ctx context.Context, n int, timeout time.Duration) (int, error)
 	// ReplicaPerms checks that the client's user may run what WaitReplicas runs.
 	ReplicaPerms(ctx context.Context) error
+	// Replicas returns how many replicas the transport's primary reports connected.
+	Replicas(ctx context.Context) (int, error)
 }
