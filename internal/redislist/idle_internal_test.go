@@ -96,3 +96,28 @@ func TestAnIdleReliableListBlocksInRedisWithoutPipelinedMoves(t *testing.T) {
 		t.Fatalf("fetched %d, want the 3 pushed", len(ds))
 	}
 }
+
+// TestADrainedReliableListStillReadsWhileDelaysKeepItsWaitsShort: a Fetch whose wait is
+// too short to block in Redis (a delay due within a second shortens it) still takes an
+// item pushed meanwhile, though the last Fetch found the list empty (and so skips its
+// batch of LMOVEs): a short wait used to only wait on the client, and the item stayed
+// unread as long as waits stayed short.
+func TestADrainedReliableListStillReadsWhileDelaysKeepItsWaitsShort(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	key := r.Key("in")
+	tr := openTestReliableList(t, r.Client, key, source.Policy{})
+	ctx := context.Background()
+	if ds, err := tr.Fetch(ctx, 10, 20*time.Millisecond); err != nil || len(ds) != 0 { // finds the list empty
+		t.Fatalf("Fetch = %d, %v; want nothing", len(ds), err)
+	}
+	if err := r.Client.RPush(ctx, key, "a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Called with a sub-second wait, as the engine does when a delay comes due soon
+	// (Fetch itself rounds the mount's Block up to whole seconds).
+	v, err := blockingPop(ctx, r.Client, key, tr.processing, 300*time.Millisecond)
+	if err != nil || v != "a" {
+		t.Fatalf("a short blocking pop = %q, %v; want the pushed item", v, err)
+	}
+}

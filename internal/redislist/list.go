@@ -108,6 +108,13 @@ func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest strin
 	if wait%time.Second != 0 {
 		block := (wait - redisbase.MinServerBlock).Truncate(time.Second)
 		if block < time.Second {
+			// Too short to block in Redis (see redisbase.MinServerBlock): look once
+			// without blocking, then wait on the client. Without the look, a reliable
+			// list that found its list empty (and so skips its batch of LMOVEs) would
+			// read nothing for as long as delays keep every wait short.
+			if v, err := popNow(ctx, rdb, key, dest); !errors.Is(err, redis.Nil) {
+				return v, err
+			}
 			redisbase.PollWait(ctx, min(wait, redisbase.MinServerBlock))
 			return "", redis.Nil
 		}
@@ -133,6 +140,17 @@ func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest strin
 		return "", fmt.Errorf("blpop: %d values returned, want 2", len(kv))
 	}
 	return kv[1], nil
+}
+
+// popNow moves the head of key to the tail of dest (LMOVE, not retried), or pops it
+// when dest is empty (LPOP), without blocking: redis.Nil when key is empty.
+func popNow(ctx context.Context, rdb redis.UniversalClient, key, dest string) (string, error) {
+	if dest == "" {
+		return rdb.LPop(ctx, key).Result()
+	}
+	cmd := redis.NewStringCmd(ctx, "lmove", key, dest, "left", "right")
+	_ = rdb.Process(ctx, stringOnce{cmd})
+	return cmd.Result()
 }
 
 // listBlock rounds a block bound up to whole seconds, the resolution go-redis gives
