@@ -159,7 +159,9 @@ func (h *Harness) Advance(d time.Duration) {
 // It fails the test, naming what is still busy, when the wait timeout passes first (a
 // handler that never returns, a mount whose every read finds something), and when the
 // App is not running. Under the fake clock a read blocks at most settle.TestBlock, so
-// Idle takes a few tens of milliseconds; with Live it may take up to a source's Block.
+// Idle takes a few tens of milliseconds; a List or ReliableList blocks whole seconds
+// (go-redis's resolution), so there it takes a second or two; with Live it may take up
+// to a source's Block.
 func (h *Harness) Idle() {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
