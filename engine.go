@@ -49,11 +49,13 @@ type Source interface {
 type engine struct {
 	clock        clock.Clock
 	delayed      sync.WaitGroup // in-process delayed copies being written; Run waits for them
+	delaying     atomic.Int64   // how many of those are running (see TestProbe)
 	drainTimeout time.Duration
 	hooks        Hooks
 	logger       *slog.Logger
 	middleware   []Middleware // Config.Middleware: around every mount's own
 	onSettled    func(ctx context.Context, s Settled)
+	probe        *TestProbe  // Config.Test.Probe: nil in production
 	testClock    clock.Clock // Config.Test.Clock: nil in production
 }
 
@@ -86,6 +88,15 @@ type mount struct {
 	writes  writeContexts // the contexts of settlement writes other than acks
 	copies  *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
 	due     *dueCopies    // writes in-process delays as they come due; nil: each on its own goroutine
+
+	// What a TestProbe reads: the mount's state once run has made it (nil before), the
+	// reads begun (each numbered by this count), the number of the last one that came
+	// back empty, the deliveries read in all, and whether it waits out a pause.
+	probed        atomic.Pointer[probeState]
+	readsBegun    atomic.Uint64
+	lastEmpty     atomic.Uint64
+	delivered     atomic.Uint64
+	waitingPaused atomic.Bool
 
 	// settleFailed and settleOK tell the read loop that a settlement failed (its
 	// delivery will be read again at once: back off first) or succeeded (reset the

@@ -242,7 +242,7 @@ func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration
 		return
 	}
 	delays.Schedule(delay, func() {
-		m.eng.delayed.Go(func() {
+		m.eng.goDelayed(func() {
 			ctx := m.writes.get()
 			ev := m.cameDue(ev, due)
 			ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)

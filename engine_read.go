@@ -97,6 +97,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	acks := newAcker(context.WithoutCancel(ctx), m)
 	m.copies = newCopier(m, slots)
 	m.due = newDueCopies(m)
+	m.probed.Store(&probeState{acks: acks, slots: slots})
 	readSize := min(max(m.info.Batch, 1), capacity)
 	readCtx := context.WithoutCancel(ctx)
 	// Deliveries go to workers that live on from one delivery to the next (see
@@ -118,8 +119,11 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	for ctx.Err() == nil {
 		if m.paused(ctx, &pause) {
 			// Paused from outside (see mount.paused): read nothing new; what the mount holds
-			// runs and settles, heartbeats and leases go on, and a stop still drains.
+			// runs and settles, heartbeats and leases go on, and a stop still drains. For a
+			// TestProbe, a mount waiting here has read all it will.
+			m.waitingPaused.Store(true)
 			m.waitPaused(ctx)
+			m.waitingPaused.Store(false)
 			continue
 		}
 		n := 0
@@ -157,11 +161,20 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			continue
 		}
 		m.reading.Store(int64(n)) // the read's room is taken, not held (see held)
+		read := m.readsBegun.Add(1)
 		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
+		if err == nil {
+			m.delivered.Add(uint64(len(ds)))
+			if len(ds) == 0 {
+				m.lastEmpty.Store(read)
+			}
+		}
+		// The room a read did not fill is freed after the read stops counting as one, so
+		// that held never counts less than the mount holds (TestProbe relies on it).
+		m.reading.Store(0)
 		for i := len(ds); i < n; i++ {
 			<-slots
 		}
-		m.reading.Store(0)
 		if err != nil {
 			backoff = nextBackoff(backoff)
 			m.logger.ErrorContext(ctx, "settle: read failed; retrying", slog.Any(attrError, err), slog.Duration("backoff", backoff))
@@ -255,12 +268,17 @@ func (m *mount) prefetch() int {
 	return 2 * max(m.info.Batch, 1)
 }
 
-// blockBound is how long one read may block.
+// blockBound is how long one read may block: at most TestBlock under a TestProbe and
+// a test clock (see TestConfig.Probe).
 func (m *mount) blockBound() time.Duration {
+	b := DefaultBlock
 	if m.info.Block > 0 {
-		return m.info.Block
+		b = m.info.Block
 	}
-	return DefaultBlock
+	if m.eng.probe != nil && m.eng.testClock != nil {
+		b = min(b, TestBlock)
+	}
+	return b
 }
 
 // pauseCheck is how often, at most, a mount asks its transport whether an operator

@@ -270,7 +270,7 @@ func (w *dueCopies) add(req copyReq) {
 	w.running = true
 	w.mu.Unlock()
 	if start {
-		w.m.eng.delayed.Go(w.write)
+		w.m.eng.goDelayed(w.write)
 	}
 }
 

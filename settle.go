@@ -54,6 +54,12 @@ type TestConfig struct {
 	// and stands in for the servers' clocks in settle's scripts and statements
 	// (settletest.Clock). Defaults to the wall clock.
 	Clock Clock
+
+	// Probe, when set, lets a test wait until the App is idle at its clock's now
+	// (TestProbe.WaitIdle); settletest's Harness sets it. Under a Clock it also bounds
+	// every read's block to TestBlock, so that a read that finds nothing returns soon.
+	// Defaults to nil.
+	Probe *TestProbe
 }
 
 // Clock tells the time and makes timers: the clock a test gives TestConfig.Clock.
@@ -99,6 +105,7 @@ func New(cfg Config) (*App, error) {
 	if cfg.Test.Clock != nil {
 		e.clock, e.testClock = cfg.Test.Clock, cfg.Test.Clock
 	}
+	e.probe = cfg.Test.Probe
 	return &App{eng: e}, nil
 }
 
@@ -181,6 +188,10 @@ func (a *App) Run(ctx context.Context) error {
 	stopDelays := make(chan struct{})
 	leftDelays := make(chan []func(), 1)
 	go func() { leftDelays <- delays.Run(stopDelays) }()
+	if p := a.eng.probe; p != nil {
+		p.attach(a.mounts, delays)
+		defer p.attach(nil, nil)
+	}
 
 	var wg sync.WaitGroup
 	for _, m := range a.mounts {

@@ -45,6 +45,7 @@ type Harness struct {
 	done    chan error
 	mu      sync.Mutex
 	events  []settle.Settled
+	probe   *settle.TestProbe
 	stopped bool
 	t       testing.TB
 	timeout time.Duration
@@ -77,7 +78,7 @@ func Live() Option { return optionFunc(func(o *options) { o.live = true }) }
 func WithClock(c *Clock) Option { return optionFunc(func(o *options) { o.clock = c }) }
 
 // WithConfig sets the App's configuration (Logger, DrainTimeout, …). The harness
-// sets Test.Clock and chains OnSettled after its own recording. Defaults to the zero
+// sets Test.Clock and Test.Probe and chains OnSettled after its own recording. Defaults to the zero
 // Config.
 func WithConfig(cfg settle.Config) Option {
 	return optionFunc(func(o *options) { o.config = cfg })
@@ -108,6 +109,8 @@ func New(t testing.TB, opts ...Option) *Harness {
 	}
 	h := &Harness{Redis: o.redis, t: t, timeout: o.timeout, wake: make(chan struct{})}
 	cfg := o.config
+	h.probe = &settle.TestProbe{}
+	cfg.Test.Probe = h.probe
 	if !o.live {
 		h.Clock = o.clock
 		if h.Clock == nil {
@@ -141,6 +144,31 @@ func (h *Harness) Advance(d time.Duration) {
 		h.t.Fatalf("settletest: Advance needs the fake clock; this harness is Live")
 	}
 	h.Clock.Advance(d)
+}
+
+// Idle waits until the App is idle at the clock's now, so that a test can assert that
+// nothing happened: nothing is running or waiting to be settled, no delay due at now
+// waits, and every mount has since read and found nothing (see settle.TestProbe.WaitIdle).
+// A delay that came due at the last Advance has then been read, handled and settled:
+//
+//	h.Advance(29 * time.Second)
+//	h.Idle() // the RetryAfter(30s) is not due: nothing was redelivered
+//	h.Advance(time.Second)
+//	h.Idle() // now it was, and its settlement is recorded
+//
+// It fails the test, naming what is still busy, when the wait timeout passes first (a
+// handler that never returns, a mount whose every read finds something), and when the
+// App is not running. Under the fake clock a read blocks at most settle.TestBlock, so
+// Idle takes a few tens of milliseconds; a List or ReliableList blocks whole seconds
+// (go-redis's resolution), so there it takes a second or two; with Live it may take up
+// to a source's Block.
+func (h *Harness) Idle() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	if err := h.probe.WaitIdle(ctx); err != nil {
+		h.t.Fatalf("settletest: Idle: %v", err)
+	}
 }
 
 // Events returns the settlements recorded so far.

@@ -14,7 +14,8 @@ import (
 )
 
 // TestReadmeTestKitSketchPassesA30sBackoffAtOnce runs the README's test-kit sketch: a 30 s
-// durable backoff passes at once with Advance, on miniredis (or SETTLE_REDIS_URL's server).
+// durable backoff has not come back after 29 s (Idle proves it) and passes at once with
+// Advance, on miniredis (or SETTLE_REDIS_URL's server).
 func TestReadmeTestKitSketchPassesA30sBackoffAtOnce(t *testing.T) {
 	t.Parallel()
 	h := settletest.New(t) // miniredis (or SETTLE_REDIS_URL's server) on a paused fake clock
@@ -31,7 +32,12 @@ func TestReadmeTestKitSketchPassesA30sBackoffAtOnce(t *testing.T) {
 	h.Start()
 	h.Publish(in, Refund{ID: 1, AmountCents: 1250})
 	h.WaitAction(settle.ActionPark, 1) // the copy waits in the delay set...
-	h.Advance(30 * time.Second)        // ...and the 30 s pass at once
+	h.Advance(29 * time.Second)
+	h.Idle() // nothing runs, nothing is due, every read found nothing:
+	if n := len(h.Events()); n != 1 {
+		t.Fatalf("%d settlements after 29 s, want only the park", n)
+	}
+	h.Advance(time.Second) // ...and the 30 s pass at once
 	h.WaitAction(settle.ActionAck, 1)
 
 	// The sketch's claims, checked: the retry was delivered as attempt 2, after the park.

@@ -12,11 +12,12 @@ import (
 // Queue runs scheduled functions when they come due on its clock, one at a time in due
 // order, on the goroutine that calls Run.
 type Queue struct {
-	clock clock.Clock
-	mu    sync.Mutex
-	items items
-	seq   uint64
-	wake  chan struct{}
+	clock   clock.Clock
+	mu      sync.Mutex
+	items   items
+	running int // due functions taken from items and not yet returned
+	seq     uint64
+	wake    chan struct{}
 }
 
 // New returns an empty queue on c.
@@ -29,6 +30,13 @@ func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items)
+}
+
+// Due reports whether a function is due at the clock's now and has not returned yet.
+func (q *Queue) Due() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.running > 0 || len(q.items) > 0 && !q.items[0].due.After(q.clock.Now())
 }
 
 // Schedule runs fn once d has passed on the queue's clock.
@@ -61,9 +69,13 @@ func (q *Queue) Run(stop <-chan struct{}) []func() {
 			heap.Pop(&q.items)
 			due = append(due, it.fn)
 		}
+		q.running = len(due)
 		q.mu.Unlock()
 		for _, fn := range due {
 			fn()
+			q.mu.Lock()
+			q.running--
+			q.mu.Unlock()
 		}
 		if len(due) > 0 {
 			continue
