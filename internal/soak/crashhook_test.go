@@ -294,7 +294,7 @@ func (h crashHook) classify(cmd redis.Cmder) (name string, conditional bool) {
 			return script, false
 		case slices.Contains(conditionalScripts, script):
 			return script, true
-		case script == "touch" && calledFrom("settle.(*claimTransport).leave"):
+		case script == "touch" && calledFrom("/internal/redisstream.(*claimTransport).leave"):
 			// A claiming stream's retry: the entry is left pending, its idle time reset.
 			// Every other touch is a heartbeat of entries in flight.
 			return script, false
