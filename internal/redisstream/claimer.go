@@ -67,7 +67,8 @@ type claimer struct {
 	leaves bool
 	// idle is how long an entry must be idle to be claimed.
 	idle time.Duration
-	// name names the setting of idle, for refusals.
+	// name names the setting of idle in the user's words, for refusals: a format of
+	// one %s, the idle ("Reclaim(%s)").
 	name string
 	// onBeat, when set (tests), is called after each heartbeat.
 	onBeat func()
@@ -119,7 +120,7 @@ func (c *claimer) leavesRetries() bool { return c != nil && c.leaves }
 // validate returns the refusals of the claimer's settings (none for a nil claimer).
 func (c *claimer) validate() []error {
 	if c != nil && c.idle < time.Millisecond {
-		return []error{fmt.Errorf("%s(%s): must be at least 1ms (Redis counts idle time in milliseconds)", c.name, c.idle)}
+		return []error{fmt.Errorf("%s: must be at least 1ms (Redis counts idle time in milliseconds)", fmt.Sprintf(c.name, c.idle))}
 	}
 	return nil
 }
