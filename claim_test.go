@@ -262,10 +262,25 @@ func TestClaimingStream(t *testing.T) {
 		if !errors.As(err, &ce) {
 			t.Fatalf("Validate = %v, want config errors", err)
 		}
-		for _, want := range []string{"ClaimingStream minIdle(0s): must be at least 1ms"} {
+		for _, want := range []string{"ClaimingStream(…, minIdle 0s): must be at least 1ms"} {
 			if !containsErr(err, want) {
 				t.Fatalf("Validate = %v, want it to say %q", err, want)
 			}
+		}
+	})
+
+	// TestClaimingStream/AZeroMinIdleIsRefusedOnceInTheOptionsWords: the refusal names
+	// the argument the user wrote, once; the engine's own check of the transport's
+	// capabilities ("RetryWithoutCap is leave without … a positive MinIdle") is not
+	// said too.
+	t.Run("AZeroMinIdleIsRefusedOnceInTheOptionsWords", func(t *testing.T) {
+		t.Parallel()
+		w := setupClaimWorld(t)
+		app, _ := settle.New(settle.Config{})
+		app.Mount(settle.ClaimingStream(w.r.Client, w.in, w.group, 0), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+		err := app.Validate()
+		if err == nil || strings.Count(err.Error(), "minIdle") != 1 || strings.Contains(err.Error(), "RetryWithoutCap") {
+			t.Fatalf("Validate = %v; want one refusal, of ClaimingStream's minIdle", err)
 		}
 	})
 }

@@ -290,7 +290,7 @@ func TestDurableZsetValidate(t *testing.T) {
 		{name: "EmptyKeyRefused", rdb: srv.Client, stream: "{a}:in", opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{})}, wantErr: "Key is empty"},
 		{name: "SetIsTheStreamRefused", rdb: srv.Client, stream: "{a}:in", opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "{a}:in"})}, wantErr: "the delay set's key is the stream's"},
 		{name: "ClusterCrossSlotSetRefused", rdb: cluster, stream: "refunds.in", opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "refunds.delayed"})}, wantErr: "must share a slot"},
-		{name: "ClusterCrossSlotDeadLetterRefused", rdb: cluster, stream: "{refunds}:in", opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "{refunds}:delayed"}), settle.DeadLetter("refunds.dlq")}, wantErr: "must share a slot"},
+		{name: "ClusterCrossSlotDeadLetterRefused", rdb: cluster, stream: "{refunds}:in", opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "{refunds}:delayed"}), settle.DeadLetter("refunds.dlq")}, wantErr: "stream and DeadLetter must share a cluster slot"},
 		{name: "ClusterHashTaggedAccepted", rdb: cluster, stream: "{refunds}:in", opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "{refunds}:delayed"}), settle.DeadLetter("{refunds}:dlq")}},
 		{name: "StandaloneCrossSlotAccepted", rdb: srv.Client, stream: "refunds.in", opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "refunds.delayed", TTL: time.Hour})}},
 	}
@@ -384,4 +384,28 @@ func TestDurableZsetLateness(t *testing.T) {
 
 func streamArgs(key string, payload []byte, n string) *redis.XAddArgs {
 	return &redis.XAddArgs{Stream: key, Values: []any{"payload", payload, "n", n}}
+}
+
+// TestClusterSlotRefusalNamesTheDeadLetterKeyOnceAndNotTheDelaySet: a stream whose
+// delay set shares its slot and whose dead-letter stream does not is refused once, for
+// the dead-letter stream alone, with a valid key to use; the delay set (in the stream's
+// slot) is not blamed.
+func TestClusterSlotRefusalNamesTheDeadLetterKeyOnceAndNotTheDelaySet(t *testing.T) {
+	t.Parallel()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = cluster.Close() })
+	app, err := settle.New(settle.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Mount(settle.Stream(cluster, "{orders}:in", "g"), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }),
+		settle.DelayIn(delayed.DurableZset{Key: "{orders}:delayed"}), settle.DeadLetter("orders:dlq"))
+	err = app.Validate()
+	if err == nil {
+		t.Fatal("Validate = nil; want the dead-letter stream refused")
+	}
+	msg := err.Error()
+	if strings.Count(msg, `"orders:dlq"`) != 1 || strings.Contains(msg, "{orders}:delayed") || !strings.Contains(msg, `"{orders}:dlq"`) || strings.Contains(msg, "{{") {
+		t.Fatalf("Validate = %v; want orders:dlq named once with {orders}:dlq to use, the delay set not blamed", err)
+	}
 }

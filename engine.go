@@ -202,11 +202,17 @@ func (m *mount) validate() []error {
 	for _, p := range m.cfg.replicas.problems(m.transport) {
 		add("%s", p)
 	}
-	for _, err := range m.transport.Validate(m.policy) {
+	refused := m.transport.Validate(m.policy)
+	for _, err := range refused {
 		add("%v", err)
 	}
-	for _, err := range capsProblems(m.info) {
-		add("%v", err)
+	if len(refused) == 0 {
+		// A transport that refused its settings said why in the words of the user's
+		// options; its Info then follows from what was refused, and its
+		// inconsistencies would say it again in the engine's words.
+		for _, err := range capsProblems(m.info) {
+			add("%v", err)
+		}
 	}
 	for _, err := range delayProblems(m.cfg.delay, m.info) {
 		add("%v", err)
@@ -433,4 +439,41 @@ func (m *mount) replyProblems() []error {
 		return []error{fmt.Errorf("ReplyTo(%q): a %s source cannot write replies atomically itself; give ReplyVia to publish them", m.cfg.replyTo, m.info.Kind)}
 	}
 	return nil
+}
+
+// warnPools warns, once per client at Run, when the mounts that share a Redis client hold
+// at least as many connections while they wait for work (each a blocking read) as its
+// pool has: every read then waits for a connection, settlements and heartbeats too, and
+// they fail with pool timeouts. Run goes on (a pool that later grows, or mounts that are
+// seldom idle together, may do); the README says how each mount uses connections.
+func (a *App) warnPools(ctx context.Context) {
+	type use struct {
+		held, size int
+		mounts     []string
+	}
+	var order []any
+	uses := map[any]*use{}
+	for _, m := range a.mounts {
+		p := m.info.Pool
+		if p.Client == nil || p.Size <= 0 || p.Held <= 0 {
+			continue
+		}
+		u := uses[p.Client]
+		if u == nil {
+			u = &use{size: p.Size}
+			uses[p.Client] = u
+			order = append(order, p.Client)
+		}
+		u.held += p.Held
+		u.mounts = append(u.mounts, m.name)
+	}
+	for _, c := range order {
+		u := uses[c]
+		if u.held < u.size {
+			continue
+		}
+		a.eng.logger.WarnContext(ctx, fmt.Sprintf("settle: %d mounts share one Redis client whose pool has %d connections, and hold %d of them while they wait for work (a blocking read each): reads, settlements and heartbeats will wait for connections and fail with pool timeouts; give the client a PoolSize of at least %d (one connection for each mount's read and one for its writes), or the mounts clients of their own",
+			len(u.mounts), u.size, u.held, 2*u.held),
+			slog.Int("pool_size", u.size), slog.Int("held", u.held), slog.Any("mounts", u.mounts))
+	}
 }

@@ -160,6 +160,8 @@ func TestPublishDelayedRefusesADelaySetInAnotherSlotOrPastItsTTL(t *testing.T) {
 		{"PastTTL", r.Key("in"), []settle.PublishOption{settle.After(time.Hour), settle.DelaySet(delayed.DurableZset{Key: r.Key("d"), TTL: time.Minute})}, "TTL"},
 		{"AtPastTTL", r.Key("in"), []settle.PublishOption{settle.At(time.Now().Add(24 * time.Hour)), settle.DelaySet(delayed.DurableZset{Key: r.Key("d"), TTL: time.Minute})}, "TTL"},
 		{"DelaySetAlone", r.Key("in"), []settle.PublishOption{settle.DelaySet(delayed.DurableZset{Key: r.Key("d")})}, "without After"},
+		{"AtPastTheRepresentableRangeIsRefused", r.Key("in"), []settle.PublishOption{settle.At(time.Unix(1<<60, 0)), settle.DelaySet(delayed.DurableZset{Key: r.Key("d")})}, "outside the times a delay can be kept until"},
+		{"AtBeforeTheRepresentableRangeIsRefused", r.Key("in"), []settle.PublishOption{settle.At(time.Unix(-(1 << 50), 0)), settle.DelaySet(delayed.DurableZset{Key: r.Key("d")})}, "outside the times a delay can be kept until"},
 		{"AfterAndAt", r.Key("in"), []settle.PublishOption{settle.After(time.Second), settle.At(time.Now()), settle.DelaySet(delayed.DurableZset{Key: r.Key("d")})}, "both"},
 		{"Negative", r.Key("in"), []settle.PublishOption{settle.After(-time.Second), settle.DelaySet(delayed.DurableZset{Key: r.Key("d")})}, "negative"},
 		{"MaxLenDelayed", r.Key("in"), []settle.PublishOption{settle.MaxLen(5), settle.After(time.Second), settle.DelaySet(delayed.DurableZset{Key: r.Key("d")})}, "sweep"},

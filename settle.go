@@ -183,6 +183,7 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		return errors.Join(openErrs...)
 	}
+	a.warnPools(ctx)
 
 	delays := timerq.New(a.eng.clock)
 	stopDelays := make(chan struct{})

@@ -36,7 +36,7 @@ func TestClusterDlqReplayToAnotherSlotFailsWithExit1AndChangesNothing(t *testing
 		t.Fatal(err)
 	}
 	r := onCluster(t, "dlq", "replay", dlq, "--to", other, "--yes")
-	if r.code != exitError || !strings.Contains(r.stderr, "different cluster slots") || !strings.Contains(r.stderr, other) {
+	if r.code != exitError || !strings.Contains(r.stderr, "another cluster slot") || !strings.Contains(r.stderr, other) {
 		t.Fatalf("dlq replay to another slot: exit %d, stderr %q; want 1 and the cross-slot refusal naming %s", r.code, r.stderr, other)
 	}
 	if n, _ := c.Client.XLen(ctx, dlq).Result(); n != 1 {
@@ -60,7 +60,7 @@ func TestClusterListDlqReplayToAnotherSlotFailsWithExit1AndChangesNothing(t *tes
 		t.Fatal(err)
 	}
 	r := onCluster(t, "list", "dlq", "replay", dlq, "--to", other, "--yes")
-	if r.code != exitError || !strings.Contains(r.stderr, "different cluster slots") || !strings.Contains(r.stderr, other) {
+	if r.code != exitError || !strings.Contains(r.stderr, "another cluster slot") || !strings.Contains(r.stderr, other) {
 		t.Fatalf("list dlq replay to another slot: exit %d, stderr %q; want 1 and the cross-slot refusal naming %s", r.code, r.stderr, other)
 	}
 	if n, _ := c.Client.LLen(ctx, dlq).Result(); n != 1 {

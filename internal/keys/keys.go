@@ -3,7 +3,10 @@
 package keys
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -21,30 +24,56 @@ func Slot(key string) int {
 	return int(crc16(key) % SlotCount)
 }
 
-// SameSlot returns an error naming the keys when they do not all hash to one slot.
+// SameSlot returns an error when some of keys do not hash to the slot of the first:
+// it names only those, each with its slot and, where one can be made, a name in the
+// first key's slot (its {hash tag} put on the key's name).
 func SameSlot(keys ...string) error {
 	if len(keys) < 2 {
 		return nil
 	}
 	first := Slot(keys[0])
+	var outside, hints []string
 	for _, k := range keys[1:] {
-		if Slot(k) != first {
-			parts := make([]string, len(keys))
-			for i, k := range keys {
-				parts[i] = fmt.Sprintf("%q (slot %d)", k, Slot(k))
-			}
-			return fmt.Errorf("keys %s hash to different cluster slots; give them one {hash tag}, e.g. {%s}:in and {%s}:dlq",
-				strings.Join(parts, ", "), tagHint(keys[0]), tagHint(keys[0]))
+		if Slot(k) == first || slices.Contains(outside, fmt.Sprintf("%q (slot %d)", k, Slot(k))) {
+			continue
+		}
+		outside = append(outside, fmt.Sprintf("%q (slot %d)", k, Slot(k)))
+		if h := tagged(keys[0], k); h != "" {
+			hints = append(hints, h)
 		}
 	}
-	return nil
+	if len(outside) == 0 {
+		return nil
+	}
+	err := fmt.Sprintf("%s hash to another cluster slot than %q (slot %d)", strings.Join(outside, ", "), keys[0], first)
+	if len(hints) > 0 {
+		err += "; give them its {hash tag}, e.g. " + strings.Join(hints, ", ")
+	}
+	return errors.New(err)
 }
 
-func tagHint(key string) string {
-	if i := strings.IndexAny(key, ".:{"); i > 0 {
-		return key[:i]
+// tagged returns key renamed into anchor's slot: anchor's hash tag (the whole of anchor
+// when it has none) in braces, then key without braces of its own, less the tag where
+// key starts with it ("{orders}:in", "orders:dlq" -> "{orders}:dlq"); "" when that name
+// would not hash to anchor's slot (a tag holding braces).
+func tagged(anchor, key string) string {
+	tag := anchor
+	if s := strings.IndexByte(anchor, '{'); s >= 0 {
+		if e := strings.IndexByte(anchor[s+1:], '}'); e > 0 {
+			tag = anchor[s+1 : s+1+e]
+		}
 	}
-	return key
+	name := strings.NewReplacer("{", "", "}", "").Replace(key)
+	var out string
+	if rest, ok := strings.CutPrefix(name, tag); ok && rest != "" {
+		out = "{" + tag + "}" + rest
+	} else {
+		out = "{" + tag + "}:" + name
+	}
+	if Slot(out) != Slot(anchor) {
+		return ""
+	}
+	return strconv.Quote(out)
 }
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, init 0), the checksum Redis Cluster uses.

@@ -1,6 +1,9 @@
 package keys
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSlotMatchesRedisClusterKeyslot(t *testing.T) {
 	t.Parallel()
@@ -33,5 +36,37 @@ func TestSameSlotRefusesKeysWithoutACommonTag(t *testing.T) {
 	}
 	if err := SameSlot("refunds", "refunds.dlq"); err == nil {
 		t.Fatal("untagged keys in different slots: got nil, want an error")
+	}
+}
+
+// TestSameSlotNamesOnlyTheKeysOutsideTheFirstsSlotWithAValidKeyToUse: the refusal names
+// the keys outside the first key's slot and not those inside it, each once, and
+// suggests names that are valid keys in the first key's slot (not "{{orders}}:dlq").
+func TestSameSlotNamesOnlyTheKeysOutsideTheFirstsSlotWithAValidKeyToUse(t *testing.T) {
+	t.Parallel()
+	err := SameSlot("{orders}:in", "{orders}:delayed", "orders:dlq", "orders:dlq", "{x}:replies")
+	if err == nil {
+		t.Fatal("keys outside the first's slot: got nil, want an error")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "{orders}:delayed") || strings.Count(msg, `"orders:dlq"`) != 1 || !strings.Contains(msg, `"{x}:replies"`) {
+		t.Fatalf("SameSlot = %q; want orders:dlq (once) and {x}:replies named, not {orders}:delayed", msg)
+	}
+	for _, want := range []string{`"{orders}:dlq"`, `"{orders}:x:replies"`} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("SameSlot = %q; want it to suggest %s", msg, want)
+		}
+	}
+	if strings.Contains(msg, "{{") {
+		t.Fatalf("SameSlot = %q suggests nested braces", msg)
+	}
+	for _, k := range []string{"{orders}:dlq", "{orders}:x:replies"} {
+		if Slot(k) != Slot("{orders}:in") {
+			t.Fatalf("suggested %q is in slot %d, not the stream's", k, Slot(k))
+		}
+	}
+	// Untagged: the whole key is the tag.
+	if err := SameSlot("orders", "orders.dlq"); err == nil || !strings.Contains(err.Error(), `"{orders}.dlq"`) || Slot("{orders}.dlq") != Slot("orders") {
+		t.Fatalf("SameSlot(orders, orders.dlq) = %v; want it to suggest {orders}.dlq", err)
 	}
 }

@@ -86,10 +86,20 @@ func (c *Config) Refuse(kind string, allowed ...string) error {
 
 // CheckDelay returns the refusal of the delay options themselves: both After and At, a
 // negative After.
+// minAt and maxAt bound At: a delay set's score is the due time in Unix milliseconds, a
+// double, exact within ±2^53 (a time past int64 milliseconds has no UnixMilli at all:
+// it was scored as now and delivered at once).
+var (
+	minAt = time.UnixMilli(-(1 << 53)).UTC()
+	maxAt = time.UnixMilli(1 << 53).UTC()
+)
+
 func (c *Config) CheckDelay() error {
 	switch {
 	case c.AfterSet && !c.At.IsZero():
 		return errors.New("options After and At both given: give one")
+	case !c.At.IsZero() && (c.At.Before(minAt) || c.At.After(maxAt)):
+		return fmt.Errorf("At(%s): outside the times a delay can be kept until (%s to %s: a delay set scores its members in milliseconds, exactly up to 2^53)", c.At, minAt, maxAt)
 	case c.AfterSet && c.After < 0:
 		return fmt.Errorf("After(%s): the delay must not be negative", c.After)
 	}

@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/source"
 )
 
 // DefaultConsumerName is unique per process: host, pid and a random suffix.
@@ -40,4 +44,15 @@ func PollWait(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// PoolOf is a mount's use of c's connection pool when it holds held connections while
+// it waits (a blocking read holds one for its Block). The size is known for a
+// *redis.Client (a failover client too); a cluster client's pools are per node and not
+// counted.
+func PoolOf(c redis.UniversalClient, held int) source.Pool {
+	if rc, ok := c.(*redis.Client); ok {
+		return source.Pool{Client: rc, Held: held, Size: rc.Options().PoolSize}
+	}
+	return source.Pool{}
 }

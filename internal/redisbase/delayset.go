@@ -48,9 +48,9 @@ func DelaySetOf(env source.Env) (DelaySet, bool) {
 
 // DelaySetProblems refuses a durable delay set a Redis source cannot use: one whose key
 // is the source's (kind names it: "stream", "list", "reliable list") or its dead
-// letter's, or, on Redis Cluster, one outside the slot of slotKeys (the keys its park and
-// sweep scripts touch besides the set).
-func DelaySetProblems(p source.Policy, rdb redis.UniversalClient, kind, key string, slotKeys ...string) []error {
+// letter's, or, on Redis Cluster, one outside the slot of key (the keys its park and
+// sweep scripts touch besides the set share key's slot, or are refused by the transport).
+func DelaySetProblems(p source.Policy, rdb redis.UniversalClient, kind, key string) []error {
 	dz, ok := p.Delay.(delayed.DurableZset)
 	if !ok || dz.Key == "" {
 		return nil // delayProblems refuses an empty Key for every source
@@ -64,7 +64,9 @@ func DelaySetProblems(p source.Policy, rdb redis.UniversalClient, kind, key stri
 		errs = append(errs, fmt.Errorf("DelayIn(delayed.DurableZset{Key: %q}): the delay set's key is the dead-letter %s's", dz.Key, noun))
 	}
 	if _, cluster := rdb.(*redis.ClusterClient); cluster {
-		if err := keys.SameSlot(append([]string{dz.Key}, slotKeys...)...); err != nil {
+		// Against the source's key only: its other keys (a dead-letter key) are the
+		// transport's to check against it, once.
+		if err := keys.SameSlot(key, dz.Key); err != nil {
 			errs = append(errs, fmt.Errorf("on Redis Cluster the %s and its delay set must share a slot (parking and sweeping are one Lua script each): %w", kind, err))
 		}
 	}

@@ -61,12 +61,13 @@ func (t *listTransport) Info() source.Info {
 		Caps:  source.Caps{Parks: t.parks, RetryWithoutCap: source.ActionLose},
 		Key:   t.cfg.Key,
 		Kind:  source.KindList,
+		Pool:  redisbase.PoolOf(t.cfg.Client, 1), // the blocking read
 	}
 }
 
 func (t *listTransport) Validate(p source.Policy) []error {
 	errs := validateList("list", t.cfg.Client, t.cfg.Key, t.cfg.Batch, t.cfg.Block, p)
-	return append(errs, redisbase.DelaySetProblems(p, t.cfg.Client, "list", t.cfg.Key, t.cfg.Key)...)
+	return append(errs, redisbase.DelaySetProblems(p, t.cfg.Client, "list", t.cfg.Key)...)
 }
 
 // validateList checks what List and ReliableList share.

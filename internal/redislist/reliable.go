@@ -92,6 +92,7 @@ func (t *reliableTransport) Info() source.Info {
 		Caps: source.Caps{CountsUnsettled: true, Parks: t.parks, Releases: true, Replies: true, RetryWithoutCap: source.ActionPutBack},
 		Key:  t.cfg.Key,
 		Kind: source.KindList,
+		Pool: redisbase.PoolOf(t.cfg.Client, 1), // the blocking BLMOVE
 	}
 }
 
@@ -114,7 +115,7 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 		}
 	}
 	errs = append(errs, redisbase.ReplyProblems(p, s.Client, "reliable list", s.Key, t.processing)...)
-	return append(errs, redisbase.DelaySetProblems(p, s.Client, "reliable list", s.Key, s.Key, t.processing)...)
+	return append(errs, redisbase.DelaySetProblems(p, s.Client, "reliable list", s.Key)...)
 }
 
 // Open reads the consumer's own processing list (left by an earlier process with the

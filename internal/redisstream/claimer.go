@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redisbase"
 	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 )
@@ -26,6 +27,9 @@ type claimStream struct {
 	owner    claimOwner
 	rdb      redis.UniversalClient
 }
+
+// gateKey is the group's scan key (see claimer.startPass).
+func (s *claimStream) gateKey() string { return keys.Derived(s.key, "claim-scan:"+s.group) }
 
 // claimOwner is the stream transport a claimer serves.
 type claimOwner interface {
@@ -63,7 +67,8 @@ type claimer struct {
 	leaves bool
 	// idle is how long an entry must be idle to be claimed.
 	idle time.Duration
-	// name names the setting of idle, for refusals.
+	// name names the setting of idle in the user's words, for refusals: a format of
+	// one %s, the idle ("Reclaim(%s)").
 	name string
 	// onBeat, when set (tests), is called after each heartbeat.
 	onBeat func()
@@ -72,6 +77,7 @@ type claimer struct {
 
 	mu        sync.Mutex
 	cursor    string      // where the next XAUTOCLAIM starts
+	pending   int         // what the last scan call said is pending in the group (-1: a pass is not over)
 	dues      []leftBatch // the entries this consumer left pending, by when they come due
 	nextScan  time.Time   // no scan before this
 	lotFull   bool        // a scan was due, but the last lot taken over is unsettled
@@ -95,8 +101,16 @@ type claimer struct {
 // the next one comes a read's block (or idle/2, if shorter) later: an entry a crashed
 // consumer left is claimed at most that long after it became idle enough.
 func newClaimer(s claimStream, name string, idle, block time.Duration, leaves bool, onBeat func()) *claimer {
-	return &claimer{s: s, leaves: leaves, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, poll: max(min(idle/2, block), claimPollMin)}
+	return &claimer{s: s, leaves: leaves, cursor: "0-0", idle: idle, name: name, onBeat: onBeat, pending: -1, poll: max(min(idle/2, block), claimPollMin)}
 }
+
+// quiet is how long after a pass that found nothing pending in the group (no entry at
+// any consumer, this one's included) the next scan comes: an entry read after that pass
+// is idle enough to be claimed no sooner than idle later, so waiting up to idle keeps the
+// bound (claimed at most poll after it became idle enough). It is at most ten polls:
+// entries a stopping consumer hands back (released, idle past min-idle at once) wait no
+// longer than that; a restarted process's new consumer scans at once.
+func (c *claimer) quiet() time.Duration { return max(min(c.idle, 10*c.poll), c.poll) }
 
 // leavesRetries reports whether retries stay pending here to be claimed back (a
 // claiming stream): then the consumer never re-reads its own pending entries, which
@@ -106,7 +120,7 @@ func (c *claimer) leavesRetries() bool { return c != nil && c.leaves }
 // validate returns the refusals of the claimer's settings (none for a nil claimer).
 func (c *claimer) validate() []error {
 	if c != nil && c.idle < time.Millisecond {
-		return []error{fmt.Errorf("%s(%s): must be at least 1ms (Redis counts idle time in milliseconds)", c.name, c.idle)}
+		return []error{fmt.Errorf("%s: must be at least 1ms (Redis counts idle time in milliseconds)", fmt.Sprintf(c.name, c.idle))}
 	}
 	return nil
 }
@@ -184,8 +198,12 @@ func (c *claimer) fetch(ctx context.Context, max int) ([]*source.Delivery, error
 		if len(ds) > 0 || cursor == "0-0" {
 			// A scan that filled its lot goes on at the next read; one that found fewer
 			// (or nothing in a whole pass) waits poll: scanning a long pending list for a
-			// few entries costs Redis more than all else a claiming stream does.
-			if len(ds) < lot {
+			// few entries costs Redis more than all else a claiming stream does. A pass
+			// that found nothing pending at all waits quiet.
+			switch {
+			case len(ds) == 0 && c.pending == 0:
+				c.nextScan = now.Add(c.quiet())
+			case len(ds) < lot:
 				c.nextScan = now.Add(c.poll)
 			}
 			c.mu.Unlock()
@@ -203,7 +221,7 @@ func (c *claimer) fetch(ctx context.Context, max int) ([]*source.Delivery, error
 // ACL refusing it), the pass starts: a scan too many, never one too few.
 func (c *claimer) startPass(ctx context.Context) bool {
 	s := &c.s
-	ok, err := script.StartScan(ctx, s.rdb, keys.Derived(s.key, "claim-scan:"+s.group), s.consumer, c.poll)
+	ok, err := script.StartScan(ctx, s.rdb, s.gateKey(), s.consumer, c.poll)
 	if err != nil {
 		s.env.Logger.DebugContext(ctx, "settle: could not mark the start of a claim scan; scanning anyway",
 			slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.key), slog.Any(source.AttrError, err))
@@ -319,7 +337,7 @@ func (c *claimer) claim(ctx context.Context, cursor string, max int, ids []strin
 	}
 	if ids == nil {
 		c.mu.Lock()
-		c.cursor = res.Next
+		c.cursor, c.pending = res.Next, res.Pending
 		c.mu.Unlock()
 	}
 	ds := s.owner.deliveries(ctx, res.Entries, ids == nil) // a scan's are taken over
@@ -348,7 +366,10 @@ func (c *claimer) claim(ctx context.Context, cursor string, max int, ids []strin
 }
 
 // bound shortens wait, a read's block, so that the read ends by the next scan (and, under
-// a test's fake clock, soon after any advance).
+// a test's fake clock, soon after any advance). A read shorter than its Block wakes a
+// server tick early (see streamTransport.read), which a due retry needs; a scan does not,
+// and one woken early would wait out the rest in a second, short read: the bound to the
+// next scan is a tick longer.
 func (c *claimer) bound(wait time.Duration) time.Duration {
 	if wait < 0 {
 		return wait
@@ -358,7 +379,7 @@ func (c *claimer) bound(wait time.Duration) time.Duration {
 	}
 	now := c.s.env.Clock.Now()
 	c.mu.Lock()
-	next := c.nextScan
+	next := c.nextScan.Add(redisbase.MinServerBlock)
 	if c.lotFull {
 		// The due scan waits for the lot to settle, which no read wakes on: look again
 		// soon, not at once.

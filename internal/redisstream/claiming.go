@@ -14,7 +14,7 @@ import (
 // delivery counter. onBeat, when set (tests), is called after each heartbeat.
 func NewClaiming(env source.Env, c Config, minIdle time.Duration, onBeat func()) source.Transport {
 	st := newStream(env, c)
-	st.claim = newClaimer(st.claimStream(), "ClaimingStream minIdle", minIdle, c.Block, true, onBeat)
+	st.claim = newClaimer(st.claimStream(), "ClaimingStream(…, minIdle %s)", minIdle, c.Block, true, onBeat)
 	st.rescan = false
 	return &claimTransport{streamTransport: st}
 }

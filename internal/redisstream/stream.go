@@ -52,7 +52,7 @@ type Config struct {
 // copies, and entries other consumers left idle for c.Reclaim are taken over.
 func New(env source.Env, c Config) source.Transport {
 	t := newStream(env, c)
-	t.claim = newClaimer(t.claimStream(), "Reclaim", c.Reclaim, c.Block, false, nil) // retries are copies
+	t.claim = newClaimer(t.claimStream(), "Reclaim(%s)", c.Reclaim, c.Block, false, nil) // retries are copies
 	return t
 }
 
@@ -109,6 +109,7 @@ func (t *streamTransport) Info() source.Info {
 		Group: t.cfg.Group,
 		Key:   t.cfg.Key,
 		Kind:  source.KindStream,
+		Pool:  redisbase.PoolOf(t.cfg.Client, 1), // the blocking XREADGROUP
 	}
 }
 
@@ -137,11 +138,7 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	if p.DeadLetter != "" && p.DeadLetter == s.Key {
 		errs = append(errs, fmt.Errorf("DeadLetter(%q) is the stream the mount reads: dead letters would be read again", p.DeadLetter))
 	}
-	slotKeys := []string{s.Key}
-	if p.DeadLetter != "" {
-		slotKeys = append(slotKeys, p.DeadLetter)
-	}
-	errs = append(errs, redisbase.DelaySetProblems(p, s.Client, "stream", s.Key, slotKeys...)...)
+	errs = append(errs, redisbase.DelaySetProblems(p, s.Client, "stream", s.Key)...)
 	errs = append(errs, redisbase.ReplyProblems(p, s.Client, "stream", s.Key, s.Key)...)
 	if _, cluster := s.Client.(*redis.ClusterClient); cluster && p.DeadLetter != "" {
 		if err := keys.SameSlot(s.Key, p.DeadLetter); err != nil {

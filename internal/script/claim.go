@@ -37,6 +37,9 @@ type ClaimResult struct {
 	Entries []redis.XMessage
 	// Next is the cursor of the next call; "0-0" once the whole pending list was scanned.
 	Next string
+	// Pending is, once a scan's pass is over (Next "0-0"), how many entries the group
+	// still has pending, the claimed ones included; -1 otherwise (and for listed ids).
+	Pending int
 }
 
 // Claim takes up to count entries of stream's group, idle at least minIdle and with ids
@@ -71,10 +74,13 @@ func runClaim(ctx context.Context, rdb redis.Scripter, stream, group, consumer s
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim script: %w", err)
 	}
-	if len(res) != 4 {
-		return ClaimResult{}, fmt.Errorf("claim script: %d values returned, want 4", len(res))
+	if len(res) != 5 {
+		return ClaimResult{}, fmt.Errorf("claim script: %d values returned, want 5", len(res))
 	}
-	var out ClaimResult
+	out := ClaimResult{Pending: -1}
+	if n, err := toInt(res[4]); err == nil {
+		out.Pending = n
+	}
 	var ok bool
 	if out.Next, ok = res[0].(string); !ok {
 		return ClaimResult{}, fmt.Errorf("claim script: cursor is a %T", res[0])

@@ -24,7 +24,9 @@
 --          the delivery count of each claimed entry (the claim included), in the same order,
 --          ids that were pending but deleted from the stream (Redis 7: XAUTOCLAIM has
 --          already removed them from the pending list; XCLAIM of listed ids removes them
---          too, unreported)}.
+--          too, unreported),
+--          once a scan's pass is over (next cursor "0-0"), how many entries the group
+--          still has pending (XPENDING), else -1}.
 --
 -- Atomic with respect to other consumers: a count is read right after its entry was
 -- claimed, before any other client can claim or acknowledge it. Skipping the ids in flight
@@ -64,7 +66,7 @@ if ARGV[4] == '' then
     end
   end
   if #take == 0 then
-    return {'', {}, {}, {}}
+    return {'', {}, {}, {}, -1}
   end
   local args = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3]}
   for _, id in ipairs(take) do
@@ -77,7 +79,7 @@ if ARGV[4] == '' then
       counts[#counts + 1] = count[e[1]]
     end
   end
-  return {'', entries, counts, {}}
+  return {'', entries, counts, {}, -1}
 end
 
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
@@ -110,4 +112,10 @@ for _, e in ipairs(claimed) do
 end
 -- Entries in flight here get the count the claim added taken back.
 resetCounts(back)
-return {r[1], entries, counts, r[3] or {}}
+-- A pass that is over says how many entries are still pending: none at all means none can
+-- be idle enough before min-idle has passed (see claimer.fetch).
+local pending = -1
+if r[1] == '0-0' then
+  pending = redis.call('XPENDING', KEYS[1], ARGV[1])[1]
+end
+return {r[1], entries, counts, r[3] or {}, pending}

@@ -152,6 +152,21 @@ type Info struct {
 	Key string
 	// Kind is what the transport reads.
 	Kind Kind
+	// Pool is what the mount holds of its client's connection pool while it waits for
+	// work (zero: nothing counted).
+	Pool Pool
+}
+
+// Pool is what one mount holds of a client's connection pool while it waits for work:
+// the engine adds up the mounts that share a client and warns at Run when they hold it
+// all.
+type Pool struct {
+	// Client is the client, compared by identity.
+	Client any
+	// Held is how many connections the mount holds while it waits (a blocking read).
+	Held int
+	// Size is the client's pool size (0: unknown, not counted).
+	Size int
 }
 
 // Caps says what a transport can do with a retry; the engine's decision reads it.
