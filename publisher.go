@@ -386,6 +386,9 @@ func checkDelayedPublish(c publish.Config, key string) error {
 	if err := c.CheckDelay(); err != nil {
 		return err
 	}
+	if err := c.CheckDelaySetAt(); err != nil {
+		return err
+	}
 	switch dz := c.DelaySet; {
 	case !c.Delayed():
 		return errors.New("option DelaySet without After or At: give the delay")

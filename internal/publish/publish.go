@@ -84,22 +84,29 @@ func (c *Config) Refuse(kind string, allowed ...string) error {
 	return nil
 }
 
-// CheckDelay returns the refusal of the delay options themselves: both After and At, a
-// negative After.
-// minAt and maxAt bound At: a delay set's score is the due time in Unix milliseconds, a
-// double, exact within ±2^53 (a time past int64 milliseconds has no UnixMilli at all:
-// it was scored as now and delivered at once).
+// minAt and maxAt bound At in a delay set: its score is the due time in Unix
+// milliseconds, a double, exact within ±2^53 (a time past int64 milliseconds has no
+// UnixMilli at all: it was scored as now and delivered at once).
 var (
 	minAt = time.UnixMilli(-(1 << 53)).UTC()
 	maxAt = time.UnixMilli(1 << 53).UTC()
 )
 
+// CheckDelaySetAt returns the refusal of an At that a delay set cannot score exactly
+// (the Redis publish path; an inbox has bounds of its own).
+func (c *Config) CheckDelaySetAt() error {
+	if !c.At.IsZero() && (c.At.Before(minAt) || c.At.After(maxAt)) {
+		return fmt.Errorf("At(%s): outside the times a delay can be kept until (%s to %s: a delay set scores its members in milliseconds, exactly up to 2^53)", c.At, minAt, maxAt)
+	}
+	return nil
+}
+
+// CheckDelay returns the refusal of the delay options themselves: both After and At, a
+// negative After.
 func (c *Config) CheckDelay() error {
 	switch {
 	case c.AfterSet && !c.At.IsZero():
 		return errors.New("options After and At both given: give one")
-	case !c.At.IsZero() && (c.At.Before(minAt) || c.At.After(maxAt)):
-		return fmt.Errorf("At(%s): outside the times a delay can be kept until (%s to %s: a delay set scores its members in milliseconds, exactly up to 2^53)", c.At, minAt, maxAt)
 	case c.AfterSet && c.After < 0:
 		return fmt.Errorf("After(%s): the delay must not be negative", c.After)
 	}
