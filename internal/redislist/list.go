@@ -223,13 +223,20 @@ func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) 
 }
 
 // sweepDelays pushes the due copies of the mount's delay set to the tail of the list
-// and returns how long the next read may block (see redisbase.DelaySet.sweep).
+// and returns how long the next read may block (see sweepListDelays).
 func (t *listTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	wait, _, err := t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
-		return script.SweepList(ctx, t.cfg.Client, t.delays.Key, t.cfg.Key, now, script.SweepBatch)
+	return sweepListDelays(ctx, "list", t.cfg.Client, t.cfg.Key, t.delays, t.unsettled.Load() > 0, wait)
+}
+
+// sweepListDelays moves the due copies of delays to the tail of the list key (what
+// names its kind in errors) and returns how long the next read may block (see
+// redisbase.DelaySet.Sweep); held says deliveries are out, whose copies may come due.
+func sweepListDelays(ctx context.Context, what string, rdb redis.UniversalClient, key string, delays redisbase.DelaySet, held bool, wait time.Duration) (time.Duration, error) {
+	wait, _, err := delays.Sweep(ctx, wait, held, func(ctx context.Context, now int64) (script.SweepResult, error) {
+		return script.SweepList(ctx, rdb, delays.Key, key, now, script.SweepBatch)
 	})
 	if err != nil {
-		return wait, fmt.Errorf("list %q: sweep delays from %q: %w", t.cfg.Key, t.delays.Key, err)
+		return wait, fmt.Errorf("%s %q: sweep delays from %q: %w", what, key, delays.Key, err)
 	}
 	return wait, nil
 }

@@ -326,15 +326,9 @@ func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.
 }
 
 // sweepDelays moves the due copies of the mount's delay set to the tail of the list and
-// returns how long the next read may block (see redisbase.DelaySet.sweep).
+// returns how long the next read may block (see sweepListDelays).
 func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	wait, _, err := t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
-		return script.SweepList(ctx, t.cfg.Client, t.delays.Key, t.cfg.Key, now, script.SweepBatch)
-	})
-	if err != nil {
-		return wait, fmt.Errorf("reliable list %q: sweep delays from %q: %w", t.cfg.Key, t.delays.Key, err)
-	}
-	return wait, nil
+	return sweepListDelays(ctx, "reliable list", t.cfg.Client, t.cfg.Key, t.delays, t.unsettled.Load() > 0, wait)
 }
 
 // Ack removes the items from the processing list.
