@@ -55,9 +55,9 @@ import (
 //     (TestStreamRetryIsOneAtomicStep/FailedDeadLetterWriteLeavesOriginalPending); once
 //     the key is fixed the message reaches the dead letter exactly once
 //     (TestBadInputWrongTypeDeadLetterKeyLosesNothing, below).
-//   - The durable delay set's key holds another type → reads fail with an error naming
-//     the key (logged, retried with backoff); nothing is delivered or lost; once the key
-//     is fixed the message flows. TestBadInputWrongTypeDelaySetLosesNothing (below).
+//   - The durable delay set's key takes another type while running → its sweep fails,
+//     logged once naming the key; the mount reads on; once the key is fixed the sweep
+//     says it succeeds again. TestBadInputWrongTypeDelaySetStopsOnlyItsSweep (below).
 //   - The connection drops during settlement → the settlement fails (reported and
 //     logged), the delivery stays pending and is delivered again on the same consumer,
 //     then settled once: no loss, no second copy or dead letter.
@@ -204,10 +204,12 @@ func TestBadInputWrongTypeDeadLetterKeyLosesNothing(t *testing.T) {
 	}
 }
 
-// TestBadInputWrongTypeDelaySetLosesNothing proves that a durable delay set whose key
-// holds another type stops reads with an error naming the key (nothing delivered, nothing
-// lost), and that the message flows once the key is fixed.
-func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
+// TestBadInputWrongTypeDelaySetStopsOnlyItsSweep: a durable delay set whose key takes
+// another type while the App runs fails its sweep, which is logged once at Error naming
+// the key and WRONGTYPE; the mount reads on (a message published meanwhile is acked:
+// before, every read failed and nothing was delivered), and once the key is fixed the
+// sweep succeeds again and says so.
+func TestBadInputWrongTypeDelaySetStopsOnlyItsSweep(t *testing.T) {
 	t.Parallel()
 	b := sourcetest.SetupStream(t)
 	ctx := context.Background()
@@ -224,8 +226,8 @@ func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	const readFailed = "read failed"
-	sink := logtest.New(readFailed)
+	const sweepFailed, sweepsAgain = "delay set sweep failed", "delay set sweep succeeds again"
+	sink := logtest.New(sweepFailed, sweepsAgain)
 	cfg := b.Config()
 	cfg.Logger = sink.Logger()
 	app, err := settle.New(cfg)
@@ -235,28 +237,35 @@ func TestBadInputWrongTypeDelaySetLosesNothing(t *testing.T) {
 	app.Mount(b.Stream(), h, settle.DelayIn(delayed.DurableZset{Key: set}), settle.Concurrency(1))
 	stop := sourcetest.RunApp(t, app)
 	sourcetest.WaitFinals(t, b.Rec, 1)
-	id := b.Publish(t, "waiting", nil)
-
 	select {
-	case <-sink.Seen(readFailed):
+	case <-sink.Seen(sweepFailed):
 	case <-time.After(sourcetest.WaitBound):
-		t.Fatal("no read failure logged while the delay set holds a string")
+		t.Fatal("no sweep failure logged while the delay set holds a string")
 	}
-	if v, ok := sink.Attr(readFailed, "error"); sink.Count(slog.LevelError, readFailed) == 0 || !ok || !strings.Contains(v.String(), set) || !strings.Contains(v.String(), "WRONGTYPE") {
-		t.Fatalf("read failure logged with error %v; want an error-level record naming the delay set %s and WRONGTYPE", v, set)
+	if v, ok := sink.Attr(sweepFailed, "error"); sink.Count(slog.LevelError, sweepFailed) != 1 || !ok || !strings.Contains(v.String(), "WRONGTYPE") {
+		t.Fatalf("sweep failure logged with error %v; want one error-level record with WRONGTYPE", v)
 	}
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("the handler ran %d times while the delay set was unusable", n-1)
+	if v, _ := sink.Attr(sweepFailed, "key"); v.String() != set {
+		t.Fatalf("sweep failure logged for key %v, want the delay set %s", v, set)
+	}
+	id := b.Publish(t, "meanwhile", nil)
+	evs := sourcetest.WaitFinals(t, b.Rec, 2)
+	if evs[1].ID != id || evs[1].Action != settle.ActionAck {
+		t.Fatalf("settlements %+v, want %s acked while the delay set is unusable", evs, id)
 	}
 	if err := b.R.Client.Del(ctx, set).Err(); err != nil {
 		t.Fatal(err)
 	}
-	evs := sourcetest.WaitFinals(t, b.Rec, 2)
+	select {
+	case <-sink.Seen(sweepsAgain):
+	case <-time.After(sourcetest.WaitBound):
+		t.Fatal("the sweep did not say it succeeds again once the key was fixed")
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 2 || evs[1].ID != id || evs[1].Action != settle.ActionAck {
-		t.Fatalf("settlements %+v, want the first and then %s acked once each", evs, id)
+	if n := sink.Count(slog.LevelError, sweepFailed); n != 1 {
+		t.Fatalf("the sweep failure was logged %d times, want once until it succeeded", n)
 	}
 }
 
@@ -277,9 +286,10 @@ func TestBadInputDroppedConnectionDuringSettle(t *testing.T) {
 		{name: "Ack", handle: func(*settle.Message) error { return nil },
 			opts: func(*sourcetest.StreamBundle) []settle.MountOption { return nil }, final: settle.ActionAck, entries: 1},
 		{name: "RetryCopy", handle: func(m *settle.Message) error {
-			// The failed copy leaves the original pending; it is delivered again at
-			// attempt 2 (the unsettled delivery counts), retried again, and the copy acked.
-			if m.Attempt <= 2 {
+			// The failed copy leaves the original pending; it is delivered again, at
+			// attempt 1 still (a failed settlement write is not charged), retried again,
+			// and the copy acked at attempt 2.
+			if m.Attempt == 1 {
 				return settle.Retry(errors.New("busy"))
 			}
 			return nil

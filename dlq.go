@@ -25,6 +25,10 @@ const (
 	HeaderDeadReason = HeaderPrefix + "dead-reason"
 	// HeaderDeadSource is the key (stream, list, channel) the message was read from.
 	HeaderDeadSource = HeaderPrefix + "dead-source"
+	// HeaderDeadFields is, on a dead letter by reference (a stream entry with more
+	// fields than settle's scripts can write back), every field of the entry as one
+	// JSON object: the fields outlive the entry, which its stream's trim may remove.
+	HeaderDeadFields = HeaderPrefix + "dead-fields"
 )
 
 // deadAtLayout is the time layout of HeaderDeadAt (time.RFC3339 parses it).

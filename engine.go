@@ -103,6 +103,10 @@ type mount struct {
 	// backoff).
 	settleFailed atomic.Bool
 	settleOK     atomic.Bool
+
+	failures failedSettles     // deliveries whose settlement failed here, by id
+	keys     source.KeyChecker // the transport's key check (nil: it writes no other key)
+	keysSaid keyCheck          // the last answer of keys, reused for a second
 }
 
 // prepare builds the mount's transport and policy. It runs once per mount.
@@ -136,6 +140,7 @@ func (m *mount) prepare(e *engine) {
 	m.transport = m.src.Transport(env)
 	m.info = m.transport.Info()
 	m.logger = e.logger.With(slog.String(attrMount, m.name))
+	m.keys, _ = m.transport.(source.KeyChecker)
 	if _, ok := m.transport.(source.ReplicaWaiter); ok && m.cfg.replicas.set {
 		m.transport = replicaTransport{Transport: m.transport, w: m.cfg.replicas, logger: m.logger}
 	}
@@ -148,7 +153,6 @@ func (m *mount) prepare(e *engine) {
 	}
 }
 
-// validate returns every refusal of the mount.
 // nilHandler reports whether h is nil or holds a nil func or pointer.
 func nilHandler(h Handler) bool {
 	if h == nil {
@@ -161,6 +165,7 @@ func nilHandler(h Handler) bool {
 	return false
 }
 
+// validate returns every refusal of the mount.
 func (m *mount) validate() []error {
 	if m.src == nil {
 		return []error{&ConfigError{Mount: fmt.Sprintf("#%d", m.index+1), Problem: "source is nil"}}

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/settlekit/settle/delayed"
@@ -101,6 +104,7 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
 			m.settleOK.Store(true)
 		}
+		m.failures.forget(d.ID)
 		if ev.Due && m.logger.Enabled(ctx, slog.LevelDebug) {
 			m.logger.DebugContext(ctx, "settle: delayed copy written back", slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)),
 				slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt), slog.String(attrAction, ev.Action.String()))
@@ -112,8 +116,16 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 			slog.Int("confirmed", u.got), slog.Int("want", u.want), slog.Any(attrError, ev.Err))
 	} else {
 		m.settleFailed.Store(true)
-		m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
-			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()), slog.Any(attrError, ev.Err))
+		n := m.failures.add(d.ID)
+		if cause := m.wrongType(ctx, ev.Err); cause != nil {
+			m.logger.ErrorContext(ctx, "settle: settlement failed: a key it writes holds another type; the message stays where the transport keeps it, and comes back after a backoff without an attempt charged",
+				slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()),
+				slog.String("cause", cause.Error()), slog.Int("failed_settlements", n), slog.Any(attrError, ev.Err))
+		} else {
+			m.logger.ErrorContext(ctx, "settle: settlement failed; the message stays where the transport keeps it",
+				slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()),
+				slog.Int("failed_settlements", n), slog.Any(attrError, ev.Err))
+		}
 	}
 	m.eng.report(ctx, ev)
 }
@@ -378,4 +390,100 @@ func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Out
 	}
 	acks.add(d, ev)
 	return false
+}
+
+// failedSettles counts, per delivery id, the settlements that failed in this process
+// (a refused write, a key of the wrong type, a lost connection). Such a message stays
+// where its transport keeps it and is delivered again; a transport that counts
+// unsettled deliveries (Caps.CountsUnsettled) would charge that delivery an attempt
+// the handler never spent, and explain the cap as deliveries that never settled. The
+// engine subtracts them instead, and delivers the message after a backoff that grows
+// with its failures. A success forgets the id; the map is bounded (a write that did
+// apply although its reply was lost leaves an id that never comes back).
+type failedSettles struct {
+	mu   sync.Mutex
+	n    map[string]int
+	size atomic.Int64 // len(n), read without the lock on every delivery and settlement
+}
+
+// maxFailedSettles bounds failedSettles: past it, the oldest knowledge is dropped whole.
+const maxFailedSettles = 10_000
+
+// add counts one failed settlement of id and returns its failures so far.
+func (f *failedSettles) add(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil || len(f.n) >= maxFailedSettles {
+		f.n = map[string]int{}
+	}
+	f.n[id]++
+	f.size.Store(int64(len(f.n)))
+	return f.n[id]
+}
+
+// count returns the failed settlements of id.
+func (f *failedSettles) count(id string) int {
+	if f.size.Load() == 0 {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[id]
+}
+
+// forget drops id once a settlement of it succeeded.
+func (f *failedSettles) forget(id string) {
+	if f.size.Load() == 0 {
+		return
+	}
+	f.mu.Lock()
+	delete(f.n, id)
+	f.size.Store(int64(len(f.n)))
+	f.mu.Unlock()
+}
+
+// afterFailedSettlements readies a delivery whose last n settlements failed here: its
+// attempt no longer counts the n deliveries those failures caused, and it waits a
+// backoff (100 ms doubling per failure, at most 5 s) so that a write that keeps failing
+// does not run its handler in a loop, while the mount's other deliveries go on.
+func (m *mount) afterFailedSettlements(ctx context.Context, d *source.Delivery, n int) {
+	if m.info.Caps.CountsUnsettled {
+		d.Attempt = max(d.Attempt-n, d.RetryCount+1, 1)
+	}
+	wait := 5 * time.Second
+	if n < 7 {
+		wait = min(wait, 100*time.Millisecond<<(n-1))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// keyCheck is the last answer of a mount's key check, reused for a second so that a
+// burst of failed settlements reads the key types once.
+type keyCheck struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+// wrongType returns, for a settlement that failed with WRONGTYPE, which key the mount
+// writes holds another type (the transport's key check, naming the key, its type and
+// the command that fails there); nil for any other failure, or when no key is wrong now.
+func (m *mount) wrongType(ctx context.Context, err error) error {
+	if m.keys == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		return nil
+	}
+	c := &m.keysSaid
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); c.at.IsZero() || now.Sub(c.at) >= time.Second {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		c.err, c.at = m.keys.CheckKeys(ctx), now
+		cancel()
+	}
+	return c.err
 }

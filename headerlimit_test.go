@@ -2,6 +2,7 @@ package settle_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -123,6 +124,16 @@ func TestStreamEntryTooLargeToSettleIsDeadLetteredByReference(t *testing.T) {
 			if v[wire.FieldPayload] != "big" || v[settle.HeaderDeadID] != big || v[settle.HeaderDeadSource] != b.In ||
 				!strings.Contains(fmt.Sprint(v[settle.HeaderDeadReason]), "by reference") {
 				t.Fatalf("dead letter %v, want the payload and a reason naming the entry", v)
+			}
+			// Its fields outlive the entry: the trim may take it, the dead letter keeps them.
+			var fields map[string]string
+			if err := json.Unmarshal([]byte(fmt.Sprint(v[settle.HeaderDeadFields])), &fields); err != nil || len(fields) != len(values)/2 {
+				t.Fatalf("dead letter's %s holds %d fields (%v), want all %d of the entry", settle.HeaderDeadFields, len(fields), err, len(values)/2)
+			}
+			for i := 0; i < len(values); i += 2 {
+				if fields[values[i].(string)] != fmt.Sprint(values[i+1]) {
+					t.Fatalf("dead letter's %s: field %v = %q, want %q", settle.HeaderDeadFields, values[i], fields[values[i].(string)], values[i+1])
+				}
 			}
 		})
 	}

@@ -82,6 +82,7 @@ func TestHeaderNamesMatchWire(t *testing.T) {
 		{HeaderDeadID, wire.HeaderDeadID},
 		{HeaderDeadReason, wire.HeaderDeadReason},
 		{HeaderDeadSource, wire.HeaderDeadSource},
+		{HeaderDeadFields, wire.HeaderDeadFields},
 		{deadAtLayout, wire.DeadAtLayout},
 	} {
 		if tt.public != tt.internal {

@@ -2,9 +2,12 @@ package settle_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -50,5 +53,58 @@ func TestStreamRecreatedGroupStartsAfterTheLastDeliveredEntryWhateverStartAt(t *
 	logs := b.Logs.Containing("created it again")
 	if len(logs) != 1 || logs[0].Level != slog.LevelError || logs[0].Attrs["from"] != first {
 		t.Fatalf("logs %+v, want one Error saying the group was created again from %s", logs, first)
+	}
+}
+
+// TestASettlementOfAnEntryDeliveredBeforeItsGroupWasMadeAgainSaysSo: Redis lost the
+// stream and its group (a restart that wiped its data, here a DEL) while a handler ran;
+// the consumer made the group again and reads on. The settlement of the entry it held
+// writes nothing (no group holds it pending now), and its error says the group was
+// made again, not that another consumer took the entry over.
+func TestASettlementOfAnEntryDeliveredBeforeItsGroupWasMadeAgainSaysSo(t *testing.T) {
+	t.Parallel()
+	b := sourcetest.SetupStream(t)
+	ctx := context.Background()
+	started, release := make(chan struct{}), make(chan struct{})
+	h := settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		var body string
+		if err := m.Decode(&body); err != nil {
+			return err
+		}
+		if body == "held" {
+			close(started)
+			<-release
+			return errors.New("fails after the wipe")
+		}
+		return nil
+	})
+	sourcetest.RunApp(t, b.App(t, b.Stream(), h, settle.Concurrency(2), settle.MaxAttempts(3)))
+	b.Publish(t, "held", nil)
+	<-started
+	if err := b.R.Client.Del(ctx, b.In).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after := b.Publish(t, "after", nil)
+	for deadline := time.Now().Add(sourcetest.WaitBound); len(b.Logs.Containing("created it again")) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer did not make its group again")
+		}
+	}
+	close(release)
+	evs := sourcetest.WaitFinals(t, b.Rec, 1)
+	if got := sourcetest.FinalIDs(evs); !slices.Equal(got, []string{after}) {
+		t.Fatalf("settled %v, want %v: the entry written after the wipe", got, after)
+	}
+	var failed *settle.Settled
+	b.Rec.WaitFor(t, sourcetest.WaitBound, "the held entry's settlement", func(evs []settle.Settled) bool {
+		for _, ev := range evs {
+			if ev.Err != nil {
+				failed = &ev
+			}
+		}
+		return failed != nil
+	})
+	if failed == nil || !strings.Contains(failed.Err.Error(), "made again") || strings.Contains(failed.Err.Error(), "took it over") || strings.Contains(failed.Err.Error(), "claimed") {
+		t.Fatalf("the held entry's settlement: %+v; want an error saying its group was made again", failed)
 	}
 }

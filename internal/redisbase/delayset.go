@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,14 +37,15 @@ const testPoll = 5 * time.Millisecond
 // DelaySet is a mount's durable delay set as its transport uses it.
 type DelaySet struct {
 	delayed.DurableZset
-	env       source.Env  // for its sweep events
-	testClock clock.Clock // a test's fake clock, nil in production
+	env       source.Env   // for its sweep events and log lines
+	failing   *atomic.Bool // the last sweep failed (shared by the copies of one mount's set)
+	testClock clock.Clock  // a test's fake clock, nil in production
 }
 
 // DelaySetOf returns the mount's durable delay set, if it has one.
 func DelaySetOf(env source.Env) (DelaySet, bool) {
 	dz, ok := env.Policy.Delay.(delayed.DurableZset)
-	return DelaySet{DurableZset: dz, env: env, testClock: env.TestClock}, ok
+	return DelaySet{DurableZset: dz, env: env, failing: new(atomic.Bool), testClock: env.TestClock}, ok
 }
 
 // DelaySetProblems refuses a durable delay set a Redis source cannot use: one whose key
@@ -96,13 +98,17 @@ func (s DelaySet) ParkValue(ctx context.Context, rdb redis.Scripter, m source.Mo
 // time until the earliest member still waiting comes due (see boundedWait). inflight
 // says whether deliveries that may park were in flight before the sweep began (look
 // before sweeping: a delivery that settles between the sweep and the look may have
-// parked a delay the sweep did not see). The last call's result is returned too.
-func (s DelaySet) Sweep(ctx context.Context, wait time.Duration, inflight bool, move func(ctx context.Context, now int64) (script.SweepResult, error)) (time.Duration, script.SweepResult, error) {
+// parked a delay the sweep did not see). The last call's result is returned too. A
+// failed call does not fail the read that follows: see sweepFailed.
+func (s DelaySet) Sweep(ctx context.Context, wait time.Duration, inflight bool, move func(ctx context.Context, now int64) (script.SweepResult, error)) (time.Duration, script.SweepResult) {
 	var res script.SweepResult
 	for {
 		var err error
 		if res, err = move(ctx, s.Now()); err != nil {
-			return wait, res, err
+			return s.sweepFailed(ctx, wait, err), res
+		}
+		if s.failing != nil && s.failing.Swap(false) && s.env.Logger != nil {
+			s.env.Logger.InfoContext(ctx, "settle: delay set sweep succeeds again", slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.Key))
 		}
 		if res.Moved > 0 {
 			s.env.Emit(ctx, source.Event{Kind: source.EventSweep, Count: res.Moved})
@@ -114,7 +120,22 @@ func (s DelaySet) Sweep(ctx context.Context, wait time.Duration, inflight bool, 
 			break
 		}
 	}
-	return boundedWait(wait, res, s.testClock != nil, inflight), res, nil
+	return boundedWait(wait, res, s.testClock != nil, inflight), res
+}
+
+// sweepFailed logs a failed sweep (once until one succeeds) and returns the next read's
+// wait, at most a second so that the sweep is tried again soon. The read goes on: a
+// delay set that cannot be swept (a key that took another type, a refused write) must
+// not stop the mount's other messages; its members wait until it can be swept again.
+func (s DelaySet) sweepFailed(ctx context.Context, wait time.Duration, err error) time.Duration {
+	if (s.failing == nil || !s.failing.Swap(true)) && s.env.Logger != nil {
+		s.env.Logger.ErrorContext(ctx, "settle: delay set sweep failed: its due members wait, the mount reads on, and the sweep is tried again before each read (logged once until it succeeds)",
+			slog.String(source.AttrMount, s.env.Mount), slog.String(source.AttrKey, s.Key), slog.Any(source.AttrError, err))
+	}
+	if wait < 0 {
+		return wait
+	}
+	return min(wait, time.Second)
 }
 
 // ValueMember is the delay set member holding the retry copy value of a list item or

@@ -21,6 +21,9 @@ type KeyType struct {
 	Type string
 }
 
+// writeCommand is the command a settlement writes a key of each type with.
+var writeCommand = map[string]string{"list": "RPUSH", "stream": "XADD", "zset": "ZADD"}
+
 // MountKeyTypes is the mount's delay set (when durable) and its dead-letter and reply
 // destinations (when declared and kind, "stream" or "list", is what they hold; a
 // pub/sub mount's are channels, not keys: pass kind "").
@@ -62,7 +65,7 @@ func CheckKeyTypes(ctx context.Context, rdb redis.UniversalClient, ks []KeyType)
 	var errs []error
 	for i, k := range want {
 		if got := cmds[i].Val(); got != "none" && got != k.Type {
-			errs = append(errs, fmt.Errorf("the %s %q holds a %s, not a %s: settlements that write there would fail", k.Role, k.Key, got, k.Type))
+			errs = append(errs, fmt.Errorf("the %s %q holds a %s, not a %s: the settlements' %s there fails (WRONGTYPE)", k.Role, k.Key, got, k.Type, writeCommand[k.Type]))
 		}
 	}
 	return errors.Join(errs...)

@@ -206,7 +206,7 @@ func (k *listKeeper) take(ctx context.Context, name string, checkHeartbeat bool,
 	}
 	k.lots.took(values, taken)
 	if len(taken) > 0 {
-		k.env.Logger.WarnContext(ctx, "settle: took over the items of a reliable list consumer that stopped without settling them",
+		k.env.Logger.WarnContext(ctx, "settle: took over the items of a reliable list consumer whose heartbeat expired while it held them (it stopped, hung or lost its connection)",
 			slog.String(source.AttrMount, k.env.Mount), slog.String(source.AttrKey, k.key), slog.String("consumer", name), slog.Int("count", len(taken)))
 		k.env.Emit(ctx, source.Event{Kind: source.EventRecovery, Count: len(taken)})
 	}

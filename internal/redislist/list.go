@@ -167,6 +167,11 @@ func (t *listTransport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
+	return t.CheckKeys(ctx)
+}
+
+// CheckKeys implements source.KeyChecker.
+func (t *listTransport) CheckKeys(ctx context.Context) error {
 	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "list")); err != nil {
 		return fmt.Errorf("list %q: %w", t.cfg.Key, err)
 	}
@@ -177,10 +182,7 @@ func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) 
 	s := t.cfg
 	wait = listBlock(wait)
 	if t.parks {
-		var err error
-		if wait, err = t.sweepDelays(ctx, wait); err != nil {
-			return nil, err
-		}
+		wait = t.sweepDelays(ctx, wait)
 	}
 	vals, err := s.Client.LPopCount(ctx, s.Key, max).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -224,21 +226,18 @@ func (t *listTransport) Fetch(ctx context.Context, max int, wait time.Duration) 
 
 // sweepDelays pushes the due copies of the mount's delay set to the tail of the list
 // and returns how long the next read may block (see sweepListDelays).
-func (t *listTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	return sweepListDelays(ctx, "list", t.cfg.Client, t.cfg.Key, t.delays, t.unsettled.Load() > 0, wait)
+func (t *listTransport) sweepDelays(ctx context.Context, wait time.Duration) time.Duration {
+	return sweepListDelays(ctx, t.cfg.Client, t.cfg.Key, t.delays, t.unsettled.Load() > 0, wait)
 }
 
-// sweepListDelays moves the due copies of delays to the tail of the list key (what
-// names its kind in errors) and returns how long the next read may block (see
-// redisbase.DelaySet.Sweep); held says deliveries are out, whose copies may come due.
-func sweepListDelays(ctx context.Context, what string, rdb redis.UniversalClient, key string, delays redisbase.DelaySet, held bool, wait time.Duration) (time.Duration, error) {
-	wait, _, err := delays.Sweep(ctx, wait, held, func(ctx context.Context, now int64) (script.SweepResult, error) {
+// sweepListDelays moves the due copies of delays to the tail of the list key and
+// returns how long the next read may block (see redisbase.DelaySet.Sweep); held says
+// deliveries are out, whose copies may come due.
+func sweepListDelays(ctx context.Context, rdb redis.UniversalClient, key string, delays redisbase.DelaySet, held bool, wait time.Duration) time.Duration {
+	wait, _ = delays.Sweep(ctx, wait, held, func(ctx context.Context, now int64) (script.SweepResult, error) {
 		return script.SweepList(ctx, rdb, delays.Key, key, now, script.SweepBatch)
 	})
-	if err != nil {
-		return wait, fmt.Errorf("%s %q: sweep delays from %q: %w", what, key, delays.Key, err)
-	}
-	return wait, nil
+	return wait
 }
 
 // Ack does nothing: the pop already took the items.

@@ -121,12 +121,20 @@ func (t *reliableTransport) Validate(p source.Policy) []error {
 // Open reads the consumer's own processing list (left by an earlier process with the
 // same Consumer name), registers the consumer, takes a first lot of what an earlier
 // process or dead consumers left (see takeoverLot) and starts the heartbeat.
+// CheckKeys implements source.KeyChecker.
+func (t *reliableTransport) CheckKeys(ctx context.Context) error {
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "list")); err != nil {
+		return fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
+	}
+	return nil
+}
+
 func (t *reliableTransport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
-	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "list")); err != nil {
-		return fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
+	if err := t.CheckKeys(ctx); err != nil {
+		return err
 	}
 	t.keeper = &listKeeper{
 		consumer:   t.consumer,
@@ -147,10 +155,7 @@ func (t *reliableTransport) Open(ctx context.Context) error {
 func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	wait = listBlock(wait)
 	if t.parks {
-		var err error
-		if wait, err = t.sweepDelays(ctx, wait); err != nil {
-			return nil, err
-		}
+		wait = t.sweepDelays(ctx, wait)
 	}
 	if ds := t.deliverTaken(ctx, max); len(ds) > 0 {
 		return ds, nil
@@ -327,8 +332,8 @@ func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.
 
 // sweepDelays moves the due copies of the mount's delay set to the tail of the list and
 // returns how long the next read may block (see sweepListDelays).
-func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
-	return sweepListDelays(ctx, "reliable list", t.cfg.Client, t.cfg.Key, t.delays, t.unsettled.Load() > 0, wait)
+func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration) time.Duration {
+	return sweepListDelays(ctx, t.cfg.Client, t.cfg.Key, t.delays, t.unsettled.Load() > 0, wait)
 }
 
 // Ack removes the items from the processing list.

@@ -103,13 +103,21 @@ func (t *transport) Validate(p source.Policy) []error {
 
 // Open subscribes and waits for Redis to confirm the subscription, so a message
 // published after Open returns is received.
+// CheckKeys implements source.KeyChecker.
+func (t *transport) CheckKeys(ctx context.Context) error {
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "")); err != nil {
+		return fmt.Errorf("channel %q: %w", t.cfg.Name, err)
+	}
+	return nil
+}
+
 func (t *transport) Open(ctx context.Context) error {
 	s := t.cfg
 	if err := redisbase.CheckPerms(ctx, s.Client, t.perms()); err != nil {
 		return err
 	}
-	if err := redisbase.CheckKeyTypes(ctx, s.Client, redisbase.MountKeyTypes(t.env.Policy, "")); err != nil {
-		return fmt.Errorf("channel %q: %w", s.Name, err)
+	if err := t.CheckKeys(ctx); err != nil {
+		return err
 	}
 	if s.Pattern {
 		t.sub = s.Client.PSubscribe(ctx, s.Name)
@@ -130,10 +138,7 @@ var errUnsubscribed = errors.New("subscription closed")
 
 func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
 	if t.parks {
-		var err error
-		if wait, err = t.sweepDelays(ctx, wait); err != nil {
-			return nil, err
-		}
+		wait = t.sweepDelays(ctx, wait)
 	}
 	// The wait is on the wall clock, as Redis's own blocking reads are: a test's paused
 	// clock must not hold a shutdown. A due delay bounds it like a blocking read.
@@ -177,9 +182,9 @@ func (t *transport) retryChannel() string {
 
 // sweepDelays publishes the due copies of the mount's delay set to the retry channel
 // and returns how long the next wait may last (see redisbase.DelaySet.sweep).
-func (t *transport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
+func (t *transport) sweepDelays(ctx context.Context, wait time.Duration) time.Duration {
 	dest, unheard := t.retryChannel(), 0
-	wait, _, err := t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
+	wait, _ = t.delays.Sweep(ctx, wait, t.unsettled.Load() > 0, func(ctx context.Context, now int64) (script.SweepResult, error) {
 		res, err := script.SweepChannel(ctx, t.cfg.Client, t.delays.Key, dest, now, script.SweepBatch)
 		unheard += res.Unheard
 		return res, err
@@ -188,10 +193,7 @@ func (t *transport) sweepDelays(ctx context.Context, wait time.Duration) (time.D
 		t.env.Logger.WarnContext(ctx, "settle: delayed retry copies published to a channel with no subscriber: they are lost (pub/sub is at-most-once)",
 			slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, t.cfg.Name), slog.String("channel", dest), slog.Int("count", unheard))
 	}
-	if err != nil {
-		return wait, fmt.Errorf("channel %q: sweep delays from %q: %w", t.cfg.Name, t.delays.Key, err)
-	}
-	return wait, nil
+	return wait
 }
 
 func (t *transport) delivery(ctx context.Context, m *redis.Message) *source.Delivery {

@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 
@@ -17,17 +18,18 @@ import (
 // refuses more than MaxHeaders headers). Such an entry could never be copied, parked or
 // dead-lettered whole, so it is never handed to a handler (whose failure would leave
 // it pending for ever) and goes at once to the mount's dead letter by reference: an
-// entry with its payload, its retry count and the dead-letter headers, whose reason
-// names the stream and the id where its fields stay until the stream is trimmed (an
-// acknowledged entry stays in its stream); a dead letter and the entry's
+// entry with its payload, its retry count, the dead-letter headers, a reason naming the
+// stream and id of the entry, and every field of the entry as one JSON value
+// (wire.HeaderDeadFields: one field the scripts can write, so the fields outlive the
+// entry once the stream's trim removes it); a dead letter and the entry's
 // acknowledgement are one script, as any dead letter. Without a dead letter declared
 // the entry is acknowledged (rejected), logged at Error with the same reason. A write
 // that fails leaves the entry pending, to be read and settled again.
 func (t *streamTransport) settleOversized(ctx context.Context, msgs []redis.XMessage) {
 	s, p := t.cfg, t.env.Policy
 	for _, msg := range msgs {
-		reason := fmt.Sprintf("the entry has %d fields, more than the %d settle's scripts can write back: dead-lettered by reference, its fields stay in %s at %s until the stream is trimmed",
-			len(msg.Values), wire.MaxReadFields, s.Key, msg.ID)
+		reason := fmt.Sprintf("the entry has %d fields, more than the %d settle's scripts can write back: dead-lettered by reference to %s at %s, its fields kept as one JSON object in %s",
+			len(msg.Values), wire.MaxReadFields, s.Key, msg.ID, wire.HeaderDeadFields)
 		attrs := []any{slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, s.Key), slog.String(source.AttrMsgID, msg.ID), slog.String(source.AttrReason, reason)}
 		var err error
 		if p.DeadLetter == "" {
@@ -45,9 +47,15 @@ func (t *streamTransport) settleOversized(ctx context.Context, msgs []redis.XMes
 }
 
 // byReference is the dead letter of an entry too large to write back: its payload (if
-// it has one), its retry count as it was written, and the dead-letter headers.
+// it has one), its retry count as it was written, the dead-letter headers, and every
+// field as JSON.
 func (t *streamTransport) byReference(msg redis.XMessage, reason string) []any {
+	fields, err := json.Marshal(msg.Values) // strings only: it cannot fail
+	if err != nil {
+		fields = []byte(fmt.Sprintf("%q", err.Error()))
+	}
 	h := map[string]string{
+		wire.HeaderDeadFields: string(fields),
 		wire.HeaderDeadAt:     t.env.Clock.Now().UTC().Format(wire.DeadAtLayout),
 		wire.HeaderDeadID:     msg.ID,
 		wire.HeaderDeadReason: reason,

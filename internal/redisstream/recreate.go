@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -36,6 +37,9 @@ func (t *streamTransport) recreateGroup(ctx context.Context) error {
 		from = "0"
 	}
 	err := s.Client.XGroupCreateMkStream(ctx, s.Key, s.Group, from).Err()
+	if err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		t.orphan()
+	}
 	if err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		t.env.Logger.ErrorContext(ctx, "settle: consumer group was missing; another consumer created it again",
 			slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, s.Key), slog.String(source.AttrGroup, s.Group))
@@ -49,3 +53,43 @@ func (t *streamTransport) recreateGroup(ctx context.Context) error {
 		slog.String("from", from), slog.String("start_at", s.StartID))
 	return nil
 }
+
+// orphan marks the entries in flight here as delivered by the group that is gone: the
+// group made again holds none of them pending, so their copies and dead letters write
+// nothing (the scripts answer NOTOWNER), and the log says why instead of a takeover.
+func (t *streamTransport) orphan() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id := range t.inflight {
+		if t.orphaned == nil {
+			t.orphaned = map[string]bool{}
+		}
+		t.orphaned[id] = true
+	}
+}
+
+// explainOrphaned replaces the NOTOWNER error of an orphaned entry's move (see orphan).
+func (t *streamTransport) explainOrphaned(ms []source.Move, errs []error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.orphaned) == 0 {
+		return
+	}
+	for i, m := range ms {
+		if t.orphaned[m.Delivery.ID] && errors.Is(errs[i], script.ErrNotOwner) {
+			errs[i] = &groupMadeAgainError{key: t.cfg.Key, group: t.cfg.Group, id: m.Delivery.ID}
+		}
+	}
+}
+
+// groupMadeAgainError is the settlement error of an entry delivered before its
+// consumer group was made again: nothing was written, and no consumer holds it.
+type groupMadeAgainError struct{ key, group, id string }
+
+func (e *groupMadeAgainError) Error() string {
+	return fmt.Sprintf("stream %q: entry %s was delivered before group %q was made again (the stream or its group was deleted, or Redis lost its data): it is pending to no consumer now; nothing written",
+		e.key, e.id, e.group)
+}
+
+// Is makes it a script.ErrNotOwner: the entry is not this consumer's to read again.
+func (e *groupMadeAgainError) Is(target error) bool { return target == script.ErrNotOwner }

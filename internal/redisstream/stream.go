@@ -95,6 +95,7 @@ type streamTransport struct {
 	fence    rereadFence     // entries settled while an own-pending re-read was out
 	inflight map[string]bool // delivered here and not yet settled; true: taken over (see takeoverRoom)
 	last     string          // the greatest entry id delivered here (see recreateGroup)
+	orphaned map[string]bool // in flight here when the group was made again (see recreateGroup)
 	rescan   bool            // re-read own pending entries before new ones
 	rescans  uint64          // how many times a re-read was asked for (see readOwnPending)
 }
@@ -148,12 +149,20 @@ func (t *streamTransport) Validate(p source.Policy) []error {
 	return errs
 }
 
+// CheckKeys implements source.KeyChecker.
+func (t *streamTransport) CheckKeys(ctx context.Context) error {
+	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "stream")); err != nil {
+		return fmt.Errorf("stream %q: %w", t.cfg.Key, err)
+	}
+	return nil
+}
+
 func (t *streamTransport) Open(ctx context.Context) error {
 	if err := redisbase.CheckPerms(ctx, t.cfg.Client, t.perms()); err != nil {
 		return err
 	}
-	if err := redisbase.CheckKeyTypes(ctx, t.cfg.Client, redisbase.MountKeyTypes(t.env.Policy, "stream")); err != nil {
-		return fmt.Errorf("stream %q: %w", t.cfg.Key, err)
+	if err := t.CheckKeys(ctx); err != nil {
+		return err
 	}
 	if err := t.createGroup(ctx); err != nil {
 		return err
@@ -172,10 +181,7 @@ func (t *streamTransport) createGroup(ctx context.Context) error {
 }
 
 func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*source.Delivery, error) {
-	wait, err := t.sweepDelays(ctx, wait)
-	if err != nil {
-		return nil, err
-	}
+	wait = t.sweepDelays(ctx, wait)
 	t.trim(ctx)
 	t.mu.Lock()
 	rescan := t.rescan
@@ -333,6 +339,7 @@ func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
 	t.mu.Lock()
 	for _, d := range ds {
 		delete(t.inflight, d.ID)
+		delete(t.orphaned, d.ID)
 		if err == nil || errors.Is(err, script.ErrNotOwner) {
 			t.fence.note(d.ID) // no longer ours to deliver
 		}
@@ -416,21 +423,18 @@ func (t *streamTransport) Close(context.Context) error {
 // sweepDelays moves the due members of the mount's delay set into the stream, looping
 // while full batches move, and returns how long the next read may block: no longer than
 // until the earliest member still waiting comes due.
-func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) (time.Duration, error) {
+func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) time.Duration {
 	if !t.parks {
-		return wait, nil
+		return wait
 	}
 	dz := t.delays
 	t.mu.Lock()
 	inflight := len(t.inflight) > 0
 	t.mu.Unlock()
-	wait, _, err := dz.Sweep(ctx, wait, inflight, func(ctx context.Context, now int64) (script.SweepResult, error) {
+	wait, _ = dz.Sweep(ctx, wait, inflight, func(ctx context.Context, now int64) (script.SweepResult, error) {
 		return script.Sweep(ctx, t.cfg.Client, dz.Key, t.cfg.Key, now, script.SweepBatch, wire.FieldPayload)
 	})
-	if err != nil {
-		return wait, fmt.Errorf("stream %q: sweep delays from %q: %w", t.cfg.Key, dz.Key, err)
-	}
-	return wait, nil
+	return wait
 }
 
 // Moves writes a batch of moves: retry copies (back to the stream) and dead letters (to
@@ -441,6 +445,7 @@ func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) (
 func (t *streamTransport) Moves(ctx context.Context, ms []source.Move) []error {
 	errs := make([]error, len(ms))
 	t.writeMoves(ctx, ms, errs)
+	t.explainOrphaned(ms, errs)
 	// Forgotten as in flight only now that every write has answered.
 	for i, m := range ms {
 		t.settledIDs(errs[i], m.Delivery)

@@ -126,8 +126,9 @@ func parseID(id string) (ms, seq uint64, ok bool) {
 
 // ErrNotOwner reports a settlement of a stream entry that is no longer pending to the
 // consumer settling it: another consumer claimed it (the first one stalled past
-// min-idle) or it was settled already. Nothing was written.
-var ErrNotOwner = errors.New("entry is no longer pending to this consumer: another consumer took it over; nothing written")
+// min-idle), it was settled already, or its group is not the one that delivered it.
+// Nothing was written.
+var ErrNotOwner = errors.New("entry is no longer pending to this consumer (another consumer claimed it, or it was settled already); nothing written")
 
 // notOwner turns the scripts' NOTOWNER error reply into ErrNotOwner.
 func notOwner(err error) error {

@@ -34,3 +34,13 @@ type ReplicaWaiter interface {
 	// Replicas returns how many replicas the transport's primary reports connected.
 	Replicas(ctx context.Context) (int, error)
 }
+
+// KeyChecker is a transport that writes keys besides its source (a delay set, a
+// dead-letter or reply destination): it can say which of them hold another type. Open
+// refuses such a key; the engine asks again when a settlement fails with WRONGTYPE, so
+// that its log names the key that changed type while the mount ran.
+type KeyChecker interface {
+	// CheckKeys returns an error naming each key the mount writes that exists and holds
+	// another type, with the command that fails there; nil when none does.
+	CheckKeys(ctx context.Context) error
+}

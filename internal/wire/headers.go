@@ -18,6 +18,7 @@ const (
 	HeaderDeadID          = HeaderPrefix + "dead-id"
 	HeaderDeadReason      = HeaderPrefix + "dead-reason"
 	HeaderDeadSource      = HeaderPrefix + "dead-source"
+	HeaderDeadFields      = HeaderPrefix + "dead-fields"
 )
 
 // DeadAtLayout is the time layout of HeaderDeadAt (time.RFC3339 parses it).
