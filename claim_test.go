@@ -190,6 +190,12 @@ func TestClaimingStream(t *testing.T) {
 	t.Run("HeartbeatKeepsALongHandlersEntryFromOtherConsumers", func(t *testing.T) {
 		t.Parallel()
 		w := setupClaimWorld(t)
+		if w.clock == nil {
+			// Heartbeats every min-idle/3 on the wall clock: 100 ms leaves a loaded
+			// machine (CI beside other test binaries) 33 ms of scheduling slack, and a
+			// late beat lets B claim the entry; the rule is the same at 600 ms.
+			w.idle = 600 * time.Millisecond
+		}
 		long := w.publish(t, "long", nil)
 		release := make(chan struct{})
 		var releaseOnce sync.Once

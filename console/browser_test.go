@@ -69,11 +69,17 @@ func (b *browser) text(sel string) string {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, waitBound)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		b.t.Fatalf("text of %s: %v", sel, err)
+	for {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err == nil {
+			return strings.TrimSpace(s)
+		}
+		// The node found was replaced before its text was read (the document changed
+		// under the query: a reload, a late navigation): look for it again.
+		if !strings.Contains(err.Error(), "No node with given id") || ctx.Err() != nil {
+			b.t.Fatalf("text of %s: %v", sel, err)
+		}
 	}
-	return strings.TrimSpace(s)
 }
 
 // eval evaluates the JavaScript expression js.
