@@ -29,7 +29,7 @@ type ListMove struct {
 // ErrItemGone reports a move of an item that is no longer in the processing list:
 // orphan recovery took it (the consumer's heartbeat lapsed), or the list itself is gone
 // (deleted, or Redis lost its data). Nothing was written.
-var ErrItemGone = errors.New("the item is no longer in this consumer's processing list (recovered by another consumer after this one's heartbeat lapsed, or the list was deleted, as by a Redis restart that lost its data); nothing written")
+var ErrItemGone = errors.New("the item is no longer in the processing list (recovered by another consumer after this one's heartbeat lapsed, or the list was deleted, as by a Redis restart that lost its data); nothing written")
 
 // ListMoves takes items out of a reliable list consumer's processing list and pushes a
 // value to a list in place of each one, in one script call (see list_move.lua): each
