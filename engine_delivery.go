@@ -2,6 +2,7 @@ package settle
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,11 @@ func (m *mount) backoff(attempt int, err error) time.Duration {
 // handle runs the handler on one delivery, decides and applies its settlement. It
 // reports whether the delivery's move was queued to the copier, which then frees its slot.
 func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, delays *timerq.Queue, w *worker) (queued bool) {
+	if f, ok := m.failures.get(d); ok {
+		if queued, done := m.settleAgain(ctx, d, f, acks, delays, w); done {
+			return queued
+		}
+	}
 	if spentByCrashes(d, m.policy, m.info.Caps) {
 		// The deliveries past the cap never settled: settle this one as the cap's failure,
 		// counting the attempts spent (the cap), without running the handler again.
@@ -104,7 +110,7 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 		if !m.settleOK.Load() { // a store on every settlement would bounce its cache line between cores
 			m.settleOK.Store(true)
 		}
-		m.failures.forget(d.ID)
+		m.failures.forget(d)
 		if ev.Due && m.logger.Enabled(ctx, slog.LevelDebug) {
 			m.logger.DebugContext(ctx, "settle: delayed copy written back", slog.String(attrMsgID, d.ID), slog.String(attrMsgKey, messageKey(d)),
 				slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt), slog.String(attrAction, ev.Action.String()))
@@ -116,9 +122,9 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 			slog.Int("confirmed", u.got), slog.Int("want", u.want), slog.Any(attrError, ev.Err))
 	} else {
 		m.settleFailed.Store(true)
-		n := m.failures.add(d.ID)
+		n := m.failures.add(d, ev)
 		if cause := m.wrongType(ctx, ev.Err); cause != nil {
-			m.logger.ErrorContext(ctx, "settle: settlement failed: a key it writes holds another type; the message stays where the transport keeps it, and comes back after a backoff without an attempt charged",
+			m.logger.ErrorContext(ctx, "settle: settlement failed: a key it writes holds another type; the message stays where the transport keeps it; when it comes back, after a backoff, the settlement is written again without running the handler",
 				slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()),
 				slog.String("cause", cause.Error()), slog.Int("failed_settlements", n), slog.Any(attrError, ev.Err))
 		} else {
@@ -375,6 +381,7 @@ func (e *engine) report(ctx context.Context, ev Settled) {
 // and the original completed after; a failed publish settles it as a failure.
 func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Output, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
 	ev := m.event(ctx, d, Outcome{Kind: OutcomeAck}, ActionReply, start)
+	ev.outputs = &outs
 	m.logSettlement(ctx, slog.LevelDebug, "settle: reply", d, Outcome{Kind: OutcomeAck}, settlement{Action: ActionReply},
 		slog.String("reply_to", m.cfg.replyTo), slog.Int("replies", len(outs)))
 	if m.cfg.replier == nil {
@@ -392,64 +399,91 @@ func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Out
 	return false
 }
 
-// failedSettles counts, per delivery id, the settlements that failed in this process
-// (a refused write, a key of the wrong type, a lost connection). Such a message stays
-// where its transport keeps it and is delivered again; a transport that counts
-// unsettled deliveries (Caps.CountsUnsettled) would charge that delivery an attempt
-// the handler never spent, and explain the cap as deliveries that never settled. The
-// engine subtracts them instead, and delivers the message after a backoff that grows
-// with its failures. A success forgets the id; the map is bounded (a write that did
-// apply although its reply was lost leaves an id that never comes back).
+// failedSettles keeps, per delivery id, the settlement whose write failed in this
+// process (a refused write, a key of the wrong type, a lost connection) and how many
+// times it failed. Such a message stays where its transport keeps it and is delivered
+// again; its handler already ran and decided, so the engine writes that settlement
+// again (settleAgain) instead of running the handler once more: a failed write spends
+// no attempt, and a transport that counts unsettled deliveries does not make the cap
+// look reached "by deliveries that never settled". A success forgets the id; the map is
+// bounded (a write that did apply although its answer was lost leaves an id that never
+// comes back).
 type failedSettles struct {
 	mu   sync.Mutex
-	n    map[string]int
-	size atomic.Int64 // len(n), read without the lock on every delivery and settlement
+	m    map[string]failedSettle
+	size atomic.Int64 // len(m), read without the lock on every delivery and settlement
 }
 
-// maxFailedSettles bounds failedSettles: past it, the oldest knowledge is dropped whole.
+// failedSettle is one delivery's settlement that failed to write, as the Settled event
+// reported it, and how many times it failed.
+type failedSettle struct {
+	ev Settled
+	n  int
+}
+
+// maxFailedSettles bounds failedSettles: past it, what it holds is dropped whole (those
+// messages run their handler again when they come back).
 const maxFailedSettles = 10_000
 
-// add counts one failed settlement of id and returns its failures so far.
-func (f *failedSettles) add(id string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == nil || len(f.n) >= maxFailedSettles {
-		f.n = map[string]int{}
+// failKey names d's message across its deliveries: its ID, or a digest of its
+// Identity (a list item's value, which may be large).
+func failKey(d *source.Delivery) string {
+	if d.Identity == "" {
+		return d.ID
 	}
-	f.n[id]++
-	f.size.Store(int64(len(f.n)))
-	return f.n[id]
+	sum := sha256.Sum256([]byte(d.Identity))
+	return "identity:" + string(sum[:])
 }
 
-// count returns the failed settlements of id.
-func (f *failedSettles) count(id string) int {
+// add records ev, a failed settlement of d, and returns how many times it failed.
+func (f *failedSettles) add(d *source.Delivery, ev Settled) int {
+	id := failKey(d)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil || len(f.m) >= maxFailedSettles {
+		f.m = map[string]failedSettle{}
+	}
+	ev.ctx = nil // not kept past its delivery
+	r := failedSettle{ev: ev, n: f.m[id].n + 1}
+	f.m[id] = r
+	f.size.Store(int64(len(f.m)))
+	return r.n
+}
+
+// get returns the failed settlement of d, if any.
+func (f *failedSettles) get(d *source.Delivery) (failedSettle, bool) {
 	if f.size.Load() == 0 {
-		return 0
+		return failedSettle{}, false
 	}
+	id := failKey(d)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.n[id]
+	r, ok := f.m[id]
+	return r, ok
 }
 
-// forget drops id once a settlement of it succeeded.
-func (f *failedSettles) forget(id string) {
+// count returns how many times the settlement of d failed.
+func (f *failedSettles) count(d *source.Delivery) int {
+	r, _ := f.get(d)
+	return r.n
+}
+
+// forget drops d once a settlement of it succeeded.
+func (f *failedSettles) forget(d *source.Delivery) {
 	if f.size.Load() == 0 {
 		return
 	}
+	id := failKey(d)
 	f.mu.Lock()
-	delete(f.n, id)
-	f.size.Store(int64(len(f.n)))
+	delete(f.m, id)
+	f.size.Store(int64(len(f.m)))
 	f.mu.Unlock()
 }
 
-// afterFailedSettlements readies a delivery whose last n settlements failed here: its
-// attempt no longer counts the n deliveries those failures caused, and it waits a
-// backoff (100 ms doubling per failure, at most 5 s) so that a write that keeps failing
-// does not run its handler in a loop, while the mount's other deliveries go on.
-func (m *mount) afterFailedSettlements(ctx context.Context, d *source.Delivery, n int) {
-	if m.info.Caps.CountsUnsettled {
-		d.Attempt = max(d.Attempt-n, d.RetryCount+1, 1)
-	}
+// waitAfterFailedSettlements waits before a delivery whose settlement failed n times
+// is settled again: 100 ms doubling per failure, at most 5 s, so that a write that
+// keeps failing does not loop, while the mount's other deliveries go on.
+func waitAfterFailedSettlements(ctx context.Context, n int) {
 	wait := 5 * time.Second
 	if n < 7 {
 		wait = min(wait, 100*time.Millisecond<<(n-1))
@@ -460,6 +494,33 @@ func (m *mount) afterFailedSettlements(ctx context.Context, d *source.Delivery, 
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// settleAgain writes again the settlement of d that failed (f), at the attempt its
+// handler ran, without running the handler. It reports done false, having done
+// nothing, when the mount's policy now decides otherwise (the handler then runs).
+func (m *mount) settleAgain(ctx context.Context, d *source.Delivery, f failedSettle, acks *acker, delays *timerq.Queue, w *worker) (queued, done bool) {
+	again := *d
+	again.Attempt = f.ev.Attempt
+	o := Outcome{Kind: f.ev.Outcome, Err: f.ev.HandlerErr, Delay: f.ev.Delay}
+	var s settlement
+	if f.ev.Action == ActionReply {
+		if f.ev.outputs == nil {
+			return false, false
+		}
+	} else if s = decide(o, again.Attempt, m.policy, m.info.Caps); s.Action != f.ev.Action {
+		return false, false
+	}
+	ctx = m.started(ctx, d)
+	if !w.end() {
+		return true, true // settled by the watchdog meanwhile
+	}
+	m.logger.InfoContext(ctx, "settle: writing again a settlement whose write failed; the handler is not run again",
+		slog.String(attrMsgID, d.ID), slog.String(attrAction, f.ev.Action.String()), slog.Int(attrAttempt, again.Attempt), slog.Int("failed_settlements", f.n))
+	if f.ev.Action == ActionReply {
+		return m.reply(ctx, &again, *f.ev.outputs, acks, delays, time.Time{}), true
+	}
+	return m.apply(ctx, &again, o, s, acks, delays, time.Time{}), true
 }
 
 // keyCheck is the last answer of a mount's key check, reused for a second so that a

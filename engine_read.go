@@ -36,7 +36,7 @@ func (m *mount) pushAlone(ctx context.Context, ds []*source.Delivery, acks *acke
 	var taken []*source.Delivery
 	rest := ds[:0:0]
 	for _, d := range ds {
-		if d.TakenOver && m.failures.count(d.ID) > 0 {
+		if d.TakenOver && m.failures.count(d) > 0 {
 			// Its last delivery was here and ended in a failed settlement write, not a
 			// crash: nothing to charge alone (a claiming stream claims such an entry back).
 			d.TakenOver = false
@@ -113,8 +113,8 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	startWorker := func() func(*source.Delivery) {
 		w := watch.worker()
 		return func(d *source.Delivery) {
-			if n := m.failures.count(d.ID); n > 0 {
-				m.afterFailedSettlements(handlerCtx, d, n) // before the handler's timeout starts
+			if n := m.failures.count(d); n > 0 {
+				waitAfterFailedSettlements(handlerCtx, n) // before the handler's timeout starts
 			}
 			if !m.handle(w.begin(d), d, acks, delays, w) {
 				<-slots // else the copier (or the watchdog) frees it

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/settlekit/settle/internal/source"
 )
 
 // Hooks are the engine's points of observation, for metrics and traces (the settleotel
@@ -191,8 +193,9 @@ type Settled struct {
 	// Transport is the kind of source read: stream, list, channel or table.
 	Transport string
 
-	ctx     context.Context // the delivery's (Hooks.Delivery); nil when no hook is set
-	handled time.Time       // when the handler returned; zero when no hook is set
+	ctx     context.Context  // the delivery's (Hooks.Delivery); nil when no hook is set
+	handled time.Time        // when the handler returned; zero when no hook is set
+	outputs *[]source.Output // a reply's outputs, written again if its write fails (a pointer: Settled stays comparable)
 }
 
 // Final reports whether the message reached a final state with this settlement: acked,

@@ -232,11 +232,13 @@ func TestStreamRetryIsOneAtomicStep(t *testing.T) {
 		app.Mount(b.Stream(), h, settle.Concurrency(1))
 		sourcetest.RunApp(t, app)
 		evs := sourcetest.WaitFinals(t, b.Rec, 1)
-		if len(evs) != 2 || evs[0].Action != settle.ActionCopy || evs[0].Err == nil || evs[1].Action != settle.ActionAck || evs[1].ID != id || evs[1].Attempt != 1 {
-			t.Fatalf("events %+v, want a failed copy, then the original %s delivered again (attempt 1 still: a failed settlement write is not charged) and acked", evs, id)
+		if len(evs) != 3 || evs[0].Action != settle.ActionCopy || evs[0].Err == nil ||
+			evs[1].Action != settle.ActionCopy || evs[1].Err != nil || evs[1].ID != id || evs[1].Attempt != 1 ||
+			evs[2].Action != settle.ActionAck || evs[2].Attempt != 2 || calls.Load() != 2 {
+			t.Fatalf("events %+v (handler runs %d), want a failed copy, then the original %s delivered again and its copy written again at attempt 1 without a handler run (a failed write spends no attempt), then the copy acked at attempt 2", evs, calls.Load(), id)
 		}
-		if n := len(b.Entries(t, b.In)); n != 1 {
-			t.Fatalf("stream has %d entries, want 1: the failed copy wrote nothing", n)
+		if n := len(b.Entries(t, b.In)); n != 2 {
+			t.Fatalf("stream has %d entries, want 2: the original and the one copy written again (the failed copy wrote nothing)", n)
 		}
 		if n := b.Pending(t); n != 0 {
 			t.Fatalf("%d pending, want 0", n)
