@@ -3,8 +3,9 @@
 // source, show one decoded, replay or purge a filtered selection, export and import them
 // as NDJSON), a stream's consumer group and its pending entries (release one, dead-letter
 // one, prune idle consumers, seek the group), a durable delay set (promote or cancel
-// members), an inbox's groups and dead rows (settle inbox), and one screen of counts for
-// the keys it is pointed at or the mounts its config file names. Every view and action is a call of the library's operator
+// members), an inbox's groups and dead rows (settle inbox), one screen of counts for
+// the keys it is pointed at or the mounts its config file names, and where a message is
+// (settle find: every copy of it by an id, its origin id or a header). Every view and action is a call of the library's operator
 // API: github.com/settlekit/settle/admin, and the inbox's methods.
 //
 // Run it from the repository root with
