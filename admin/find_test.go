@@ -243,3 +243,64 @@ func TestParseFindQueryReadsAnIDOrAHeader(t *testing.T) {
 		})
 	}
 }
+
+func TestPendingAndDelayedMemberReadOneEntryOrMemberByItsName(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	origin, set, _, deadLetter := b.wanderer(t)
+	members, err := b.insp.DelayedMembers(b.ctx, set, 0)
+	if err != nil || len(members) != 1 {
+		t.Fatalf("DelayedMembers = %+v, %v", members, err)
+	}
+	m, err := b.insp.DelayedMember(b.ctx, set, members[0].Handle)
+	if err != nil || m.Member != members[0].Member || !m.Due.Equal(members[0].Due) || m.Headers[settle.HeaderOriginID] != origin || len(m.Payload) == 0 {
+		t.Fatalf("DelayedMember(%s) = %+v, %v; want the parked copy of %s, its due time and payload", members[0].Handle, m, err, origin)
+	}
+	if _, err := b.insp.DelayedMember(b.ctx, set, "1-1"); !errors.Is(err, admin.ErrMemberNotFound) {
+		t.Fatalf("DelayedMember of a handle not there: %v, want ErrMemberNotFound", err)
+	}
+
+	deadLetter() // the App stops: what is read now stays pending
+	id, err := settle.NewPublisher(b.r.Client).Publish(b.ctx, b.in, payment{Card: "4444", ID: 44})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.r.Client.XReadGroup(b.ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "gone", Streams: []string{b.in, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.insp.Pending(b.ctx, b.in, b.group, id)
+	if err != nil || p.Consumer != "gone" || p.Deliveries != 1 {
+		t.Fatalf("Pending(%s) = %+v, %v; want it held by gone, delivered once", id, p, err)
+	}
+	if _, err := b.insp.Pending(b.ctx, b.in, b.group, origin); !errors.Is(err, admin.ErrNotPending) {
+		t.Fatalf("Pending of a settled entry: %v, want ErrNotPending", err)
+	}
+}
+
+func TestDelayedPageReadsOnePageFromAPositionAndPeekCutCutsALargePayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rdb := b.r.Client
+	set := b.r.Key("delayed")
+	for k := range 5 {
+		if err := rdb.ZAdd(b.ctx, set, redis.Z{Score: float64(1000 + k), Member: fmt.Sprintf("%d-0\nm", k+1)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := b.insp.DelayedPage(b.ctx, set, 3, 10)
+	if err != nil || len(page) != 2 || page[0].Handle != "4-0" || page[1].Handle != "5-0" {
+		t.Fatalf("DelayedPage(3, 10) = %+v, %v; want the 4th and 5th due", page, err)
+	}
+	if _, err := b.insp.DelayedPage(b.ctx, set, 0, admin.MaxPendingPage+1); err == nil {
+		t.Fatal("a page past MaxPendingPage was read")
+	}
+	big := strings.Repeat("x", admin.PageCut+10)
+	id, err := rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: b.in, Values: map[string]any{"payload": big}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.insp.PeekCut(b.ctx, b.in, id, settle.Raw)
+	if err != nil || !p.Cut || p.Size != int64(len(big)) || len(p.Payload) != admin.PageCut {
+		t.Fatalf("PeekCut = cut %v, size %d, %d bytes, %v; want the first PageCut of %d", p.Cut, p.Size, len(p.Payload), err, len(big))
+	}
+}
