@@ -308,7 +308,7 @@ func TestTheConsoleListsPendingEntriesAndActsOnAConsumersOrAll(t *testing.T) {
 	}
 	srv, cl := w.serve(t, console.Options{Mounts: []console.Mount{{Name: "jobs", Kind: console.KindStream, Key: in, Group: "g", DeadLetter: in + ".dlq"}}})
 	_, body := get(t, cl, srv.URL+"/mounts/jobs")
-	if n := strings.Count(body, "data-pending="); n != 5 || !strings.Contains(body, "<td>crashed</td>") {
+	if n := strings.Count(body, "data-pending="); n != 5 || !strings.Contains(body, `<td data-label="Consumer">crashed</td>`) {
 		t.Fatalf("the mount page lists %d pending entries, want 5 with their consumers:\n%s", n, body)
 	}
 	form := url.Values{"csrf": {token(t, body)}, "scope": {"consumer"}, "consumer": {"crashed"}}
