@@ -27,6 +27,14 @@
 // purge first show how many entries they will move and ask again; a replay is the
 // API's atomic, resumable replay; a list view never shows more than one bounded page
 // (Options.PageSize, at most MaxPageSize), paged by id.
+//
+// The search box on every page finds a message by an entry id, its origin id or a header
+// name=value (admin.Inspector.Find) and links each of its copies to its page. The
+// overview and each mount's page draw the last hour (Options.SampleWindow) of backlog,
+// pending, delayed, dead letters and the read rate as server-rendered SVG sparklines,
+// numbers beside them, from the samples Console.Run takes every Options.SampleEvery (in
+// a bounded ring of SampleWindow / SampleEvery samples a mount): start Run beside the
+// server.
 package console
 
 import (
@@ -70,6 +78,8 @@ const DefaultRefresh = 5 * time.Second
 
 // Options configures a console.
 type Options struct {
+	// Clock is the clock the samples are taken by. Defaults to time.Now.
+	Clock func() time.Time
 	// AllowedHosts are the host names (with or without a port) the console answers to
 	// besides IP addresses and localhost; a request with another Host is refused (421),
 	// so that a name an attacker points at a loopback console (DNS rebinding) reaches
@@ -102,6 +112,13 @@ type Options struct {
 	// Refresh is how often the overview reloads itself; negative: never. Defaults to
 	// DefaultRefresh.
 	Refresh time.Duration
+	// SampleEvery is how often Console.Run samples every mount and inbox for the charts
+	// of the last SampleWindow; negative: never (Run returns at once). Defaults to
+	// DefaultSampleEvery.
+	SampleEvery time.Duration
+	// SampleWindow is how far back the charts reach: SampleWindow / SampleEvery samples
+	// of each mount are kept, no more. Defaults to DefaultSampleWindow.
+	SampleWindow time.Duration
 }
 
 // Mount is one Redis mount: the keys one settle mount reads and writes.
@@ -143,6 +160,7 @@ type Inbox struct {
 
 // Console is the web console: an http.Handler. It is safe for concurrent use.
 type Console struct {
+	history  *history
 	inboxes  []Inbox
 	log      *slog.Logger
 	mounts   []Mount
@@ -224,6 +242,14 @@ func New(o Options) (*Console, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	every, window := o.SampleEvery, o.SampleWindow
+	if every <= 0 {
+		every = DefaultSampleEvery
+	}
+	if window <= 0 {
+		window = DefaultSampleWindow
+	}
+	c.history = newHistory(every, window)
 	c.secret = make([]byte, 32)
 	_, _ = rand.Read(c.secret) // crypto/rand.Read never fails (Go 1.24+)
 	p, err := parsePages()
@@ -239,6 +265,14 @@ func New(o Options) (*Console, error) {
 // ServeHTTP serves the console's pages under Options.Prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.handler.ServeHTTP(w, r)
+}
+
+// now is the time of a sample: Options.Clock, else the host's.
+func (c *Console) now() time.Time {
+	if c.opts.Clock != nil {
+		return c.opts.Clock()
+	}
+	return time.Now()
 }
 
 // mount returns the mount named name.

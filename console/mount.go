@@ -18,6 +18,8 @@ import (
 type mountPage struct {
 	// Base is the mount page's path, which its forms and links start with.
 	Base string
+	// Charts are its last hour, drawn (none before the first sample).
+	Charts []chart
 	// Dead is the page of dead letters the filter selects.
 	Dead []admin.DeadLetter
 	// Delay is its delay set (nil: none).
@@ -139,6 +141,10 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.problems(m)
+	p.Charts = c.charts("mount:"+m.Name, "m")
+	if n, over := c.deadGrowth("mount:" + m.Name); n > 0 {
+		p.Problems = append(p.Problems, fmt.Sprintf("the dead letter grew by %d in the last %s", n, showDuration(over)))
+	}
 	status := http.StatusOK
 	if m.DeadLetter != "" {
 		if err := c.deadPage(r, m, &p); err != nil {

@@ -13,8 +13,13 @@ import (
 
 // row is one mount or inbox of the overview: its figures, -1 where it has none.
 type row struct {
+	// Charts are its last hour, drawn (none before the first sample).
+	Charts []chart
 	// Dead is how many dead letters it holds.
 	Dead int64
+	// EntriesRead is how many entries its group has read (a stream kind), -1 where
+	// unknown: the read rate is its change over time.
+	EntriesRead int64
 	// Delayed is how many retries wait in its delay set.
 	Delayed int64
 	// Err says why its figures could not be read ("" when they were).
@@ -50,11 +55,15 @@ type row struct {
 // overview serves the overview: one row for each mount and each inbox.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var rows []row
-	for _, m := range c.mounts {
-		rows = append(rows, c.mountRow(r.Context(), m))
+	for k, m := range c.mounts {
+		rw := c.mountRow(r.Context(), m)
+		rw.Charts = c.charts("mount:"+m.Name, fmt.Sprintf("m%d", k))
+		rows = append(rows, rw)
 	}
-	for _, ib := range c.inboxes {
-		rows = append(rows, c.inboxRow(r.Context(), ib))
+	for k, ib := range c.inboxes {
+		rw := c.inboxRow(r.Context(), ib)
+		rw.Charts = c.charts("inbox:"+ib.Name, fmt.Sprintf("i%d", k))
+		rows = append(rows, rw)
 	}
 	// The mounts that need an operator first, in their order.
 	sort.SliceStable(rows, func(a, b int) bool { return len(rows[a].Problems) > 0 && len(rows[b].Problems) == 0 })
@@ -67,14 +76,14 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 
 // mountRow reads the figures of the Redis mount m.
 func (c *Console) mountRow(ctx context.Context, m Mount) row {
-	rw := row{Name: m.Name, Kind: m.Kind, Href: c.path("mounts", m.Name), Dead: -1, Delayed: -1, Overdue: -1, Pending: -1}
+	rw := row{Name: m.Name, Kind: m.Kind, Href: c.path("mounts", m.Name), Dead: -1, Delayed: -1, EntriesRead: -1, Overdue: -1, Pending: -1}
 	err := func() error {
 		if m.isStream() {
 			s, err := c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle))
 			if err != nil {
 				return err
 			}
-			rw.Length, rw.Lag, rw.Pending, rw.OldestIdle = s.Length, s.Lag, s.Pending, s.OldestPendingIdle
+			rw.Length, rw.Lag, rw.Pending, rw.OldestIdle, rw.EntriesRead = s.Length, s.Lag, s.Pending, s.OldestPendingIdle, s.EntriesRead
 			if s.Paused {
 				rw.Paused = "paused"
 			}
@@ -202,7 +211,7 @@ func (c *Console) list(ctx context.Context, m Mount) (*admin.ReliableListInfo, e
 // inboxRow reads the figures of the inbox ib: its groups' rows added up, its dead
 // letters counted, its paused groups named.
 func (c *Console) inboxRow(ctx context.Context, ib Inbox) row {
-	rw := row{Name: ib.Name, Kind: "inbox", Href: c.path("inboxes", ib.Name), Overdue: -1, Dead: -1}
+	rw := row{Name: ib.Name, Kind: "inbox", Href: c.path("inboxes", ib.Name), Overdue: -1, Dead: -1, EntriesRead: -1}
 	groups, err := c.groups(ctx, ib)
 	if err != nil {
 		rw.Err = err.Error()

@@ -250,6 +250,13 @@ func (w *world) deadIDs(t *testing.T, reason string) []string {
 // when not given) on an httptest server and returns a client with a cookie jar.
 func (w *world) serve(t *testing.T, o console.Options) (*httptest.Server, *http.Client) {
 	t.Helper()
+	_, srv, cl := w.serveConsole(t, o)
+	return srv, cl
+}
+
+// serveConsole is serve, returning the console too (to Sample it).
+func (w *world) serveConsole(t *testing.T, o console.Options) (*console.Console, *httptest.Server, *http.Client) {
+	t.Helper()
 	if o.Admin == nil {
 		o.Admin = admin.NewInspector(w.rdb)
 	}
@@ -268,7 +275,7 @@ func (w *world) serve(t *testing.T, o console.Options) (*httptest.Server, *http.
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
-	return srv, &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return c, srv, &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // get fetches path and returns the status and body.

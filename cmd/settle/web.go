@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -140,14 +141,20 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 	fmt.Fprintf(a.stdout, "settle console on http://%s%s/\n", ln.Addr(), wf.prefix)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// The console samples every mount for its charts of the last hour while it serves.
+	sctx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Go(func() { _ = c.Run(sctx) })
+	defer sampling.Wait()
+	defer stopSampling()
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), webShutdown)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), webShutdown)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Shutdown(dctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("stop serving %s: %w", ln.Addr(), err)
 	}
 	return nil
