@@ -104,6 +104,14 @@ type Options struct {
 	// PageSize is how many entries a list view shows by default (a request may ask for
 	// up to MaxPageSize). Defaults to DefaultPageSize.
 	PageSize int
+	// Prometheus is the address of a Prometheus (its HTTP API: "http://prom:9090") that
+	// scrapes settleotel's metrics of the mounts: the charts are then drawn from it over
+	// a range the page chooses (15m, 1h, 6h, 24h), settlements a second by action
+	// included, instead of from the console's own samples (drawn when it fails).
+	// Defaults to "": the samples.
+	Prometheus string
+	// PrometheusClient queries Prometheus. Defaults to http.DefaultClient.
+	PrometheusClient *http.Client
 	// Prefix is the path the console is served under ("/settle": its overview is
 	// "/settle/"), which the service's mux routes to it. Defaults to "": the root.
 	Prefix string

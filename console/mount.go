@@ -18,8 +18,11 @@ import (
 type mountPage struct {
 	// Base is the mount page's path, which its forms and links start with.
 	Base string
-	// Charts are its last hour, drawn (none before the first sample).
+	// Charts are its last hour, drawn (none before the first sample), or the range
+	// Prometheus drew.
 	Charts []chart
+	// ChartHead says where they come from.
+	ChartHead chartHead
 	// Dead is the page of dead letters the filter selects.
 	Dead []admin.DeadLetter
 	// Delay is its delay set (nil: none).
@@ -141,7 +144,8 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.problems(m)
-	p.Charts = c.charts("mount:"+m.Name, "m")
+	p.Charts = c.chartsOf(r, "mount:"+m.Name, m.Name, "m", &p.ChartHead)
+	c.ranges(&p.ChartHead, p.Base)
 	if n, over := c.deadGrowth("mount:" + m.Name); n > 0 {
 		p.Problems = append(p.Problems, fmt.Sprintf("the dead letter grew by %d in the last %s", n, showDuration(over)))
 	}

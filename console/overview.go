@@ -52,26 +52,37 @@ type row struct {
 	State string
 }
 
+// overviewPage is the overview's data: a row for each mount and inbox, and where their
+// charts come from.
+type overviewPage struct {
+	// Charts says where the charts come from.
+	Charts chartHead
+	// Rows are the mounts and inboxes, those with problems first.
+	Rows []row
+}
+
 // overview serves the overview: one row for each mount and each inbox.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var rows []row
+	var head chartHead
 	for k, m := range c.mounts {
 		rw := c.mountRow(r.Context(), m)
-		rw.Charts = c.charts("mount:"+m.Name, fmt.Sprintf("m%d", k))
+		rw.Charts = c.chartsOf(r, "mount:"+m.Name, m.Name, fmt.Sprintf("m%d", k), &head)
 		rows = append(rows, rw)
 	}
 	for k, ib := range c.inboxes {
 		rw := c.inboxRow(r.Context(), ib)
-		rw.Charts = c.charts("inbox:"+ib.Name, fmt.Sprintf("i%d", k))
+		rw.Charts = c.chartsOf(r, "inbox:"+ib.Name, "", fmt.Sprintf("i%d", k), &head)
 		rows = append(rows, rw)
 	}
+	c.ranges(&head, c.path())
 	// The mounts that need an operator first, in their order.
 	sort.SliceStable(rows, func(a, b int) bool { return len(rows[a].Problems) > 0 && len(rows[b].Problems) == 0 })
 	refresh := 0
 	if c.refresh > 0 {
 		refresh = max(1, int(c.refresh/time.Second))
 	}
-	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: rows, Refresh: refresh})
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: overviewPage{Charts: head, Rows: rows}, Refresh: refresh})
 }
 
 // mountRow reads the figures of the Redis mount m.

@@ -26,6 +26,7 @@ type webFlags struct {
 	authFile   string
 	dsn        string
 	prefix     string
+	prometheus string
 	readOnly   bool
 	reclaim    time.Duration
 }
@@ -80,6 +81,7 @@ nothing), and refuses cross-origin POSTs. --read-only hides and refuses every ac
 	fs.StringVar(&wf.authFile, "auth-file", "", "read the credentials from `FILE`: a token, or user:password (default $"+EnvWebAuth+")")
 	fs.StringVar(&wf.dsn, "dsn", "", "database `DSN` of the inboxes (default $"+EnvDSN+", else the dsn of --config)")
 	fs.StringVar(&wf.prefix, "prefix", "", "serve the console under this `PATH` (e.g. /settle)")
+	fs.StringVar(&wf.prometheus, "prometheus", "", "draw the charts from this Prometheus `URL` (settleotel's metrics, over a range the page picks) instead of the console's samples")
 	fs.BoolVar(&wf.readOnly, "read-only", false, "hide every action and refuse every POST")
 	fs.DurationVar(&wf.reclaim, "reclaim", 0, "the idle past which a consumer holding entries counts as dead (default settle.DefaultReclaim)")
 	return c
@@ -95,7 +97,7 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 	if err != nil {
 		return err
 	}
-	o := console.Options{AllowedHosts: wf.allowHosts, Auth: auth, Prefix: wf.prefix, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{ReplaceAttr: scrubAttr}))}
+	o := console.Options{AllowedHosts: wf.allowHosts, Auth: auth, Prefix: wf.prefix, Prometheus: wf.prometheus, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{ReplaceAttr: scrubAttr}))}
 	if err := exposure(wf, auth, a.stderr); err != nil {
 		return err
 	}
