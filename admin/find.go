@@ -451,26 +451,41 @@ func (i *Inspector) findEntries(ctx context.Context, k scopeKey, q FindQuery, fi
 	return sc, nil
 }
 
-// findMembers reads the delay set k, earliest due first, at most scan members.
+// findMemberBytes bounds the bytes of members Find reads of one delay set: a member
+// holds its whole payload, so a set of large ones is read only so far (Scanned says so).
+const findMemberBytes = 32 << 20
+
+// findMembers reads the delay set k, earliest due first, a page at a time, at most scan
+// members and about findMemberBytes of them.
 func (i *Inspector) findMembers(ctx context.Context, k scopeKey, scan int, out *[]findEntry) (Scanned, error) {
 	sc := Scanned{Key: k.key, Role: k.role, From: "-"}
-	members, err := i.DelayedMembers(ctx, k.key, scan)
-	if err != nil {
+	if err := i.mustBe(ctx, k.key, "zset", k.role, true); err != nil {
 		return sc, err
 	}
+	var err error
 	if sc.Total, err = i.rdb.ZCard(ctx, k.key).Result(); err != nil {
 		return sc, fmt.Errorf("admin: find: delay set %q: zcard: %w", k.key, err)
 	}
-	for n := range members {
-		m := &members[n]
-		m.Payload = nil // Find shows where, not what
-		*out = append(*out, findEntry{headers: m.Headers, id: m.Handle, key: k.key, role: k.role, scope: k.scope, member: m})
+	bytes := 0
+	for sc.Read < scan && bytes < findMemberBytes {
+		want := min(scanPage, scan-sc.Read)
+		page, err := i.DelayedPage(ctx, k.key, int64(sc.Read), int64(want))
+		if err != nil {
+			return sc, err
+		}
+		for n := range page {
+			m := &page[n]
+			bytes += len(m.Member)
+			m.Payload, m.Member = nil, "" // Find shows where, not what
+			*out = append(*out, findEntry{headers: m.Headers, id: m.Handle, key: k.key, role: k.role, scope: k.scope, member: m})
+			sc.Through = m.Due.UTC().Format(time.RFC3339Nano)
+		}
+		sc.Read += len(page)
+		if len(page) < want {
+			break // the end of the set
+		}
 	}
-	sc.Read = len(members)
 	sc.Complete = int64(sc.Read) >= sc.Total
-	if sc.Read > 0 {
-		sc.Through = members[sc.Read-1].Due.UTC().Format(time.RFC3339Nano)
-	}
 	return sc, nil
 }
 

@@ -147,6 +147,9 @@ type Mount struct {
 	// ReclaimIdle is the idle past which a consumer holding entries counts as dead
 	// (the mount's settle.Reclaim). Defaults to settle.DefaultReclaim.
 	ReclaimIdle time.Duration
+	// Replies name the streams its handlers reply to: the search finds the replies to a
+	// message there. Defaults to none.
+	Replies []string
 }
 
 // isStream reports whether m reads a stream's consumer group.

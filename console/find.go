@@ -54,7 +54,7 @@ func (c *Console) search(r *http.Request, p *findPage) error {
 	}
 	var scopes []admin.FindScope
 	for _, m := range c.mounts {
-		s := admin.FindScope{Mount: m.Name, Delayed: m.Delayed}
+		s := admin.FindScope{Mount: m.Name, Delayed: m.Delayed, Replies: m.Replies}
 		if m.isStream() {
 			s.Stream, s.Group, s.DeadLetter = m.Key, m.Group, m.DeadLetter
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
 )
 
@@ -65,9 +67,14 @@ func TestFindByOriginIDShowsTheCopiesInTheStreamAndTheDeadLetter(t *testing.T) {
 	}
 
 	// The same from the config's mounts, for a person: each place and what was read.
-	path := writeConfig(t, fmt.Sprintf(`{"mounts": [{"name": "payments", "kind": "stream", "key": %q, "group": %q, "dead_letter": %q}]}`, b.in, b.group, b.dlq))
+	// A reply to the first delivery, in the mount's reply stream, is found too.
+	replies := b.key("replies")
+	if err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: replies, Values: map[string]any{settle.HeaderReplyOf: origin, "payload": "ok"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, fmt.Sprintf(`{"mounts": [{"name": "payments", "kind": "stream", "key": %q, "group": %q, "dead_letter": %q, "replies": [%q]}]}`, b.in, b.group, b.dlq, replies))
 	r = b.ok(t, nil, "--config", path, "find", dls[0].ID)
-	for _, s := range []string{"3 places of " + origin, "settled", "dead-letter", "payments", "max attempts reached", "read:", "all of it"} {
+	for _, s := range []string{"4 places of " + origin, "settled", "dead-letter", "payments", "max attempts reached", "reply to " + origin, "read:", "all of it"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("settle find by the dead letter's id: output does not say %q:\n%s", s, r.stdout)
 		}

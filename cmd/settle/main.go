@@ -44,8 +44,9 @@
 //	}
 //
 // A mount's kind is stream, claiming-stream, list or reliable-list; its key is
-// required, a stream kind needs its group and a list kind takes none; delayed and
-// dead_letter are optional; its name (for --mount) defaults to its key. A file with an
+// required, a stream kind needs its group and a list kind takes none; delayed,
+// dead_letter and replies (the streams its handlers reply to, which settle find
+// searches) are optional; its name (for --mount) defaults to its key. A file with an
 // unknown field, a mount of an unknown kind or without its key is refused (exit 1)
 // naming it. settle stats --config FILE with no keys shows every mount (and whether it
 // is paused) and every inbox group of the file; --mount NAME one mount. settle web

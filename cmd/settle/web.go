@@ -109,7 +109,7 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 		for _, mc := range fc.Mounts {
 			o.Mounts = append(o.Mounts, console.Mount{
 				DeadLetter: mc.DeadLetter, Delayed: mc.Delayed, Group: mc.Group, Key: mc.Key,
-				Kind: mc.Kind, Name: mc.Name, ReclaimIdle: wf.reclaim,
+				Kind: mc.Kind, Name: mc.Name, ReclaimIdle: wf.reclaim, Replies: mc.Replies,
 			})
 		}
 	}
