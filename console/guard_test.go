@@ -277,6 +277,10 @@ func TestTheOverviewPutsProblemsFirstInRed(t *testing.T) {
 	if !strings.Contains(page, `badge bad">dead`) || !strings.Contains(page, `id="consumer-rule"`) {
 		t.Fatalf("the stuck mount's page does not mark its consumer dead, or say how it judges:\n%s", page)
 	}
+	problems := strings.Index(page, `id="problems"`)
+	if problems < 0 || problems > strings.Index(page, `id="consumers-h"`) || !strings.Contains(page[problems:], `<tr data-consumer="crashed">`) || !strings.Contains(page[problems:], `class="release-consumer"`) {
+		t.Fatalf("the stuck mount's page does not put its dead consumer first, with the release of its entries:\n%s", page)
+	}
 	_, body := get(t, cl, srv.URL+"/")
 	first := strings.Index(body, `data-mount="stuck"`)
 	if first < 0 || first > strings.Index(body, `data-mount="refunds"`) {
