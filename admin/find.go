@@ -208,10 +208,20 @@ type findEntry struct {
 	member  *DelayedMember
 }
 
-// origin is the id of e's message's first delivery.
+// origin is the id of e's message's first delivery: its origin header; for a dead
+// letter without one (an operator dead-lettered a first delivery), the id it had; for
+// a reply, none (a reply is linked by the delivery it answers).
 func (e findEntry) origin() string {
 	if o := e.headers[settle.HeaderOriginID]; o != "" {
 		return o
+	}
+	switch e.role {
+	case "dead letter":
+		if o := e.headers[settle.HeaderDeadID]; o != "" {
+			return o
+		}
+	case "replies":
+		return ""
 	}
 	return e.id
 }
@@ -269,7 +279,7 @@ func (i *Inspector) Find(ctx context.Context, scopes []FindScope, q FindQuery) (
 	}
 	if q.Header != "" {
 		for _, e := range entries {
-			if v, ok := e.headers[q.Header]; ok && v == q.Value {
+			if v, ok := e.headers[q.Header]; ok && v == q.Value && e.origin() != "" {
 				seeds[e.origin()] = true
 			}
 		}
@@ -312,7 +322,8 @@ func linkCopies(entries []findEntry, seeds map[string]bool) map[string]bool {
 				continue
 			}
 			rf := e.headers[HeaderReplayedFrom]
-			ok := seeds[e.origin()] || seeds[e.id] ||
+			o := e.origin()
+			ok := (o != "" && seeds[o]) ||
 				(rf != "" && dead[rf]) ||
 				(e.role == "replies" && ids[e.headers[settle.HeaderReplyOf]])
 			if !ok {
@@ -322,8 +333,8 @@ func linkCopies(entries []findEntry, seeds map[string]bool) map[string]bool {
 			if e.role == "dead letter" {
 				dead[e.key+"/"+e.id] = true
 			}
-			if rf != "" || e.role == "stream" {
-				seeds[e.origin()] = true
+			if o != "" && (rf != "" || e.role == "stream") {
+				seeds[o] = true
 			}
 		}
 	}
