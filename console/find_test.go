@@ -53,6 +53,16 @@ func TestFindByOriginIDShowsTheCopiesParkedThenDeadLetteredEachLinkedToItsPage(t
 	}
 }
 
+func TestTheNewPagesAskATokenConsolesTokenFirst(t *testing.T) {
+	t.Parallel()
+	w, srv, cl := seeded(t, console.Options{Auth: console.Auth{Token: "s3cret"}})
+	for _, p := range []string{"/find?q=" + okID(t, w), "/mounts/refunds/pending/" + okID(t, w), "/mounts/refunds/delayed?member=1-1"} {
+		if status, body := get(t, cl, srv.URL+p); status != http.StatusUnauthorized || !strings.Contains(body, `name="token"`) || strings.Contains(body, "refunds.dlq") {
+			t.Fatalf("%s before signing in = %d, want the login form only:\n%s", p, status, body)
+		}
+	}
+}
+
 func TestFindRefusesAQueryItCannotReadAndAForeignHost(t *testing.T) {
 	t.Parallel()
 	_, srv, cl := seeded(t, console.Options{})
