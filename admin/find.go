@@ -203,9 +203,9 @@ type findEntry struct {
 	headers map[string]string
 	id      string
 	key     string
+	member  *DelayedMember // a delay set's
 	role    string
 	scope   int
-	member  *DelayedMember
 }
 
 // origin is the id of e's message's first delivery: its origin header; for a dead

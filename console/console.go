@@ -78,8 +78,6 @@ const DefaultRefresh = 5 * time.Second
 
 // Options configures a console.
 type Options struct {
-	// Clock is the clock the samples are taken by. Defaults to time.Now.
-	Clock func() time.Time
 	// AllowedHosts are the host names (with or without a port) the console answers to
 	// besides IP addresses and localhost; a request with another Host is refused (421),
 	// so that a name an attacker points at a loopback console (DNS rebinding) reaches
@@ -92,6 +90,8 @@ type Options struct {
 	// Auth asks who is there: a token login or basic auth. Defaults to none (the
 	// service authenticates in front of the console).
 	Auth Auth
+	// Clock is the clock the samples are taken by. Defaults to time.Now.
+	Clock func() time.Time
 	// Codec decodes payloads for display. Defaults to settle.Msgpack.
 	Codec settle.Codec
 	// Inboxes are the SQL inboxes to show.
@@ -104,6 +104,9 @@ type Options struct {
 	// PageSize is how many entries a list view shows by default (a request may ask for
 	// up to MaxPageSize). Defaults to DefaultPageSize.
 	PageSize int
+	// Prefix is the path the console is served under ("/settle": its overview is
+	// "/settle/"), which the service's mux routes to it. Defaults to "": the root.
+	Prefix string
 	// Prometheus is the address of a Prometheus (its HTTP API: "http://prom:9090") that
 	// scrapes settleotel's metrics of the mounts: the charts are then drawn from it over
 	// a range the page chooses (15m, 1h, 6h, 24h), settlements a second by action
@@ -112,9 +115,6 @@ type Options struct {
 	Prometheus string
 	// PrometheusClient queries Prometheus. Defaults to http.DefaultClient.
 	PrometheusClient *http.Client
-	// Prefix is the path the console is served under ("/settle": its overview is
-	// "/settle/"), which the service's mux routes to it. Defaults to "": the root.
-	Prefix string
 	// ReadOnly hides every action and refuses every POST with 403 Forbidden.
 	ReadOnly bool
 	// Refresh is how often the overview reloads itself; negative: never. Defaults to

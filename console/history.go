@@ -126,12 +126,12 @@ func (c *Console) Run(ctx context.Context) error {
 
 // chart is one metric of the last hour, drawn.
 type chart struct {
+	// ID names it in the page (charts of one row share a prefix).
+	ID string
 	// Label names the metric.
 	Label string
 	// Last, Min and Max are its last, least and greatest values, for a person.
 	Last, Max, Min string
-	// ID names it in the page (charts of one row share a prefix).
-	ID string
 	// Points is how many samples it holds.
 	Points int
 	// SVG is the sparkline.
