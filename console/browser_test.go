@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -376,4 +377,19 @@ func TestBrowserDrawsTheLastHourFindsAMessageEverywhereReleasesAndPromotesAll(t 
 	if err != nil || info.Overdue != int64(len(busyCards)) {
 		t.Fatalf("after promote all: %+v, %v; want every member due", info, err)
 	}
+
+	// Given a Prometheus (a fake of its HTTP API), the charts come from its scrape of
+	// settleotel's metrics, over the range picked.
+	ps := httptest.NewServer(&fakeProm{})
+	t.Cleanup(ps.Close)
+	_, promSrv, _ := w.serveConsole(t, console.Options{Prefix: "/settle", Clock: clock.Now, Prometheus: ps.URL})
+	b.do("open the mount with Prometheus", chromedp.Navigate(promSrv.URL+"/settle/mounts/refunds"), chromedp.WaitVisible(chromedp.CSS("#chart-ranges")),
+		chromedp.Click(chromedp.CSS(`#chart-ranges a[href$="range=6h"]`)), chromedp.WaitVisible(chromedp.CSS(`#chart-ranges a[aria-current][href$="range=6h"]`)))
+	if got := b.text("#charts-h"); got != "The last 6h" {
+		t.Fatalf("the charts' heading says %q, want The last 6h", got)
+	}
+	if got := b.text("#m-lag .last"); got != "–" || eval[int](b, `document.querySelectorAll("#m-settled-ack path.line, #m-settled-dead_letter path.line").length`) != 2 {
+		t.Fatalf("the charts from Prometheus: backlog ends at %q; want the settlements by action drawn", got)
+	}
+	b.shot("console-prometheus")
 }
