@@ -19,11 +19,17 @@ import (
 type FindScope struct {
 	// DeadLetter is the mount's dead-letter stream.
 	DeadLetter string
+	// DeadLetterList is a list mount's dead-letter list.
+	DeadLetterList string
 	// Delayed is the mount's durable delay set.
 	Delayed string
 	// Group is the consumer group of Stream: with it, an entry found there is told
 	// waiting, pending (at which consumer) or settled.
 	Group string
+	// List is the list a list mount reads (where its retry copies wait too). Its items
+	// carry no id: an item is found by its origin header (a retry copy's) or, searched
+	// by a header, by that header.
+	List string
 	// Mount names the mount, for the caller: each Place says in which scope it was found.
 	Mount string
 	// Replies are the streams the mount's handlers reply to.
@@ -53,7 +59,8 @@ type FindQuery struct {
 	Header string
 	// ID is a stream entry id: the id of any copy of a message (its first delivery, a
 	// retry copy, its dead letter), or its origin id (settle.HeaderOriginID, which every
-	// copy carries). The search starts from the time of the message's first delivery.
+	// copy carries; a list's delivery has one of its own form). The search starts from
+	// the time of the message's first delivery.
 	ID string
 	// Limit bounds the places returned. Defaults to DefaultFindLimit.
 	Limit int
@@ -71,7 +78,8 @@ type FindQuery struct {
 }
 
 // ParseFindQuery reads a search as a person types it: "name=value" is a header, an
-// entry id ("1700000000000-0") or its milliseconds alone is an ID.
+// entry id ("1700000000000-0") or its milliseconds alone is an ID, and so is any other
+// word (a list delivery's origin id, "35dff2cf1947:1").
 func ParseFindQuery(s string) (FindQuery, error) {
 	s = strings.TrimSpace(s)
 	if name, value, ok := strings.Cut(s, "="); ok {
@@ -85,6 +93,9 @@ func ParseFindQuery(s string) (FindQuery, error) {
 	}
 	if _, err := strconv.ParseUint(s, 10, 64); err == nil {
 		return FindQuery{ID: s + "-0"}, nil
+	}
+	if s != "" && !strings.ContainsAny(s, " \t\r\n") {
+		return FindQuery{ID: s}, nil // an origin id of a list's delivery ("35dff2cf1947:1")
 	}
 	return FindQuery{}, fmt.Errorf("admin: find %q: give an entry id (<ms>-<seq>), an origin id, or a header as name=value", s)
 }
@@ -130,7 +141,7 @@ type Place struct {
 	Due time.Time
 	// Error is a dead letter's last error.
 	Error string
-	// ID is the entry's id, or a delayed member's handle.
+	// ID is the entry's id, a delayed member's handle, or a list item's index.
 	ID string
 	// Idle is how long a pending entry has gone untouched.
 	Idle time.Duration
@@ -167,10 +178,11 @@ type Scanned struct {
 	Key string
 	// Read is how many entries (or members) were read.
 	Read int
-	// Role is "stream", "dead letter", "delay set" or "replies".
+	// Role is "stream", "list", "dead letter", "dead-letter list", "delay set" or
+	// "replies".
 	Role string
 	// Through is the last entry id read ("" when none was); for a delay set, the due
-	// time of the last member read.
+	// time of the last member read; for a list, the index of the last item read.
 	Through string
 	// Total is how many the key holds (XLEN, ZCARD).
 	Total int64
@@ -216,12 +228,15 @@ func (e findEntry) origin() string {
 		return o
 	}
 	switch e.role {
-	case "dead letter":
+	case "dead letter", "dead-letter list":
 		if o := e.headers[settle.HeaderDeadID]; o != "" {
 			return o
 		}
-	case "replies":
+	case "replies", "list":
 		return ""
+	}
+	if e.role == "dead-letter list" {
+		return "" // an index is no id
 	}
 	return e.id
 }
@@ -241,8 +256,8 @@ func (i *Inspector) Find(ctx context.Context, scopes []FindScope, q FindQuery) (
 	switch {
 	case (q.ID == "") == (q.Header == ""):
 		return nil, errors.New("admin: find: give an id or a header, one of them")
-	case q.ID != "" && !entryIDRe.MatchString(q.ID):
-		return nil, fmt.Errorf("admin: find: %q is not an entry id (<ms>-<seq>)", q.ID)
+	case strings.ContainsAny(q.ID, " \t\r\n"):
+		return nil, fmt.Errorf("admin: find: %q is not an id (an entry id, <ms>-<seq>, or a list delivery's origin id)", q.ID)
 	case q.Limit < 0 || q.Scan < 0:
 		return nil, fmt.Errorf("admin: find: Limit %d and Scan %d must not be negative", q.Limit, q.Scan)
 	case !q.Since.IsZero() && !q.Until.IsZero() && q.Until.Before(q.Since):
@@ -267,9 +282,10 @@ func (i *Inspector) Find(ctx context.Context, scopes []FindScope, q FindQuery) (
 		}
 		seeds[origin] = true
 		if q.Since.IsZero() {
-			q.Since = IDTime(origin)
+			q.Since = IDTime(origin) // zero for a list delivery's id: then as for a header
 		}
-	} else if q.Since.IsZero() {
+	}
+	if q.Since.IsZero() {
 		q.Since = now.Add(-DefaultFindWindow)
 	}
 	res.Query = q
@@ -277,14 +293,18 @@ func (i *Inspector) Find(ctx context.Context, scopes []FindScope, q FindQuery) (
 	if err != nil {
 		return nil, err
 	}
+	matched := map[string]bool{}
 	if q.Header != "" {
 		for _, e := range entries {
-			if v, ok := e.headers[q.Header]; ok && v == q.Value && e.origin() != "" {
-				seeds[e.origin()] = true
+			if v, ok := e.headers[q.Header]; ok && v == q.Value {
+				matched[e.key+"\x00"+e.id] = true // an item of a list may have no origin
+				if o := e.origin(); o != "" {
+					seeds[o] = true
+				}
 			}
 		}
 	}
-	matched := linkCopies(entries, seeds)
+	linkCopies(entries, seeds, matched)
 	groups := map[string]*redis.XInfoGroup{}
 	for o := range seeds {
 		res.Origins = append(res.Origins, o)
@@ -307,30 +327,34 @@ func (i *Inspector) Find(ctx context.Context, scopes []FindScope, q FindQuery) (
 	return res, nil
 }
 
-// linkCopies returns the entries (by key and id) that belong to the messages whose
-// origin ids seeds holds, adding to seeds the origins it meets on the way: a replayed
-// copy of a matched dead letter starts a chain of its own.
-func linkCopies(entries []findEntry, seeds map[string]bool) map[string]bool {
-	matched := map[string]bool{}
+// linkCopies adds to matched the entries (by key and id) that belong to the messages
+// whose origin ids seeds holds, or to those matched holds already, adding to seeds the
+// origins it meets on the way: a replayed copy of a matched dead letter starts a chain
+// of its own.
+func linkCopies(entries []findEntry, seeds, matched map[string]bool) {
+	done := map[string]bool{} // entries whose ids and origins are taken in
 	ids := map[string]bool{}  // every id of a matched copy
 	dead := map[string]bool{} // "<key>/<id>" of each matched dead letter
 	for changed := true; changed; {
 		changed = false
 		for _, e := range entries {
 			k := e.key + "\x00" + e.id
-			if matched[k] {
+			if done[k] {
 				continue
 			}
 			rf := e.headers[HeaderReplayedFrom]
 			o := e.origin()
-			ok := (o != "" && seeds[o]) ||
+			ok := matched[k] || (o != "" && seeds[o]) ||
 				(rf != "" && dead[rf]) ||
 				(e.role == "replies" && ids[e.headers[settle.HeaderReplyOf]])
 			if !ok {
 				continue
 			}
-			matched[k], ids[e.id], changed = true, true, true
-			if e.role == "dead letter" {
+			matched[k], done[k], changed = true, true, true
+			if e.role != "list" && e.role != "dead-letter list" {
+				ids[e.id] = true // an index is no id a reply answers
+			}
+			if e.role == "dead letter" || e.role == "dead-letter list" {
 				dead[e.key+"/"+e.id] = true
 			}
 			if o != "" && (rf != "" || e.role == "stream") {
@@ -338,15 +362,17 @@ func linkCopies(entries []findEntry, seeds map[string]bool) map[string]bool {
 			}
 		}
 	}
-	return matched
 }
 
 // originOf returns the origin id of the message of which id is a copy: the origin
 // header of the entry id of a scope's stream, dead letter or replies, or id itself
 // (an origin id, or an entry trimmed since).
 func (i *Inspector) originOf(ctx context.Context, scopes []FindScope, id string) (string, error) {
+	if !entryIDRe.MatchString(id) {
+		return id, nil // no stream entry's id: an origin id as it is
+	}
 	for _, key := range scopeKeys(scopes) {
-		if key.role == "delay set" {
+		if key.role == "delay set" || key.role == "list" || key.role == "dead-letter list" {
 			continue
 		}
 		if err := i.mustBe(ctx, key.key, "stream", key.role, true); err != nil {
@@ -386,9 +412,11 @@ func scopeKeys(scopes []FindScope) []scopeKey {
 	}
 	for k, s := range scopes {
 		add(s.Stream, "stream", k)
+		add(s.List, "list", k)
 	}
 	for k, s := range scopes {
 		add(s.DeadLetter, "dead letter", k)
+		add(s.DeadLetterList, "dead-letter list", k)
 		add(s.Delayed, "delay set", k)
 		for _, r := range s.Replies {
 			add(r, "replies", k)
@@ -407,9 +435,12 @@ func (i *Inspector) findRead(ctx context.Context, scopes []FindScope, q FindQuer
 	for _, k := range scopeKeys(scopes) {
 		var sc Scanned
 		var err error
-		if k.role == "delay set" {
+		switch k.role {
+		case "delay set":
 			sc, err = i.findMembers(ctx, k, q.Scan, &out)
-		} else {
+		case "list", "dead-letter list":
+			sc, err = i.findItems(ctx, k, q.Scan, &out)
+		default:
 			sc, err = i.findEntries(ctx, k, q, fields, &out)
 		}
 		if err != nil {
@@ -459,6 +490,42 @@ func (i *Inspector) findEntries(ctx context.Context, k scopeKey, q FindQuery, fi
 		return sc, fmt.Errorf("admin: find: %s %q: xrange %s %s: %w", k.role, k.key, start, end, err)
 	}
 	sc.Complete = len(more) == 0
+	return sc, nil
+}
+
+// findItems reads the list k from its head, a page at a time, at most scan items and
+// about findMemberBytes of them: each item is an envelope of headers and payload.
+func (i *Inspector) findItems(ctx context.Context, k scopeKey, scan int, out *[]findEntry) (Scanned, error) {
+	sc := Scanned{Key: k.key, Role: k.role, From: "0"}
+	if err := i.mustBe(ctx, k.key, "list", k.role, true); err != nil {
+		return sc, err
+	}
+	var err error
+	if sc.Total, err = i.rdb.LLen(ctx, k.key).Result(); err != nil {
+		return sc, fmt.Errorf("admin: find: %s %q: llen: %w", k.role, k.key, err)
+	}
+	bytes := 0
+	for sc.Read < scan && bytes < findMemberBytes {
+		want := min(scanPage, scan-sc.Read)
+		start := int64(sc.Read)
+		items, err := i.rdb.LRange(ctx, k.key, start, start+int64(want)-1).Result()
+		if err != nil {
+			return sc, fmt.Errorf("admin: find: %s %q: lrange: %w", k.role, k.key, err)
+		}
+		for n, item := range items {
+			bytes += len(item)
+			d := listDeadLetterOf(k.key, start+int64(n), item)
+			*out = append(*out, findEntry{headers: d.Headers, id: d.ID, key: k.key, role: k.role, scope: k.scope})
+		}
+		sc.Read += len(items)
+		if len(items) > 0 {
+			sc.Through = strconv.Itoa(sc.Read - 1)
+		}
+		if len(items) < want {
+			break // the end of the list
+		}
+	}
+	sc.Complete = int64(sc.Read) >= sc.Total
 	return sc, nil
 }
 
@@ -512,6 +579,11 @@ func (i *Inspector) placeOf(ctx context.Context, s FindScope, e findEntry, group
 		p.Kind, p.Due, p.Time = PlaceDelayed, e.member.Due, time.Time{}
 	case "dead letter":
 		p.Kind, p.Reason, p.Error = PlaceDead, e.headers[settle.HeaderDeadReason], e.headers[settle.HeaderDeadError]
+	case "dead-letter list":
+		p.Kind, p.Reason, p.Error = PlaceDead, e.headers[settle.HeaderDeadReason], e.headers[settle.HeaderDeadError]
+		p.Time, _ = time.Parse(time.RFC3339, e.headers[settle.HeaderDeadAt])
+	case "list":
+		p.Kind, p.Time = PlaceWaiting, time.Time{}
 	case "replies":
 		p.Kind, p.ReplyOf = PlaceReply, e.headers[settle.HeaderReplyOf]
 	default:

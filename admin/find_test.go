@@ -241,6 +241,7 @@ func TestParseFindQueryReadsAnIDOrAHeader(t *testing.T) {
 		{name: "Milliseconds", in: " 1700000000000 ", want: admin.FindQuery{ID: "1700000000000-0"}},
 		{name: "Header", in: "order = 42", want: admin.FindQuery{Header: "order", Value: "42"}},
 		{name: "HeaderWithEquals", in: "q=a=b", want: admin.FindQuery{Header: "q", Value: "a=b"}},
+		{name: "ListOriginID", in: "35dff2cf1947:1", want: admin.FindQuery{ID: "35dff2cf1947:1"}},
 		{name: "NoName", in: "=42", err: true},
 		{name: "Neither", in: "order 42", err: true},
 	} {
@@ -311,5 +312,43 @@ func TestDelayedPageReadsOnePageFromAPositionAndPeekCutCutsALargePayload(t *test
 	p, err := b.insp.PeekCut(b.ctx, b.in, id, settle.Raw)
 	if err != nil || !p.Cut || p.Size != int64(len(big)) || len(p.Payload) != admin.PageCut {
 		t.Fatalf("PeekCut = cut %v, size %d, %d bytes, %v; want the first PageCut of %d", p.Cut, p.Size, len(p.Payload), err, len(big))
+	}
+}
+
+func TestFindSearchesAListMountsListAndDeadLetterList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	list, dead := b.r.Key("jobs"), b.r.Key("jobs.dlq")
+	h := settle.HandlerFunc(func(context.Context, *settle.Message) error { return errors.New("card declined") })
+	rec, stop := b.start(t, settle.List(b.r.Client, list), h, settle.MaxAttempts(2), settle.DeadLetter(dead))
+	pub := settle.NewPublisher(b.r.Client)
+	if err := pub.PublishList(b.ctx, list, payment{Card: "4242", ID: 7}, settle.Headers(map[string]string{"order": "7"})); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, waitBound, "the dead letter", func(evs []settle.Settled) bool { return len(evs) >= 2 })
+	stop()
+	// Another order 7 waits in the list, read by no one.
+	if err := pub.PublishList(b.ctx, list, payment{Card: "4242", ID: 8}, settle.Headers(map[string]string{"order": "7"})); err != nil {
+		t.Fatal(err)
+	}
+	scope := admin.FindScope{Mount: "jobs", List: list, DeadLetterList: dead}
+	f, err := b.insp.Find(b.ctx, []admin.FindScope{scope}, admin.FindQuery{Header: "order", Value: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kinds(f.Places), "waiting@"+list+" dead-letter@"+dead; got != want {
+		t.Fatalf("find order=7: %s, want %s", got, want)
+	}
+	if d := f.Places[1]; d.ID != "0" || d.Error != "card declined" || d.OriginID == "" || d.Time.IsZero() {
+		t.Fatalf("the dead letter's place %+v: want index 0, its error, its origin, when", d)
+	}
+	if len(f.Scanned) != 2 || f.Scanned[0].Read != 1 || !f.Scanned[0].Complete || f.Scanned[1].Read != 1 {
+		t.Fatalf("scanned %+v: want the list's one item and the dead letter read whole", f.Scanned)
+	}
+	// By its origin id, the dead letter alone (the list keeps no first delivery).
+	origin := f.Places[1].OriginID
+	f, err = b.insp.Find(b.ctx, []admin.FindScope{scope}, admin.FindQuery{ID: origin})
+	if err != nil || kinds(f.Places) != "dead-letter@"+dead {
+		t.Fatalf("find by the origin id %s: %v; want the dead letter", origin, err)
 	}
 }

@@ -57,6 +57,8 @@ func (c *Console) search(r *http.Request, p *findPage) error {
 		s := admin.FindScope{Mount: m.Name, Delayed: m.Delayed, Replies: m.Replies}
 		if m.isStream() {
 			s.Stream, s.Group, s.DeadLetter = m.Key, m.Group, m.DeadLetter
+		} else {
+			s.List, s.DeadLetterList = m.Key, m.DeadLetter
 		}
 		scopes = append(scopes, s)
 	}

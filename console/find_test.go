@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/admin"
 	"github.com/settlekit/settle/console"
 )
 
@@ -76,5 +78,21 @@ func TestFindRefusesAQueryItCannotReadAndAForeignHost(t *testing.T) {
 	req.Host = "attacker.example"
 	if resp, _ := do(t, cl, req); resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Fatalf("find with Host attacker.example = %d, want 421", resp.StatusCode)
+	}
+}
+
+func TestFindInAListMountLinksItsDeadLettersByIndex(t *testing.T) {
+	t.Parallel()
+	w, jobs, dlq := listWorld(t)
+	srv, cl := w.serve(t, console.Options{Mounts: []console.Mount{{Name: "jobs", Kind: console.KindReliableList, Key: jobs, DeadLetter: dlq}}})
+	dls, err := admin.NewInspector(w.rdb).ListDeadLetters(w.ctx, dlq, admin.Filter{}, 0)
+	if err != nil || len(dls) != 3 {
+		t.Fatalf("the dead-letter list: %d, %v", len(dls), err)
+	}
+	origin := dls[1].Headers[settle.HeaderOriginID]
+	_, body := get(t, cl, srv.URL+"/find?q="+url.QueryEscape(origin))
+	got := places(body)
+	if len(got) != 1 || got[0] != "dead-letter 1 → /mounts/jobs/dead/1" {
+		t.Fatalf("find %s in the list mount: %q, want its dead letter at index 1, linked", origin, got)
 	}
 }

@@ -30,7 +30,7 @@ func (a *app) findCommand() *cobra.Command {
 		Use:   "find QUERY",
 		Short: "Where is a message? Every copy of it: waiting, pending, settled, delayed, dead-lettered, replayed, replied",
 		Long: `Find a message by an id or a header and show where each of its copies is now: in the
-stream (waiting for the group, pending at a consumer — idle how long, delivered how often —
+stream or list (waiting for the group, pending at a consumer — idle how long, delivered how often —
 or settled), parked in the delay set (due when), in the dead letter (why, when), replayed
 back from a dead letter, and the replies to it.
 
@@ -87,8 +87,9 @@ it read and where the bound stopped it.`,
 	return c
 }
 
-// findScopes are the scopes the flags name: the keys given, else the stream mounts of
-// --config (list mounts have no stream to search and are left out).
+// findScopes are the scopes the flags name: the keys given, else the mounts of
+// --config (a list mount's list and dead-letter list, a stream mount's stream and dead
+// letter; each one's delay set and replies).
 func (a *app) findScopes(cmd *cobra.Command, ff findFlags) ([]admin.FindScope, error) {
 	keys := ff.stream != "" || ff.delayed != "" || ff.dead != "" || len(ff.replies) > 0
 	switch {
@@ -112,6 +113,8 @@ func (a *app) findScopes(cmd *cobra.Command, ff findFlags) ([]admin.FindScope, e
 		s := admin.FindScope{Mount: mc.Name, Delayed: mc.Delayed, Replies: mc.Replies}
 		if mc.isStream() {
 			s.Stream, s.Group, s.DeadLetter = mc.Key, mc.Group, mc.DeadLetter
+		} else {
+			s.List, s.DeadLetterList = mc.Key, mc.DeadLetter
 		}
 		scopes = append(scopes, s)
 	}
