@@ -24,6 +24,7 @@ const (
 type sample struct {
 	at                          time.Time
 	dead, delayed, lag, pending int64
+	added                       int64 // entries added to the stream so far (XINFO STREAM), -1: unknown
 	read                        int64 // entries read by the group so far (XINFO GROUPS), -1: unknown
 }
 
@@ -100,9 +101,9 @@ func (c *Console) Sample(ctx context.Context) {
 // sampleOf is the sample of the row rw read at at.
 func sampleOf(rw row, at time.Time) sample {
 	if rw.Err != "" {
-		return sample{at: at, dead: -1, delayed: -1, lag: -1, pending: -1, read: -1}
+		return sample{at: at, added: -1, dead: -1, delayed: -1, lag: -1, pending: -1, read: -1}
 	}
-	return sample{at: at, dead: rw.Dead, delayed: rw.Delayed, lag: rw.Lag, pending: rw.Pending, read: rw.EntriesRead}
+	return sample{at: at, added: rw.EntriesAdded, dead: rw.Dead, delayed: rw.Delayed, lag: rw.Lag, pending: rw.Pending, read: rw.EntriesRead}
 }
 
 // Run samples every mount and inbox every Options.SampleEvery (see Sample) until ctx
@@ -140,8 +141,10 @@ type chart struct {
 	Span string
 }
 
-// charts are the charts of the row name: backlog, pending, delayed, dead letters and
-// the read rate (entries a second, from the group's entries-read between samples).
+// charts are the charts of the row name: backlog, pending, delayed, dead letters, and
+// the rates between samples (a second) at which the group read (entries-read), the
+// producers wrote (the stream's entries-added) and messages were dead-lettered (the
+// dead letter's length; a purge or a replay counts as none).
 func (c *Console) charts(name, id string) []chart {
 	ss := c.history.of(name)
 	if len(ss) == 0 {
@@ -154,27 +157,35 @@ func (c *Console) charts(name, id string) []chart {
 		}
 		return out
 	}
-	rate := make([]float64, len(ss))
-	rate[0] = -1
-	for k := 1; k < len(ss); k++ {
-		dt := ss[k].at.Sub(ss[k-1].at).Seconds()
-		switch {
-		case ss[k].read < 0 || ss[k-1].read < 0 || dt <= 0:
-			rate[k] = -1
-		default:
-			rate[k] = max(float64(ss[k].read-ss[k-1].read)/dt, 0)
-		}
-	}
 	span := showDuration(ss[len(ss)-1].at.Sub(ss[0].at))
 	out := []chart{
 		drawChart("Backlog", id+"-lag", pick(func(s sample) int64 { return s.lag })),
 		drawChart("Pending", id+"-pending", pick(func(s sample) int64 { return s.pending })),
 		drawChart("Delayed", id+"-delayed", pick(func(s sample) int64 { return s.delayed })),
 		drawChart("Dead letters", id+"-dead", pick(func(s sample) int64 { return s.dead })),
-		drawChart("Read / s", id+"-rate", rate),
+		drawChart("Read / s", id+"-rate", perSecond(ss, func(s sample) int64 { return s.read })),
+		drawChart("Added / s", id+"-added", perSecond(ss, func(s sample) int64 { return s.added })),
+		drawChart("Dead-lettered / s", id+"-deadrate", perSecond(ss, func(s sample) int64 { return s.dead })),
 	}
 	for k := range out {
 		out[k].Span = span
+	}
+	return out
+}
+
+// perSecond is the change a second of the counter f between samples (the first, and one
+// next to an unknown, unknown: -1), never below 0.
+func perSecond(ss []sample, f func(sample) int64) []float64 {
+	out := make([]float64, len(ss))
+	out[0] = -1
+	for k := 1; k < len(ss); k++ {
+		a, b := f(ss[k-1]), f(ss[k])
+		dt := ss[k].at.Sub(ss[k-1].at).Seconds()
+		if a < 0 || b < 0 || dt <= 0 {
+			out[k] = -1
+			continue
+		}
+		out[k] = max(float64(b-a)/dt, 0)
 	}
 	return out
 }

@@ -69,10 +69,16 @@ func TestTheChartsDrawTheSamplesOfTheLastWindowAndNoMore(t *testing.T) {
 	_, body = get(t, cl, srv.URL+"/mounts/refunds")
 	wantRate := "2" // 10 entries in 5 s
 	if os.Getenv("SETTLE_REDIS_URL") == "" {
-		wantRate = "0" // miniredis tells no group's entries-read (XINFO GROUPS says null)
+		wantRate = "0" // miniredis tells no entries-read nor entries-added (XINFO)
 	}
 	if points, last := chartOf(t, body, "m-rate"); points != "2" || last != wantRate {
 		t.Fatalf("the read rate chart: %s points, last %s; want 2 points, %s a second", points, last, wantRate)
+	}
+	if _, last := chartOf(t, body, "m-added"); last != wantRate {
+		t.Fatalf("the write rate chart ends at %s, want %s a second", last, wantRate)
+	}
+	if _, last := chartOf(t, body, "m-deadrate"); last != "0.4" {
+		t.Fatalf("the dead-lettered rate chart ends at %s, want 2 in 5 s = 0.4 a second", last)
 	}
 	if points, last := chartOf(t, body, "m-pending"); points != "2" || last != "10" {
 		t.Fatalf("the pending chart: %s points, last %s; want 2, 10", points, last)

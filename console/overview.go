@@ -17,6 +17,9 @@ type row struct {
 	Charts []chart
 	// Dead is how many dead letters it holds.
 	Dead int64
+	// EntriesAdded is how many entries were ever added to its stream, -1 where unknown:
+	// the write rate is its change over time.
+	EntriesAdded int64
 	// EntriesRead is how many entries its group has read (a stream kind), -1 where
 	// unknown: the read rate is its change over time.
 	EntriesRead int64
@@ -87,14 +90,15 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 
 // mountRow reads the figures of the Redis mount m.
 func (c *Console) mountRow(ctx context.Context, m Mount) row {
-	rw := row{Name: m.Name, Kind: m.Kind, Href: c.path("mounts", m.Name), Dead: -1, Delayed: -1, EntriesRead: -1, Overdue: -1, Pending: -1}
+	rw := row{Name: m.Name, Kind: m.Kind, Href: c.path("mounts", m.Name), Dead: -1, Delayed: -1, EntriesAdded: -1, EntriesRead: -1, Overdue: -1, Pending: -1}
 	err := func() error {
 		if m.isStream() {
 			s, err := c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle))
 			if err != nil {
 				return err
 			}
-			rw.Length, rw.Lag, rw.Pending, rw.OldestIdle, rw.EntriesRead = s.Length, s.Lag, s.Pending, s.OldestPendingIdle, s.EntriesRead
+			rw.Length, rw.Lag, rw.Pending, rw.OldestIdle = s.Length, s.Lag, s.Pending, s.OldestPendingIdle
+			rw.EntriesAdded, rw.EntriesRead = s.EntriesAdded, s.EntriesRead
 			if s.Paused {
 				rw.Paused = "paused"
 			}
@@ -222,7 +226,7 @@ func (c *Console) list(ctx context.Context, m Mount) (*admin.ReliableListInfo, e
 // inboxRow reads the figures of the inbox ib: its groups' rows added up, its dead
 // letters counted, its paused groups named.
 func (c *Console) inboxRow(ctx context.Context, ib Inbox) row {
-	rw := row{Name: ib.Name, Kind: "inbox", Href: c.path("inboxes", ib.Name), Overdue: -1, Dead: -1, EntriesRead: -1}
+	rw := row{Name: ib.Name, Kind: "inbox", Href: c.path("inboxes", ib.Name), Overdue: -1, Dead: -1, EntriesAdded: -1, EntriesRead: -1}
 	groups, err := c.groups(ctx, ib)
 	if err != nil {
 		rw.Err = err.Error()
