@@ -31,10 +31,11 @@
 // The search box on every page finds a message by an entry id, its origin id or a header
 // name=value (admin.Inspector.Find) and links each of its copies to its page. The
 // overview and each mount's page draw the last hour (Options.SampleWindow) of backlog,
-// pending, delayed, dead letters and the read rate as server-rendered SVG sparklines,
-// numbers beside them, from the samples Console.Run takes every Options.SampleEvery (in
-// a bounded ring of SampleWindow / SampleEvery samples a mount): start Run beside the
-// server.
+// pending, delayed, dead letters and the rates of reads, writes and dead letters as
+// server-rendered SVG sparklines, numbers beside them, from the samples Console.Run
+// takes every Options.SampleEvery (in a bounded ring of SampleWindow / SampleEvery
+// samples a mount): start Run beside the server. Given Options.Prometheus, they are
+// drawn from settleotel's metrics over a range the page picks instead.
 package console
 
 import (
