@@ -90,7 +90,7 @@ func eval[T any](b *browser, js string) T {
 }
 
 // readmeShots are the screenshots the README shows (docs/NAME.png).
-var readmeShots = map[string]bool{"console-overview": true, "console-deadletter": true, "console-charts": true, "console-charts-narrow": true, "console-find": true, "console-mount": true, "console-mount-narrow": true}
+var readmeShots = map[string]bool{"console-overview": true, "console-deadletter": true, "console-charts": true, "console-charts-narrow": true, "console-find": true, "console-find-narrow": true, "console-mount": true, "console-mount-narrow": true}
 
 // shot writes a full-page PNG of what the browser shows as name.png in the test's temp
 // dir (and, for the README's, in $SETTLE_CONSOLE_SCREENSHOTS), and logs its paths.
@@ -338,6 +338,12 @@ func TestBrowserDrawsTheLastHourFindsAMessageEverywhereReleasesAndPromotesAll(t 
 		t.Fatalf("the search after the dead letter shows %q", got)
 	}
 	b.shot("console-find")
+	b.do("narrow find", chromedp.EmulateViewport(390, 844))
+	if over := eval[bool](b, `document.documentElement.scrollWidth > window.innerWidth`); over {
+		t.Fatalf("at 390 px the search's answer scrolls sideways (%d px wide)", eval[int](b, `document.documentElement.scrollWidth`))
+	}
+	b.shot("console-find-narrow")
+	b.do("wide find", chromedp.EmulateViewport(1280, 900))
 	b.do("open the dead letter from the search", chromedp.Click(chromedp.CSS(`#find-places tr[data-kind="dead-letter"] a`)), chromedp.WaitVisible(chromedp.CSS("#payload")))
 	if got := b.text("#dl-reason"); !strings.Contains(got, "4 of 4") {
 		t.Fatalf("the dead letter found says %q", got)
