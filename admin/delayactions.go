@@ -250,3 +250,77 @@ func (i *Inspector) Cancel(ctx context.Context, key string, f DelayFilter, opts 
 	}
 	return res, nil
 }
+
+// memberScan is how many members one ZSCAN of DelayedMember asks for.
+const memberScan = 1000
+
+// DelayedMember returns the member of the durable delay set key named by handle (its
+// Handle, or the whole member), decoded as DelayedMembers decodes it: the first member
+// found whose handle it is. It scans the set with ZSCAN MATCH, memberScan members a
+// call, so each call costs O(memberScan) whatever the set holds. A member the set does
+// not hold is an error wrapping ErrMemberNotFound.
+func (i *Inspector) DelayedMember(ctx context.Context, key, handle string) (*DelayedMember, error) {
+	if err := i.mustBe(ctx, key, "zset", "delay set", true); err != nil {
+		return nil, err
+	}
+	pattern := globEscape(handle) + "*"
+	var cursor uint64
+	for {
+		kv, next, err := i.rdb.ZScan(ctx, key, cursor, pattern, memberScan).Result()
+		if err != nil {
+			return nil, fmt.Errorf("admin: delay set %q: zscan: %w", key, err)
+		}
+		for k := 0; k+1 < len(kv); k += 2 {
+			d := delayedMemberOf(redis.Z{Member: kv[k]})
+			if d.Handle != handle && d.Member != handle {
+				continue
+			}
+			score, err := i.rdb.ZScore(ctx, key, d.Member).Result()
+			if errors.Is(err, redis.Nil) {
+				continue // swept meanwhile
+			}
+			if err != nil {
+				return nil, fmt.Errorf("admin: delay set %q: zscore: %w", key, err)
+			}
+			d.Due = time.UnixMilli(int64(score))
+			return &d, nil
+		}
+		if cursor = next; cursor == 0 {
+			return nil, fmt.Errorf("%w: delay set %q has no member %q", ErrMemberNotFound, key, handle)
+		}
+	}
+}
+
+// globEscape escapes the glob characters of s for a MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// DelayedPage returns the members of the durable delay set key from position offset
+// (0: the earliest due) on, at most limit of them (1 to MaxPendingPage), each decoded
+// where it decodes: one ZRANGE, a page of a set of any size. A missing key is an empty
+// set.
+func (i *Inspector) DelayedPage(ctx context.Context, key string, offset, limit int64) ([]DelayedMember, error) {
+	if offset < 0 || limit <= 0 || limit > MaxPendingPage {
+		return nil, fmt.Errorf("admin: delay set %q: page at %d of %d: want an offset from 0 and a limit of 1 to %d", key, offset, limit, MaxPendingPage)
+	}
+	if err := i.mustBe(ctx, key, "zset", "delay set", true); err != nil {
+		return nil, err
+	}
+	zs, err := i.rdb.ZRangeWithScores(ctx, key, offset, offset+limit-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: delay set %q: zrange %d %d: %w", key, offset, offset+limit-1, err)
+	}
+	out := make([]DelayedMember, len(zs))
+	for k, z := range zs {
+		out[k] = delayedMemberOf(z)
+	}
+	return out, nil
+}

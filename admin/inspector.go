@@ -13,6 +13,9 @@
 // [Inspector.ReliableList] (a reliable list: length, each consumer's
 // processing list, heartbeat alive or orphaned), and [Inspector.ListDeadLetterSummary]
 // and [Inspector.ListDeadLetters] (a dead-letter list, its members named by index).
+// [Inspector.Find] answers "where is this message?": given an id, an origin id or a
+// header name=value, it lists every copy of the message across a mount's stream, delay
+// set, dead letter and replies, reading a bounded range of each and saying which.
 // "Now" is the Redis server's TIME, never this host's clock.
 //
 // # Actions

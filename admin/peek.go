@@ -73,3 +73,23 @@ func (i *Inspector) Peek(ctx context.Context, key, id string, codec settle.Codec
 func Show(payload []byte, codec settle.Codec) (format, shown, decodeErr string) {
 	return show.Payload(payload, codec)
 }
+
+// PeekCut is Peek with each field read cut to PageCut bytes in Redis, as a listing
+// reads them: Entry.Cut says whether anything was cut and Entry.Size how large the
+// payload is (Inspector.PayloadChunk reads the whole). A page showing one entry costs
+// O(PageCut) whatever the entry holds.
+func (i *Inspector) PeekCut(ctx context.Context, key, id string, codec settle.Codec) (*Peeked, error) {
+	if err := i.mustBe(ctx, key, "stream", "stream", false); err != nil {
+		return nil, err
+	}
+	ces, err := i.xrangeCut(ctx, key, id, id, 1, PageCut, false)
+	if err != nil {
+		return nil, fmt.Errorf("admin: stream %q: entry %q: %w", key, id, err)
+	}
+	if len(ces) == 0 {
+		return nil, fmt.Errorf("%w: stream %q has no entry %s", ErrEntryNotFound, key, id)
+	}
+	p := &Peeked{Entry: deadLetterOf(key, ces[0]).Entry}
+	p.Format, p.Shown, p.DecodeError = Show(p.Payload, codec)
+	return p, nil
+}

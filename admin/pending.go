@@ -457,3 +457,24 @@ func (i *Inspector) PendingIDs(ctx context.Context, key, group, consumer string)
 		f.After = page[len(page)-1].ID
 	}
 }
+
+// Pending returns the pending entry id of the stream key's group group: the consumer
+// holding it, its idle time and its deliveries (one XPENDING). An entry that is not
+// pending there is an error wrapping ErrNotPending; a missing key or group is refused
+// as PendingEntries refuses it.
+func (i *Inspector) Pending(ctx context.Context, key, group, id string) (*PendingEntry, error) {
+	if !entryIDRe.MatchString(id) {
+		return nil, fmt.Errorf("admin: %q is not an entry id (<ms>-<seq>)", id)
+	}
+	if err := i.mustHaveGroup(ctx, key, group); err != nil {
+		return nil, err
+	}
+	ext, err := i.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: stream %q group %q: xpending %s: %w", key, group, id, err)
+	}
+	if len(ext) == 0 {
+		return nil, fmt.Errorf("%w: entry %s of stream %q is not pending in group %q", ErrNotPending, id, key, group)
+	}
+	return &PendingEntry{Consumer: ext[0].Consumer, Deliveries: ext[0].RetryCount, ID: id, Idle: ext[0].Idle}, nil
+}

@@ -18,6 +18,10 @@ type StreamInfo struct {
 	// ReclaimIdle: their process probably died, and a Stream mount's reclaim takes their
 	// entries over.
 	Dead []string
+	// EntriesAdded is how many entries were ever added to the stream (XINFO STREAM
+	// entries-added; 0 where the server does not say): its change over time is the rate
+	// producers write at.
+	EntriesAdded int64
 	// EntriesRead is how many entries the group has read (XINFO GROUPS entries-read; 0
 	// where the server does not say).
 	EntriesRead int64
@@ -85,10 +89,10 @@ func ReclaimIdle(d time.Duration) StreamOption {
 	return streamOptionFunc(func(c *streamConfig) { c.reclaimIdle = d })
 }
 
-// Stream returns the stream key and its consumer group, read with XLEN, XINFO GROUPS,
-// XPENDING, XINFO CONSUMERS and EXISTS of its control key (not one snapshot: each figure is as of its own
-// command). A missing key, a key that is not a stream, or a group the stream does not
-// have is an error naming it.
+// Stream returns the stream key and its consumer group, read with XLEN, XINFO STREAM,
+// XINFO GROUPS, XPENDING, XINFO CONSUMERS and EXISTS of its control key (not one
+// snapshot: each figure is as of its own command). A missing key, a key that is not a
+// stream, or a group the stream does not have is an error naming it.
 func (i *Inspector) Stream(ctx context.Context, key, group string, opts ...StreamOption) (*StreamInfo, error) {
 	cfg := streamConfig{reclaimIdle: settle.DefaultReclaim}
 	for _, o := range opts {
@@ -104,6 +108,11 @@ func (i *Inspector) Stream(ctx context.Context, key, group string, opts ...Strea
 	if info.Length, err = i.rdb.XLen(ctx, key).Result(); err != nil {
 		return nil, fmt.Errorf("admin: stream %q: xlen: %w", key, err)
 	}
+	xs, err := i.rdb.XInfoStream(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: stream %q: xinfo stream: %w", key, err)
+	}
+	info.EntriesAdded = xs.EntriesAdded
 	groups, err := i.rdb.XInfoGroups(ctx, key).Result()
 	if err != nil {
 		return nil, fmt.Errorf("admin: stream %q: xinfo groups: %w", key, err)

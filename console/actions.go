@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -84,28 +85,7 @@ func (c *Console) mountAction(w http.ResponseWriter, r *http.Request) {
 		}
 		c.pendingAction(w, r, m, action, back)
 	case "promote":
-		handles := r.PostForm["member"]
-		if m.Delayed == "" || len(handles) == 0 {
-			c.fail(w, r, http.StatusBadRequest, "Nothing to promote", fmt.Errorf("name a member of the delay set of mount %q", m.Name))
-			return
-		}
-		res, err := insp.Promote(ctx, m.Delayed, admin.DelayFilter{Members: handles})
-		if err != nil {
-			c.fail(w, r, http.StatusBadRequest, "Promote refused", err)
-			return
-		}
-		c.log.Info("settle console: promote", "mount", m.Name, "key", m.Delayed, "promoted", len(res.Done))
-		rp := resultPage{Back: back, Summary: fmt.Sprintf("Promoted %d delayed %s of %s: due now, swept back by the next read.", len(res.Done), plural(len(res.Done), "retry", "retries"), m.Delayed)}
-		for _, d := range res.Done {
-			rp.Lines = append(rp.Lines, "promoted "+d.Handle)
-		}
-		for _, h := range res.Due {
-			rp.Lines = append(rp.Lines, h+" was due already")
-		}
-		for _, h := range res.Gone {
-			rp.Lines = append(rp.Lines, h+" was gone (swept back or cancelled)")
-		}
-		c.result(w, r, m.Name, rp)
+		c.promoteAction(w, r, m, back)
 	default:
 		c.fail(w, r, http.StatusNotFound, "No such action", errNotFound("action", action))
 	}
@@ -377,4 +357,102 @@ func (c *Console) pendingAction(w http.ResponseWriter, r *http.Request, m Mount,
 // entries is "1 pending entry", "3 pending entries".
 func entries(n int) string {
 	return fmt.Sprintf("%d %s", n, plural(n, "pending entry", "pending entries"))
+}
+
+// maxPromoteAll bounds the members "promote all" names in its confirmation: past it, the
+// earliest due are promoted and the confirmation says how many remain.
+const maxPromoteAll = 10_000
+
+// promoteAction promotes the members of m's delay set the form names (member, ticked or
+// one), or all of them (scope "all": the earliest maxPromoteAll): first a confirmation
+// naming them, then, with confirm=yes, Promote on exactly those members.
+func (c *Console) promoteAction(w http.ResponseWriter, r *http.Request, m Mount, back string) {
+	ctx := r.Context()
+	insp := c.opts.Admin
+	handles := r.PostForm["member"]
+	if m.Delayed == "" {
+		c.fail(w, r, http.StatusBadRequest, "Nothing to promote", fmt.Errorf("mount %q has no delay set", m.Name))
+		return
+	}
+	more := int64(0)
+	if r.PostFormValue("scope") == "all" && r.PostFormValue("confirm") != "yes" {
+		members, err := insp.DelayedMembers(ctx, m.Delayed, maxPromoteAll)
+		if err != nil {
+			c.fail(w, r, http.StatusBadGateway, "Cannot read the delay set of "+m.Name, err)
+			return
+		}
+		handles = handles[:0]
+		for _, d := range members {
+			handles = append(handles, d.Handle)
+		}
+		if info, err := insp.DelaySet(ctx, m.Delayed); err == nil {
+			more = info.Size - int64(len(handles))
+		}
+	}
+	if len(handles) == 0 {
+		c.fail(w, r, http.StatusBadRequest, "Nothing to promote", fmt.Errorf("tick members of the delay set of mount %q, or promote all", m.Name))
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		fields := make([]header, len(handles))
+		for k, h := range handles {
+			fields[k] = header{"member", h}
+		}
+		what := fmt.Sprintf("make %s of %s due now: the next read sweeps them back", countOf(len(handles), "delayed retry"), m.Delayed)
+		if more > 0 {
+			what += fmt.Sprintf(" (%d more, due later, stay)", more)
+		}
+		c.confirm(w, r, m.Name, confirmPage{Action: c.path("mounts", m.Name, "promote"), Back: back, Count: len(handles), Fields: fields, IDs: handles, Verb: "Promote", What: what})
+		return
+	}
+	res, err := insp.Promote(ctx, m.Delayed, admin.DelayFilter{Members: handles})
+	if errors.Is(err, admin.ErrMemberNotFound) {
+		// Swept or cancelled since the confirmation: promote those still there.
+		res, err = c.promoteThere(r, m, handles)
+	}
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "Promote refused", err)
+		return
+	}
+	c.log.Info("settle console: promote", "mount", m.Name, "key", m.Delayed, "promoted", len(res.Done))
+	rp := resultPage{Back: back, Summary: fmt.Sprintf("Promoted %d delayed %s of the %d confirmed, of %s: due now, swept back by the next read.%s", len(res.Done), plural(len(res.Done), "retry", "retries"), len(handles), m.Delayed, meanwhileNote(len(res.Gone)))}
+	for _, d := range res.Done {
+		rp.Lines = append(rp.Lines, "promoted "+d.Handle)
+	}
+	for _, h := range res.Due {
+		rp.Lines = append(rp.Lines, h+" was due already")
+	}
+	for _, h := range res.Gone {
+		rp.Lines = append(rp.Lines, h+" was gone (swept back or cancelled)")
+	}
+	c.result(w, r, m.Name, rp)
+}
+
+// promoteThere promotes those of handles still in m's delay set (read once, as Promote
+// reads it), the others reported gone.
+func (c *Console) promoteThere(r *http.Request, m Mount, handles []string) (*admin.DelayResult, error) {
+	members, err := c.opts.Admin.DelayedMembers(r.Context(), m.Delayed, 0)
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	for _, d := range members {
+		held[d.Handle], held[d.Member] = true, true
+	}
+	var there, gone []string
+	for _, h := range handles {
+		if held[h] {
+			there = append(there, h)
+		} else {
+			gone = append(gone, h)
+		}
+	}
+	res := &admin.DelayResult{Key: m.Delayed}
+	if len(there) > 0 {
+		if res, err = c.opts.Admin.Promote(r.Context(), m.Delayed, admin.DelayFilter{Members: there}); err != nil {
+			return nil, err
+		}
+	}
+	res.Gone = append(res.Gone, gone...)
+	return res, nil
 }

@@ -2,13 +2,16 @@ package console_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/admin"
@@ -93,7 +96,7 @@ func eval[T any](b *browser, js string) T {
 }
 
 // readmeShots are the screenshots the README shows (docs/NAME.png).
-var readmeShots = map[string]bool{"console-overview": true, "console-deadletter": true}
+var readmeShots = map[string]bool{"console-overview": true, "console-deadletter": true, "console-charts": true, "console-charts-narrow": true, "console-find": true, "console-find-narrow": true, "console-mount": true, "console-mount-narrow": true}
 
 // shot writes a full-page PNG of what the browser shows as name.png in the test's temp
 // dir (and, for the README's, in $SETTLE_CONSOLE_SCREENSHOTS), and logs its paths.
@@ -281,4 +284,124 @@ func TestBrowserSignsInWithTheTokenThenActs(t *testing.T) {
 	if !w.paused(t) {
 		t.Fatal("signed in, the pause button paused nothing")
 	}
+}
+
+// TestBrowserDrawsTheLastHourFindsAMessageEverywhereReleasesAndPromotesAll drives the
+// charts, the search and the actions where an operator looks, at 1280 and 390 px.
+func TestBrowserDrawsTheLastHourFindsAMessageEverywhereReleasesAndPromotesAll(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skip("the browser test needs " + chromium + " (apt-get install -y chromium)")
+	}
+	w := newWorld(t)
+	w.seed(t)
+	origin, deadLetter := w.wander(t)
+	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)}
+	c, srv, _ := w.serveConsole(t, console.Options{Prefix: "/settle", Clock: clock.Now})
+	base := srv.URL + "/settle/"
+	// The refunds ran; now a consumer reads 3 more in each of three 5 s samples and
+	// crashes holding them.
+	pub := settle.NewPublisher(w.rdb)
+	for k := range 3 {
+		c.Sample(w.ctx)
+		clock.Advance(5 * time.Second)
+		for n := range 3 {
+			if _, err := pub.Publish(w.ctx, w.in, Refund{AmountCents: 100, Card: "4999-held", ID: uint64(900 + 3*k + n)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.rdb.XReadGroup(w.ctx, &redis.XReadGroupArgs{Group: w.group, Consumer: "crashed", Streams: []string{w.in, ">"}, Count: 3, Block: -1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Sample(w.ctx)
+	b := newBrowser(t)
+
+	// The charts, drawn with data, on the overview and the mount's page.
+	b.do("open the overview", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#overview-charts")))
+	if n := eval[int](b, `document.querySelectorAll("#overview-charts svg.spark path.line").length`); n < 4 {
+		t.Fatalf("the overview draws %d sparklines, want the mount's charts", n)
+	}
+	if got := b.text("#m0-pending .last"); got != "9" {
+		t.Fatalf("the overview's pending chart ends at %q, want 9", got)
+	}
+	b.shot("console-charts")
+	b.do("narrow", chromedp.EmulateViewport(390, 844))
+	b.shot("console-charts-narrow")
+	b.do("wide", chromedp.EmulateViewport(1280, 900))
+
+	// Find the message retried twice and parked: its first delivery, two retry copies,
+	// the parked copy; then, dead-lettered, the dead letter too.
+	b.do("search by origin id", chromedp.SendKeys(chromedp.CSS("#top-q"), origin+"\r"), chromedp.WaitVisible(chromedp.CSS("#find-places")))
+	kinds := func() string {
+		return strings.Join(eval[[]string](b, `Array.from(document.querySelectorAll("#find-places tbody tr[data-kind]")).map(r => r.dataset.kind)`), " ")
+	}
+	if got := kinds(); got != "settled settled settled delayed" {
+		t.Fatalf("the search while parked shows %q", got)
+	}
+	deadLetter()
+	b.do("search again", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#find-places")))
+	if got := kinds(); got != "settled settled settled settled dead-letter" {
+		t.Fatalf("the search after the dead letter shows %q", got)
+	}
+	b.shot("console-find")
+	b.do("narrow find", chromedp.EmulateViewport(390, 844))
+	if over := eval[bool](b, `document.documentElement.scrollWidth > window.innerWidth`); over {
+		t.Fatalf("at 390 px the search's answer scrolls sideways (%d px wide)", eval[int](b, `document.documentElement.scrollWidth`))
+	}
+	b.shot("console-find-narrow")
+	b.do("wide find", chromedp.EmulateViewport(1280, 900))
+	b.do("open the dead letter from the search", chromedp.Click(chromedp.CSS(`#find-places tr[data-kind="dead-letter"] a`)), chromedp.WaitVisible(chromedp.CSS("#payload")))
+	if got := b.text("#dl-reason"); !strings.Contains(got, "4 of 4") {
+		t.Fatalf("the dead letter found says %q", got)
+	}
+
+	// Release the crashed consumer's entries, ticked, from the mount's page.
+	b.do("open the mount", chromedp.Navigate(base+"mounts/refunds"), chromedp.WaitVisible(chromedp.CSS("#pending-entries")))
+	if got := b.text("#pending-shown"); got != "9 of 9" {
+		t.Fatalf("the pending entries say %q, want 9 of 9", got)
+	}
+	b.do("tick all and release",
+		chromedp.Click(chromedp.CSS(`#pending-entries thead .select-all`)),
+		chromedp.Click(chromedp.CSS("#release-selected")), chromedp.WaitVisible(chromedp.CSS("#confirm-count")))
+	if got := b.text("#confirm-count"); got != "9" {
+		t.Fatalf("the release confirms %s, want 9", got)
+	}
+	b.do("confirm the release", chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")))
+	if got := b.text("#result"); !strings.Contains(got, "Released 9 pending entries of the 9 confirmed") {
+		t.Fatalf("the release says %q", got)
+	}
+
+	// Promote every parked member from the page.
+	b.do("back to the mount", chromedp.Navigate(base+"mounts/refunds"), chromedp.WaitVisible(chromedp.CSS("#delay-members")))
+	b.do("narrow mount", chromedp.EmulateViewport(390, 844))
+	if over := eval[bool](b, `document.documentElement.scrollWidth > window.innerWidth`); over {
+		t.Fatalf("at 390 px the mount's page scrolls sideways (%d px wide)", eval[int](b, `document.documentElement.scrollWidth`))
+	}
+	b.shot("console-mount-narrow")
+	b.do("wide mount", chromedp.EmulateViewport(1280, 900))
+	b.shot("console-mount")
+	b.do("promote all", chromedp.Click(chromedp.CSS("#promote-all")), chromedp.WaitVisible(chromedp.CSS("#confirm-count")))
+	if got := b.text("#confirm-count"); got != strconv.Itoa(len(busyCards)) {
+		t.Fatalf("promote all confirms %s, want the %d parked", got, len(busyCards))
+	}
+	b.do("confirm the promotion", chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")))
+	info, err := admin.NewInspector(w.rdb).DelaySet(w.ctx, w.delayed)
+	if err != nil || info.Overdue != int64(len(busyCards)) {
+		t.Fatalf("after promote all: %+v, %v; want every member due", info, err)
+	}
+
+	// Given a Prometheus (a fake of its HTTP API), the charts come from its scrape of
+	// settleotel's metrics, over the range picked.
+	ps := httptest.NewServer(&fakeProm{})
+	t.Cleanup(ps.Close)
+	_, promSrv, _ := w.serveConsole(t, console.Options{Prefix: "/settle", Clock: clock.Now, Prometheus: ps.URL})
+	b.do("open the mount with Prometheus", chromedp.Navigate(promSrv.URL+"/settle/mounts/refunds"), chromedp.WaitVisible(chromedp.CSS("#chart-ranges")),
+		chromedp.Click(chromedp.CSS(`#chart-ranges a[href$="range=6h"]`)), chromedp.WaitVisible(chromedp.CSS(`#chart-ranges a[aria-current][href$="range=6h"]`)))
+	if got := b.text("#charts-h"); got != "The last 6h" {
+		t.Fatalf("the charts' heading says %q, want The last 6h", got)
+	}
+	if got := b.text("#m-lag .last"); got != "–" || eval[int](b, `document.querySelectorAll("#m-settled-ack path.line, #m-settled-dead_letter path.line").length`) != 2 {
+		t.Fatalf("the charts from Prometheus: backlog ends at %q; want the settlements by action drawn", got)
+	}
+	b.shot("console-prometheus")
 }

@@ -27,6 +27,15 @@
 // purge first show how many entries they will move and ask again; a replay is the
 // API's atomic, resumable replay; a list view never shows more than one bounded page
 // (Options.PageSize, at most MaxPageSize), paged by id.
+//
+// The search box on every page finds a message by an entry id, its origin id or a header
+// name=value (admin.Inspector.Find) and links each of its copies to its page. The
+// overview and each mount's page draw the last hour (Options.SampleWindow) of backlog,
+// pending, delayed, dead letters and the rates of reads, writes and dead letters as
+// server-rendered SVG sparklines, numbers beside them, from the samples Console.Run
+// takes every Options.SampleEvery (in a bounded ring of SampleWindow / SampleEvery
+// samples a mount): start Run beside the server. Given Options.Prometheus, they are
+// drawn from settleotel's metrics over a range the page picks instead.
 package console
 
 import (
@@ -82,6 +91,8 @@ type Options struct {
 	// Auth asks who is there: a token login or basic auth. Defaults to none (the
 	// service authenticates in front of the console).
 	Auth Auth
+	// Clock is the clock the samples are taken by. Defaults to time.Now.
+	Clock func() time.Time
 	// Codec decodes payloads for display. Defaults to settle.Msgpack.
 	Codec settle.Codec
 	// Inboxes are the SQL inboxes to show.
@@ -97,11 +108,26 @@ type Options struct {
 	// Prefix is the path the console is served under ("/settle": its overview is
 	// "/settle/"), which the service's mux routes to it. Defaults to "": the root.
 	Prefix string
+	// Prometheus is the address of a Prometheus (its HTTP API: "http://prom:9090") that
+	// scrapes settleotel's metrics of the mounts: the charts are then drawn from it over
+	// a range the page chooses (15m, 1h, 6h, 24h), settlements a second by action
+	// included, instead of from the console's own samples (drawn when it fails).
+	// Defaults to "": the samples.
+	Prometheus string
+	// PrometheusClient queries Prometheus. Defaults to http.DefaultClient.
+	PrometheusClient *http.Client
 	// ReadOnly hides every action and refuses every POST with 403 Forbidden.
 	ReadOnly bool
 	// Refresh is how often the overview reloads itself; negative: never. Defaults to
 	// DefaultRefresh.
 	Refresh time.Duration
+	// SampleEvery is how often Console.Run samples every mount and inbox for the charts
+	// of the last SampleWindow; negative: never (Run returns at once). Defaults to
+	// DefaultSampleEvery.
+	SampleEvery time.Duration
+	// SampleWindow is how far back the charts reach: SampleWindow / SampleEvery samples
+	// of each mount are kept, no more. Defaults to DefaultSampleWindow.
+	SampleWindow time.Duration
 }
 
 // Mount is one Redis mount: the keys one settle mount reads and writes.
@@ -122,6 +148,9 @@ type Mount struct {
 	// ReclaimIdle is the idle past which a consumer holding entries counts as dead
 	// (the mount's settle.Reclaim). Defaults to settle.DefaultReclaim.
 	ReclaimIdle time.Duration
+	// Replies name the streams its handlers reply to: the search finds the replies to a
+	// message there. Defaults to none.
+	Replies []string
 }
 
 // isStream reports whether m reads a stream's consumer group.
@@ -143,6 +172,7 @@ type Inbox struct {
 
 // Console is the web console: an http.Handler. It is safe for concurrent use.
 type Console struct {
+	history  *history
 	inboxes  []Inbox
 	log      *slog.Logger
 	mounts   []Mount
@@ -224,6 +254,14 @@ func New(o Options) (*Console, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	every, window := o.SampleEvery, o.SampleWindow
+	if every <= 0 {
+		every = DefaultSampleEvery
+	}
+	if window <= 0 {
+		window = DefaultSampleWindow
+	}
+	c.history = newHistory(every, window)
 	c.secret = make([]byte, 32)
 	_, _ = rand.Read(c.secret) // crypto/rand.Read never fails (Go 1.24+)
 	p, err := parsePages()
@@ -239,6 +277,14 @@ func New(o Options) (*Console, error) {
 // ServeHTTP serves the console's pages under Options.Prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.handler.ServeHTTP(w, r)
+}
+
+// now is the time of a sample: Options.Clock, else the host's.
+func (c *Console) now() time.Time {
+	if c.opts.Clock != nil {
+		return c.opts.Clock()
+	}
+	return time.Now()
 }
 
 // mount returns the mount named name.

@@ -50,8 +50,8 @@ func TestMountPageFiltersDeadLettersByReasonAndCountsThemByReason(t *testing.T) 
 	if !strings.Contains(body, `<span class="badge ok">alive</span>`) && !strings.Contains(body, "worker-1") {
 		t.Fatalf("the consumers are not shown:\n%s", body)
 	}
-	if strings.Count(body, "aria-label=\"Promote ") != len(busyCards) {
-		t.Fatalf("the delay set's %d members are not listed with a promote button:\n%s", len(busyCards), body)
+	if strings.Count(body, "<tr data-member=") != len(busyCards) || !strings.Contains(body, `id="promote-all"`) {
+		t.Fatalf("the delay set's %d members are not listed with their promote buttons:\n%s", len(busyCards), body)
 	}
 	if status, body := get(t, cl, srv.URL+"/mounts/refunds?since=yesterday"); status != http.StatusBadRequest || !strings.Contains(body, `since &#34;yesterday&#34; is not a time`) {
 		t.Fatalf("a since that does not parse: %d, want 400 naming it:\n%s", status, body)
@@ -249,7 +249,14 @@ func TestPromoteMakesADelayedRetryDueNow(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no delayed member to promote:\n%s", body)
 	}
-	if status, body := post(t, cl, srv.URL+"/mounts/refunds/promote", url.Values{"csrf": {token(t, body)}, "member": {m[1]}}); status != http.StatusOK || !strings.Contains(body, "Promoted 1 delayed retry") {
+	status, body := post(t, cl, srv.URL+"/mounts/refunds/promote", url.Values{"csrf": {token(t, body)}, "member": {m[1]}})
+	if status != http.StatusOK || !strings.Contains(body, `<strong id="confirm-count">1</strong>`) || !strings.Contains(body, "<code>"+m[1]+"</code>") {
+		t.Fatalf("promote asks no confirmation naming %s: %d:\n%s", m[1], status, body)
+	}
+	if _, body := get(t, cl, srv.URL+"/mounts/refunds"); strings.Contains(body, `<span class="badge warn">overdue</span>`) {
+		t.Fatal("the confirmation promoted the member")
+	}
+	if status, body := post(t, cl, srv.URL+"/mounts/refunds/promote", confirmation(t, body)); status != http.StatusOK || !strings.Contains(body, "Promoted 1 delayed retry of the 1 confirmed") {
 		t.Fatalf("promote = %d:\n%s", status, body)
 	}
 	if _, body := get(t, cl, srv.URL+"/mounts/refunds"); !strings.Contains(body, `<span class="badge warn">overdue</span>`) {

@@ -277,6 +277,10 @@ func TestTheOverviewPutsProblemsFirstInRed(t *testing.T) {
 	if !strings.Contains(page, `badge bad">dead`) || !strings.Contains(page, `id="consumer-rule"`) {
 		t.Fatalf("the stuck mount's page does not mark its consumer dead, or say how it judges:\n%s", page)
 	}
+	problems := strings.Index(page, `id="problems"`)
+	if problems < 0 || problems > strings.Index(page, `id="consumers-h"`) || !strings.Contains(page[problems:], `<tr data-consumer="crashed">`) || !strings.Contains(page[problems:], `class="release-consumer"`) {
+		t.Fatalf("the stuck mount's page does not put its dead consumer first, with the release of its entries:\n%s", page)
+	}
 	_, body := get(t, cl, srv.URL+"/")
 	first := strings.Index(body, `data-mount="stuck"`)
 	if first < 0 || first > strings.Index(body, `data-mount="refunds"`) {
@@ -308,7 +312,7 @@ func TestTheConsoleListsPendingEntriesAndActsOnAConsumersOrAll(t *testing.T) {
 	}
 	srv, cl := w.serve(t, console.Options{Mounts: []console.Mount{{Name: "jobs", Kind: console.KindStream, Key: in, Group: "g", DeadLetter: in + ".dlq"}}})
 	_, body := get(t, cl, srv.URL+"/mounts/jobs")
-	if n := strings.Count(body, "data-pending="); n != 5 || !strings.Contains(body, "<td>crashed</td>") {
+	if n := strings.Count(body, "data-pending="); n != 5 || !strings.Contains(body, `<td data-label="Consumer">crashed</td>`) {
 		t.Fatalf("the mount page lists %d pending entries, want 5 with their consumers:\n%s", n, body)
 	}
 	form := url.Values{"csrf": {token(t, body)}, "scope": {"consumer"}, "consumer": {"crashed"}}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -17,6 +18,11 @@ import (
 type mountPage struct {
 	// Base is the mount page's path, which its forms and links start with.
 	Base string
+	// Charts are its last hour, drawn (none before the first sample), or the range
+	// Prometheus drew.
+	Charts []chart
+	// ChartHead says where they come from.
+	ChartHead chartHead
 	// Dead is the page of dead letters the filter selects.
 	Dead []admin.DeadLetter
 	// Delay is its delay set (nil: none).
@@ -29,8 +35,20 @@ type mountPage struct {
 	First string
 	// List is its list (a list kind).
 	List *admin.ReliableListInfo
-	// Members are the first members of its delay set, earliest due (so overdue) first.
+	// Members are a page of the members of its delay set, earliest due (so overdue)
+	// first, from MembersFrom.
 	Members []member
+	// MembersFrom is the position of the first member shown (0: the earliest due).
+	MembersFrom int64
+	// MembersShown says which members the page shows: "51–100 of 3,000".
+	MembersShown string
+	// MembersNext and MembersPrev are the queries of the next and the previous page of
+	// members ("" where there is none).
+	MembersNext, MembersPrev string
+	// Problems say what needs an operator on this mount, first on its page.
+	Problems []string
+	// DeadConsumers are the consumers holding entries past the reclaim bound.
+	DeadConsumers []admin.ConsumerInfo
 	// Mount is the mount.
 	Mount Mount
 	// Next is the query of the next page ("" on the last).
@@ -59,6 +77,8 @@ type member struct {
 	Due time.Time
 	// Handle names it for Promote.
 	Handle string
+	// Href is its page.
+	Href string
 	// Overdue reports that it is due and not yet swept back.
 	Overdue bool
 }
@@ -98,17 +118,36 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, http.StatusBadGateway, "Cannot read the delay set of "+m.Name, err)
 			return
 		}
-		members, err := c.opts.Admin.DelayedMembers(ctx, m.Delayed, c.pageSize)
+		from, _ := strconv.ParseInt(r.FormValue("dfrom"), 10, 64)
+		from = max(from, 0)
+		members, err := c.opts.Admin.DelayedPage(ctx, m.Delayed, from, int64(c.pageSize))
 		if err != nil {
 			c.fail(w, r, http.StatusBadGateway, "Cannot read the delay set of "+m.Name, err)
 			return
 		}
+		p.MembersFrom = from
+		p.MembersShown = "0 of " + showNumber(p.Delay.Size)
+		if len(members) > 0 {
+			p.MembersShown = fmt.Sprintf("%s–%s of %s", showNumber(from+1), showNumber(from+int64(len(members))), showNumber(p.Delay.Size))
+		}
+		if next := from + int64(len(members)); next < p.Delay.Size {
+			p.MembersNext = p.Base + "?dfrom=" + strconv.FormatInt(next, 10) + "#delay-h"
+		}
+		if from > 0 {
+			p.MembersPrev = p.Base + "?dfrom=" + strconv.FormatInt(max(from-int64(c.pageSize), 0), 10) + "#delay-h"
+		}
 		for _, dm := range members {
 			p.Members = append(p.Members, member{
 				Attempts: dm.Headers[settle.HeaderRetryCount], Due: dm.Due, Handle: dm.Handle,
-				Overdue: !dm.Due.After(p.Delay.Now),
+				Href: p.Base + "/delayed?member=" + url.QueryEscape(dm.Handle), Overdue: !dm.Due.After(p.Delay.Now),
 			})
 		}
+	}
+	p.problems(m)
+	p.Charts = c.chartsOf(r, "mount:"+m.Name, m.Name, "m", &p.ChartHead)
+	c.ranges(&p.ChartHead, p.Base)
+	if n, over := c.deadGrowth("mount:" + m.Name); n > 0 {
+		p.Problems = append(p.Problems, fmt.Sprintf("the dead letter grew by %d in the last %s", n, showDuration(over)))
 	}
 	status := http.StatusOK
 	if m.DeadLetter != "" {
@@ -160,6 +199,28 @@ func (c *Console) deadPage(r *http.Request, m Mount, p *mountPage) error {
 	}
 	p.Dead = dls
 	return nil
+}
+
+// problems says what needs an operator on the mount m, as the overview does: dead
+// consumers holding entries, an overdue delay set.
+func (p *mountPage) problems(m Mount) {
+	rw := row{}
+	if p.Stream != nil {
+		rw.Lag = p.Stream.Lag
+		rw.streamState(p.Stream)
+		for _, ci := range p.Stream.Consumers {
+			if ci.Dead {
+				p.DeadConsumers = append(p.DeadConsumers, ci)
+			}
+		}
+	}
+	if p.List != nil {
+		rw.listState(m, p.List)
+	}
+	if p.Delay != nil && p.Delay.Overdue > 0 {
+		rw.Problems = append(rw.Problems, fmt.Sprintf("%d delayed %s overdue since %s (no read sweeps them back)", p.Delay.Overdue, plural(int(p.Delay.Overdue), "retry", "retries"), showDuration(p.Delay.OldestOverdue)))
+	}
+	p.Problems = rw.Problems
 }
 
 // adminFilter is the admin.Filter of the filter box f.

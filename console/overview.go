@@ -13,8 +13,16 @@ import (
 
 // row is one mount or inbox of the overview: its figures, -1 where it has none.
 type row struct {
+	// Charts are its last hour, drawn (none before the first sample).
+	Charts []chart
 	// Dead is how many dead letters it holds.
 	Dead int64
+	// EntriesAdded is how many entries were ever added to its stream, -1 where unknown:
+	// the write rate is its change over time.
+	EntriesAdded int64
+	// EntriesRead is how many entries its group has read (a stream kind), -1 where
+	// unknown: the read rate is its change over time.
+	EntriesRead int64
 	// Delayed is how many retries wait in its delay set.
 	Delayed int64
 	// Err says why its figures could not be read ("" when they were).
@@ -47,27 +55,42 @@ type row struct {
 	State string
 }
 
+// overviewPage is the overview's data: a row for each mount and inbox, and where their
+// charts come from.
+type overviewPage struct {
+	// Charts says where the charts come from.
+	Charts chartHead
+	// Rows are the mounts and inboxes, those with problems first.
+	Rows []row
+}
+
 // overview serves the overview: one row for each mount and each inbox.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var rows []row
-	for _, m := range c.mounts {
-		rows = append(rows, c.mountRow(r.Context(), m))
+	var head chartHead
+	for k, m := range c.mounts {
+		rw := c.mountRow(r.Context(), m)
+		rw.Charts = c.chartsOf(r, "mount:"+m.Name, m.Name, fmt.Sprintf("m%d", k), &head)
+		rows = append(rows, rw)
 	}
-	for _, ib := range c.inboxes {
-		rows = append(rows, c.inboxRow(r.Context(), ib))
+	for k, ib := range c.inboxes {
+		rw := c.inboxRow(r.Context(), ib)
+		rw.Charts = c.chartsOf(r, "inbox:"+ib.Name, "", fmt.Sprintf("i%d", k), &head)
+		rows = append(rows, rw)
 	}
+	c.ranges(&head, c.path())
 	// The mounts that need an operator first, in their order.
 	sort.SliceStable(rows, func(a, b int) bool { return len(rows[a].Problems) > 0 && len(rows[b].Problems) == 0 })
 	refresh := 0
 	if c.refresh > 0 {
 		refresh = max(1, int(c.refresh/time.Second))
 	}
-	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: rows, Refresh: refresh})
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: overviewPage{Charts: head, Rows: rows}, Refresh: refresh})
 }
 
 // mountRow reads the figures of the Redis mount m.
 func (c *Console) mountRow(ctx context.Context, m Mount) row {
-	rw := row{Name: m.Name, Kind: m.Kind, Href: c.path("mounts", m.Name), Dead: -1, Delayed: -1, Overdue: -1, Pending: -1}
+	rw := row{Name: m.Name, Kind: m.Kind, Href: c.path("mounts", m.Name), Dead: -1, Delayed: -1, EntriesAdded: -1, EntriesRead: -1, Overdue: -1, Pending: -1}
 	err := func() error {
 		if m.isStream() {
 			s, err := c.opts.Admin.Stream(ctx, m.Key, m.Group, admin.ReclaimIdle(m.ReclaimIdle))
@@ -75,6 +98,7 @@ func (c *Console) mountRow(ctx context.Context, m Mount) row {
 				return err
 			}
 			rw.Length, rw.Lag, rw.Pending, rw.OldestIdle = s.Length, s.Lag, s.Pending, s.OldestPendingIdle
+			rw.EntriesAdded, rw.EntriesRead = s.EntriesAdded, s.EntriesRead
 			if s.Paused {
 				rw.Paused = "paused"
 			}
@@ -202,7 +226,7 @@ func (c *Console) list(ctx context.Context, m Mount) (*admin.ReliableListInfo, e
 // inboxRow reads the figures of the inbox ib: its groups' rows added up, its dead
 // letters counted, its paused groups named.
 func (c *Console) inboxRow(ctx context.Context, ib Inbox) row {
-	rw := row{Name: ib.Name, Kind: "inbox", Href: c.path("inboxes", ib.Name), Overdue: -1, Dead: -1}
+	rw := row{Name: ib.Name, Kind: "inbox", Href: c.path("inboxes", ib.Name), Overdue: -1, Dead: -1, EntriesAdded: -1, EntriesRead: -1}
 	groups, err := c.groups(ctx, ib)
 	if err != nil {
 		rw.Err = err.Error()

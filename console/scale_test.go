@@ -142,6 +142,7 @@ func TestEveryPageIsBoundedAtAMillionDeadLetters(t *testing.T) {
 		{"/mounts/scale?after=1700000000000-499990", true}, {"/mounts/scale/dead/" + bigID, true},
 		{"/mounts/scale?since=2023-11-14T22:13:20", false}, {"/mounts/scale?error=matches+none", false},
 		{"/mounts/scale?reason=too+large", false},
+		{"/find?q=1700000000000-900000", false}, {"/find?q=settle-dead-reason%3Dtoo+large&since=2023-11-14T22:13:20", false},
 	}
 	for _, pg := range pages {
 		p := pg.path

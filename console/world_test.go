@@ -250,6 +250,13 @@ func (w *world) deadIDs(t *testing.T, reason string) []string {
 // when not given) on an httptest server and returns a client with a cookie jar.
 func (w *world) serve(t *testing.T, o console.Options) (*httptest.Server, *http.Client) {
 	t.Helper()
+	_, srv, cl := w.serveConsole(t, o)
+	return srv, cl
+}
+
+// serveConsole is serve, returning the console too (to Sample it).
+func (w *world) serveConsole(t *testing.T, o console.Options) (*console.Console, *httptest.Server, *http.Client) {
+	t.Helper()
 	if o.Admin == nil {
 		o.Admin = admin.NewInspector(w.rdb)
 	}
@@ -268,7 +275,7 @@ func (w *world) serve(t *testing.T, o console.Options) (*httptest.Server, *http.
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
-	return srv, &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return c, srv, &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // get fetches path and returns the status and body.
@@ -343,4 +350,53 @@ func seeded(t *testing.T, o console.Options) (*world, *httptest.Server, *http.Cl
 	w.seed(t)
 	srv, cl := w.serve(t, o)
 	return w, srv, cl
+}
+
+// wanderCard is the refund wander publishes: retried twice, parked, then dead-lettered.
+const wanderCard = "4555-wander-1"
+
+// wanderer fails a refund of wanderCard as a flaky processor would: again at once on
+// its first two attempts, an hour later on its third (parked in the delay set), for
+// good on its fourth; any other refund is acked.
+func wanderer(_ context.Context, m *settle.Message, r Refund) error {
+	if r.Card != wanderCard {
+		return nil
+	}
+	switch m.Attempt {
+	case 1, 2:
+		return settle.Retry(errors.New("processor busy"))
+	case 3:
+		return settle.RetryAfter(time.Hour, errors.New("processor down for maintenance"))
+	}
+	return errors.New("card account closed")
+}
+
+// wander publishes a refund of wanderCard and runs the refunds mount (cap 4, the delay
+// set, the dead letter) until it is parked, its third attempt failed. It returns the
+// refund's id (its origin id) and a function that promotes it and runs the mount until
+// its fourth attempt dead-letters it.
+func (w *world) wander(t *testing.T) (origin string, deadLetter func()) {
+	t.Helper()
+	origin, err := settle.NewPublisher(w.rdb).Publish(w.ctx, w.in, Refund{AmountCents: 4555, Card: wanderCard, ID: 4555}, settle.Header("order", "4555"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []settle.MountOption{settle.MaxAttempts(4), settle.DeadLetter(w.dead), settle.DelayIn(delayed.DurableZset{Key: w.delayed, TTL: 24 * time.Hour})}
+	w.runUntil(t, settle.Typed(wanderer), 0, 1, opts...)
+	return origin, func() {
+		t.Helper()
+		insp := admin.NewInspector(w.rdb)
+		members, err := insp.DelayedMembers(w.ctx, w.delayed, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range members {
+			if m.Headers[settle.HeaderOriginID] == origin {
+				if _, err := insp.Promote(w.ctx, w.delayed, admin.DelayFilter{Members: []string{m.Handle}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		w.runUntil(t, settle.Typed(wanderer), 1, 0, opts...)
+	}
 }

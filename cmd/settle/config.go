@@ -69,6 +69,8 @@ type mountConfig struct {
 	Kind string `json:"kind"`
 	// Name names the mount for --mount (defaults to its key).
 	Name string `json:"name"`
+	// Replies name the streams its handlers reply to (settle find looks there).
+	Replies []string `json:"replies"`
 }
 
 // The kinds of mount a config file names, as settle's constructors do.

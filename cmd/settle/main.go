@@ -3,8 +3,9 @@
 // source, show one decoded, replay or purge a filtered selection, export and import them
 // as NDJSON), a stream's consumer group and its pending entries (release one, dead-letter
 // one, prune idle consumers, seek the group), a durable delay set (promote or cancel
-// members), an inbox's groups and dead rows (settle inbox), and one screen of counts for
-// the keys it is pointed at or the mounts its config file names. Every view and action is a call of the library's operator
+// members), an inbox's groups and dead rows (settle inbox), one screen of counts for
+// the keys it is pointed at or the mounts its config file names, and where a message is
+// (settle find: every copy of it by an id, its origin id or a header). Every view and action is a call of the library's operator
 // API: github.com/settlekit/settle/admin, and the inbox's methods.
 //
 // Run it from the repository root with
@@ -43,8 +44,9 @@
 //	}
 //
 // A mount's kind is stream, claiming-stream, list or reliable-list; its key is
-// required, a stream kind needs its group and a list kind takes none; delayed and
-// dead_letter are optional; its name (for --mount) defaults to its key. A file with an
+// required, a stream kind needs its group and a list kind takes none; delayed,
+// dead_letter and replies (the streams its handlers reply to, which settle find
+// searches) are optional; its name (for --mount) defaults to its key. A file with an
 // unknown field, a mount of an unknown kind or without its key is refused (exit 1)
 // naming it. settle stats --config FILE with no keys shows every mount (and whether it
 // is paused) and every inbox group of the file; --mount NAME one mount. settle web

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,7 @@ type webFlags struct {
 	authFile   string
 	dsn        string
 	prefix     string
+	prometheus string
 	readOnly   bool
 	reclaim    time.Duration
 }
@@ -79,6 +81,7 @@ nothing), and refuses cross-origin POSTs. --read-only hides and refuses every ac
 	fs.StringVar(&wf.authFile, "auth-file", "", "read the credentials from `FILE`: a token, or user:password (default $"+EnvWebAuth+")")
 	fs.StringVar(&wf.dsn, "dsn", "", "database `DSN` of the inboxes (default $"+EnvDSN+", else the dsn of --config)")
 	fs.StringVar(&wf.prefix, "prefix", "", "serve the console under this `PATH` (e.g. /settle)")
+	fs.StringVar(&wf.prometheus, "prometheus", "", "draw the charts from this Prometheus `URL` (settleotel's metrics, over a range the page picks) instead of the console's samples")
 	fs.BoolVar(&wf.readOnly, "read-only", false, "hide every action and refuse every POST")
 	fs.DurationVar(&wf.reclaim, "reclaim", 0, "the idle past which a consumer holding entries counts as dead (default settle.DefaultReclaim)")
 	return c
@@ -94,7 +97,7 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 	if err != nil {
 		return err
 	}
-	o := console.Options{AllowedHosts: wf.allowHosts, Auth: auth, Prefix: wf.prefix, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{ReplaceAttr: scrubAttr}))}
+	o := console.Options{AllowedHosts: wf.allowHosts, Auth: auth, Prefix: wf.prefix, Prometheus: wf.prometheus, ReadOnly: wf.readOnly, Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{ReplaceAttr: scrubAttr}))}
 	if err := exposure(wf, auth, a.stderr); err != nil {
 		return err
 	}
@@ -106,7 +109,7 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 		for _, mc := range fc.Mounts {
 			o.Mounts = append(o.Mounts, console.Mount{
 				DeadLetter: mc.DeadLetter, Delayed: mc.Delayed, Group: mc.Group, Key: mc.Key,
-				Kind: mc.Kind, Name: mc.Name, ReclaimIdle: wf.reclaim,
+				Kind: mc.Kind, Name: mc.Name, ReclaimIdle: wf.reclaim, Replies: mc.Replies,
 			})
 		}
 	}
@@ -140,14 +143,20 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 	fmt.Fprintf(a.stdout, "settle console on http://%s%s/\n", ln.Addr(), wf.prefix)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// The console samples every mount for its charts of the last hour while it serves.
+	sctx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Go(func() { _ = c.Run(sctx) })
+	defer sampling.Wait()
+	defer stopSampling()
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), webShutdown)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), webShutdown)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Shutdown(dctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("stop serving %s: %w", ln.Addr(), err)
 	}
 	return nil
