@@ -2,7 +2,6 @@ package settle
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -405,9 +404,11 @@ func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Out
 // again; its handler already ran and decided, so the engine writes that settlement
 // again (settleAgain) instead of running the handler once more: a failed write spends
 // no attempt, and a transport that counts unsettled deliveries does not make the cap
-// look reached "by deliveries that never settled". A success forgets the id; the map is
-// bounded (a write that did apply although its answer was lost leaves an id that never
-// comes back).
+// look reached "by deliveries that never settled". A transport that names each delivery
+// anew (a reliable list) never matches: its handler runs again, at the same attempt (a
+// re-read of its own processing list counts nothing). A success forgets the id; the
+// map is bounded (a write that did apply although its answer was lost leaves an id that
+// never comes back).
 type failedSettles struct {
 	mu   sync.Mutex
 	m    map[string]failedSettle
@@ -425,19 +426,9 @@ type failedSettle struct {
 // messages run their handler again when they come back).
 const maxFailedSettles = 10_000
 
-// failKey names d's message across its deliveries: its ID, or a digest of its
-// Identity (a list item's value, which may be large).
-func failKey(d *source.Delivery) string {
-	if d.Identity == "" {
-		return d.ID
-	}
-	sum := sha256.Sum256([]byte(d.Identity))
-	return "identity:" + string(sum[:])
-}
-
 // add records ev, a failed settlement of d, and returns how many times it failed.
 func (f *failedSettles) add(d *source.Delivery, ev Settled) int {
-	id := failKey(d)
+	id := d.ID
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil || len(f.m) >= maxFailedSettles {
@@ -455,10 +446,9 @@ func (f *failedSettles) get(d *source.Delivery) (failedSettle, bool) {
 	if f.size.Load() == 0 {
 		return failedSettle{}, false
 	}
-	id := failKey(d)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r, ok := f.m[id]
+	r, ok := f.m[d.ID]
 	return r, ok
 }
 
@@ -473,7 +463,7 @@ func (f *failedSettles) forget(d *source.Delivery) {
 	if f.size.Load() == 0 {
 		return
 	}
-	id := failKey(d)
+	id := d.ID
 	f.mu.Lock()
 	delete(f.m, id)
 	f.size.Store(int64(len(f.m)))

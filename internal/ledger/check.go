@@ -117,7 +117,9 @@ func completes(action string) bool {
 //     its ack was reported failed and no delivery followed (the reply was lost, not the
 //     ack), that ack (StateAckedUnconfirmed); several only when explained by an expiry;
 //   - no run starts after an applied final settlement of the message;
-//   - every run ends in a settlement, unless its process was killed;
+//   - every run ends in a settlement, unless its process was killed; a settlement whose
+//     write failed may be written again without a run, in the same process, for the
+//     same delivery, attempt and action (the message came back): it is then the run's;
 //   - the duplicates (runs beyond the first and those the applied retries asked for) are
 //     at most the crashes, failed settlements and expiries that explain them; fewer runs
 //     than asked only when a process was killed after the last retry (the delivery died
@@ -140,7 +142,8 @@ func Check(in Input) Report {
 		delivery string
 		attempt  int
 	}
-	open := map[key][]*run{} // runs of a delivery in a process, awaiting outcome/settlement
+	open := map[key][]*run{}   // runs of a delivery in a process, awaiting outcome/settlement
+	failedAt := map[key]*run{} // the last run of a delivery in a process whose settlement failed
 	byDelivery := map[string]string{}
 	var orphanSettles []Event
 
@@ -174,9 +177,21 @@ func Check(in Input) Report {
 			if rs := open[k]; len(rs) > 0 {
 				ev := e
 				rs[0].settle = &ev
+				if ev.Err != "" {
+					failedAt[k] = rs[0]
+				}
 				open[k] = rs[1:]
 				if len(open[k]) == 0 {
 					delete(open, k)
+				}
+			} else if r := failedAt[k]; r != nil && r.settle.Action == e.Action {
+				// The engine wrote again, without a handler run, the settlement whose
+				// write failed (the message came back to the same process): it is that
+				// run's settlement now.
+				ev := e
+				r.settle = &ev
+				if ev.Err == "" {
+					delete(failedAt, k)
 				}
 			} else {
 				orphanSettles = append(orphanSettles, e)

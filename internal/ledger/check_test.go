@@ -217,6 +217,28 @@ func TestCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("ASettlementWrittenAgainAfterItsWriteFailedIsItsRunsSettlement", func(t *testing.T) {
+		t.Parallel()
+		b := newBook(t)
+		must(t, b.as(1).Publish("a"))
+		b.handled(2, "a", 1, "1-1", "retry", "copy", errors.New("connection reset"))
+		must(t, b.as(2).Settle("", 1, "1-1", "copy", nil)) // written again, no run
+		b.handled(2, "a", 2, "2-1", "ack", "ack", nil)
+		rep := b.check(0)
+		wantOK(t, rep)
+		if rep.Duplicates != 0 || rep.Runs != 2 {
+			t.Fatalf("got %d duplicates over %d runs, want 0 over 2: the copy written again is the first run's", rep.Duplicates, rep.Runs)
+		}
+		// Another action without a run is still a problem.
+		b2 := newBook(t)
+		must(t, b2.as(1).Publish("a"))
+		b2.handled(2, "a", 1, "1-1", "retry", "copy", errors.New("connection reset"))
+		must(t, b2.as(2).Settle("", 1, "1-1", "ack", nil))
+		if rep := b2.check(0); len(rep.Problems) == 0 {
+			t.Fatal("an ack without a run after a failed copy passed")
+		}
+	})
+
 	t.Run("AckOfKilledProcessIsUnconfirmedFinal", func(t *testing.T) {
 		t.Parallel()
 		b := newBook(t)

@@ -326,7 +326,6 @@ func (t *reliableTransport) delivery(ctx context.Context, v, id string) *source.
 		Key:        t.cfg.Key,
 		Payload:    payload,
 		Raw:        v,
-		Identity:   v,
 		RetryCount: rc,
 	}
 }

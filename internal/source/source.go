@@ -239,9 +239,6 @@ type Delivery struct {
 	RetryCount int
 	// Raw is whatever the transport needs to settle this delivery later.
 	Raw any
-	// Identity names the message across its deliveries where ID does not: a reliable
-	// list names each delivery anew, and its item's value is the message. Empty: ID.
-	Identity string
 	// Redelivered: an earlier delivery of the message never settled (re-read from this
 	// consumer's pending entries, claimed, recovered, or a lease that passed).
 	Redelivered bool
