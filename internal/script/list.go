@@ -84,12 +84,15 @@ var listTake = newOnceScript(aclSrc + listTakeSrc)
 // MaxListTake is the most items one ListTake call moves.
 const MaxListTake = 4000
 
-// ListTake moves up to n items (at most MaxListTake) from the head of list to the tail
+// ListTake moves up to n items (at most MaxListTake; none when n < 1) from the head of list to the tail
 // of a reliable list consumer's processing list, in one script call (see
 // list_take.lua), and returns them, head first; none when list is empty. The call is
 // never sent twice: should its reply be lost, the items it moved wait in the processing
 // list, unknown to the caller, which must then read that list again.
 func ListTake(ctx context.Context, rdb Processor, list, processing string, n int) ([]string, error) {
+	if n < 1 {
+		return nil, nil
+	}
 	items, err := listTake.run(ctx, rdb, []string{list, processing}, min(n, MaxListTake)).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("list take script: %w", err)

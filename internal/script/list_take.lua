@@ -3,7 +3,7 @@
 --
 -- KEYS[1] -> the list
 -- KEYS[2] -> the consumer's processing list
--- ARGV[1] -> the most items to move (at most 4,000: what Lua unpacks into one RPUSH)
+-- ARGV[1] -> the most items to move (1 to 4,000: what Lua unpacks into one RPUSH)
 --
 -- Returns the items moved, head first; none when the list is empty.
 --
@@ -18,7 +18,11 @@ local denied = refusedAny({{'LTRIM', KEYS[1], '0', '-1'}, {'RPUSH', KEYS[2], 'v'
 if denied then
   return denied
 end
-local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+local n = tonumber(ARGV[1])
+if n < 1 then
+  return {}
+end
+local items = redis.call('LRANGE', KEYS[1], 0, n - 1)
 if #items > 0 then
   redis.call('RPUSH', KEYS[2], unpack(items))
   redis.call('LTRIM', KEYS[1], #items, -1)

@@ -230,6 +230,13 @@ func TestListTake(t *testing.T) {
 		if err != nil || len(got) != 0 {
 			t.Fatalf("ListTake of an empty list = %q, %v; want nothing", got, err)
 		}
+		r.Client.RPush(ctx, key, "d")
+		if got, err := script.ListTake(ctx, r.Client, key, proc, 0); err != nil || len(got) != 0 {
+			t.Fatalf("ListTake of 0 items = %q, %v; want nothing", got, err)
+		}
+		if got := lrange(t, r.Client, key); !slices.Equal(got, []string{"d"}) {
+			t.Fatalf("list %q after taking 0, want [d]", got)
+		}
 	})
 
 	t.Run("AProcessingListOfTheWrongTypeTakesNothing", func(t *testing.T) {
