@@ -30,10 +30,11 @@ func (nopTransport) Moves(_ context.Context, ms []source.Move) []error {
 }
 func (nopTransport) Close(context.Context) error { return nil }
 
-// benchMount returns a prepared mount on nopTransport with handler h, logging nothing.
+// benchMount returns a prepared mount on nopTransport with handler h, its logger at the
+// default level (Info) writing to io.Discard: a line the defaults would write is built.
 func benchMount(b *testing.B, h Handler) *mount {
 	b.Helper()
-	a, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))})
+	a, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -189,22 +189,22 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
 				slog.Duration(attrDelay, o.Delay), slog.Duration("min_idle", s.Delay))
 		}
-		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
+		m.logSettlement(ctx, slog.LevelDebug, "settle: retry: left pending", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
 	case ActionPutBack:
-		m.logSettlement(ctx, slog.LevelInfo, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
+		m.logSettlement(ctx, slog.LevelDebug, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
 		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d, Err: errorText(o.Err), Headers: m.putBackHeaders(ev, d)}, ev)
 	case ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.
 			m.logSettlement(ctx, slog.LevelWarn, "settle: "+s.Reason, d, o, s, slog.Duration(attrDelay, o.Delay), slog.Any(attrError, o.Err))
 		} else {
-			m.logSettlement(ctx, slog.LevelInfo, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
+			m.logSettlement(ctx, slog.LevelDebug, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
 		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
 	case ActionPark:
-		m.logSettlement(ctx, slog.LevelInfo, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
+		m.logSettlement(ctx, slog.LevelDebug, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
 			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)

@@ -99,9 +99,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// The engine skips building an ack's log attributes when the logger would drop them:
-// the debug line must still be written when debug is enabled, and only then.
-func TestAckIsLoggedAtDebugOnlyWhenDebugIsEnabled(t *testing.T) {
+// The engine skips building a settlement's log attributes when the logger would drop
+// them: an ack's and a retry's lines are Debug, written when debug is enabled and only
+// then (a retry costs no log line at the default level).
+func TestAckAndRetryAreLoggedAtDebugOnlyWhenDebugIsEnabled(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
@@ -122,16 +123,22 @@ func TestAckIsLoggedAtDebugOnlyWhenDebugIsEnabled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			app.Mount(b.Stream(), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }))
+			app.Mount(b.Stream(), settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+				if m.Attempt == 1 {
+					return settle.Retry(errors.New("once more"))
+				}
+				return nil
+			}))
 			stop := sourcetest.RunApp(t, app)
 			sourcetest.WaitFinals(t, b.Rec, 1)
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
 			logged := out.String()
-			got := strings.Contains(logged, `msg="settle: ack"`) && strings.Contains(logged, "msg_id="+id)
-			if got != tc.want {
-				t.Fatalf("ack logged with id %s = %v, want %v; log:\n%s", id, got, tc.want, logged)
+			for _, line := range []string{`msg="settle: retry"`, "msg_key=" + id + " key=", `msg="settle: ack"`} {
+				if got := strings.Contains(logged, line); got != tc.want {
+					t.Fatalf("logged %q = %v, want %v; log:\n%s", line, got, tc.want, logged)
+				}
 			}
 		})
 	}

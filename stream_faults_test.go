@@ -3,6 +3,8 @@ package settle_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/faults"
 	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
 
@@ -114,11 +117,20 @@ func TestStreamRereadsEntriesWhoseReadReplyWasLost(t *testing.T) {
 	}
 }
 
-// listMove matches an LMOVE or BLMOVE (alone or in a pipeline).
-func listMove(req []byte) bool { return bytes.Contains(bytes.ToLower(req), []byte("lmove")) }
+// listTakeHash is the SHA1 by which EVALSHA names the list_take script.
+var listTakeHash = fmt.Sprintf("%x", sha1.Sum([]byte(script.Sources()["list_take"])))
 
-// itemReply matches a reply that starts with a moved item (not a nil reply).
-func itemReply(reply []byte) bool { return bytes.HasPrefix(reply, []byte("$")) }
+// listMove matches a BLMOVE or an LMOVE, or a call of the list_take script (by its hash
+// or its source), alone or in a pipeline.
+func listMove(req []byte) bool {
+	return bytes.Contains(bytes.ToLower(req), []byte("lmove")) || bytes.Contains(req, []byte(listTakeHash)) || bytes.Contains(req, []byte("list_take.lua"))
+}
+
+// itemReply matches a reply that starts with a moved item (BLMOVE's, not a nil reply) or
+// with a list of moved items (list_take's, not an empty one).
+func itemReply(reply []byte) bool {
+	return bytes.HasPrefix(reply, []byte("$")) || bytes.HasPrefix(reply, []byte("*")) && !bytes.HasPrefix(reply, []byte("*0")) && !bytes.HasPrefix(reply, []byte("*-"))
+}
 
 // TestReliableListRereadsItemsWhoseMoveReplyWasLost: Redis moved items into the
 // consumer's processing list, but the connection died before the reply reached it. The

@@ -66,11 +66,11 @@ func TestAnIdleReliableListsKeeperRoundDoesNotWakeItself(t *testing.T) {
 	}
 }
 
-// TestAnIdleReliableListBlocksInRedisWithoutPipelinedMoves: once a Fetch found the list
+// TestAnIdleReliableListBlocksInRedisWithoutABatchTake: once a Fetch found the list
 // empty, the next ones block in Redis at once (one BLMOVE each), instead of first
-// pipelining a batch of LMOVEs that find nothing; an item pushed meanwhile comes back
-// through the BLMOVE.
-func TestAnIdleReliableListBlocksInRedisWithoutPipelinedMoves(t *testing.T) {
+// calling the list_take script, which would find nothing; an item pushed meanwhile
+// comes back through the BLMOVE.
+func TestAnIdleReliableListBlocksInRedisWithoutABatchTake(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
 	count := &commandCount{n: map[string]int{}}
@@ -86,8 +86,8 @@ func TestAnIdleReliableListBlocksInRedisWithoutPipelinedMoves(t *testing.T) {
 			t.Fatalf("Fetch = %d, %v; want nothing", len(ds), err)
 		}
 	}
-	if got := count.take(); got["lmove"] != 0 || got["blmove"] != 2 {
-		t.Fatalf("two idle Fetches sent %v; want 2 BLMOVE and no LMOVE", got)
+	if got := count.take(); got["evalsha"]+got["eval"]+got["lmove"] != 0 || got["blmove"] != 2 {
+		t.Fatalf("two idle Fetches sent %v; want 2 BLMOVE and no take (no script, no LMOVE)", got)
 	}
 	if err := r.Client.RPush(ctx, key, "a", "b", "c").Err(); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestAnIdleReliableListBlocksInRedisWithoutPipelinedMoves(t *testing.T) {
 // TestADrainedReliableListStillReadsWhileDelaysKeepItsWaitsShort: a Fetch whose wait is
 // too short to block in Redis (a delay due within a second shortens it) still takes an
 // item pushed meanwhile, though the last Fetch found the list empty (and so skips its
-// batch of LMOVEs): a short wait used to only wait on the client, and the item stayed
+// batch take): a short wait used to only wait on the client, and the item stayed
 // unread as long as waits stayed short.
 func TestADrainedReliableListStillReadsWhileDelaysKeepItsWaitsShort(t *testing.T) {
 	t.Parallel()

@@ -1,8 +1,9 @@
 // Package redislist is settle's Redis list transports: the consumers of a settle.List
-// (LPOP, at-most-once) and of a settle.ReliableList (LMOVE into a processing list per
-// consumer, with a heartbeat, the keeper that recovers dead consumers' items and the
-// takeover that runs them alone). It is not for users: settle's public sources make
-// them through New and NewReliable, with the values they were given.
+// (LPOP, at-most-once) and of a settle.ReliableList (items moved a batch at a time into
+// a processing list per consumer, with a heartbeat, the keeper that recovers dead
+// consumers' items and the takeover that runs them alone). It is not for users:
+// settle's public sources make them through New and NewReliable, with the values they
+// were given.
 package redislist
 
 import (
@@ -111,7 +112,7 @@ func blockingPop(ctx context.Context, rdb redis.UniversalClient, key, dest strin
 		if block < time.Second {
 			// Too short to block in Redis (see redisbase.MinServerBlock): look once
 			// without blocking, then wait on the client. Without the look, a reliable
-			// list that found its list empty (and so skips its batch of LMOVEs) would
+			// list that found its list empty (and so skips its batch take) would
 			// read nothing for as long as delays keep every wait short.
 			if v, err := popNow(ctx, rdb, key, dest); !errors.Is(err, redis.Nil) {
 				return v, err
@@ -285,13 +286,6 @@ type stringOnce struct{ *redis.StringCmd }
 
 // NoRetry keeps go-redis from running the move again after a connection failure.
 func (stringOnce) NoRetry() bool { return true }
-
-// lmoveOnce queues an LMOVE of the head of key to the tail of dest on p, not retried.
-func lmoveOnce(ctx context.Context, p redis.Pipeliner, key, dest string) *redis.StringCmd {
-	cmd := redis.NewStringCmd(ctx, "lmove", key, dest, "left", "right")
-	_ = p.Process(ctx, stringOnce{cmd})
-	return cmd
-}
 
 // blmoveOnce runs a BLMOVE of the head of key to the tail of dest, blocking up to wait
 // (sub-second waits as a decimal timeout), not retried.

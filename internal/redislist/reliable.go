@@ -69,7 +69,7 @@ type reliableTransport struct {
 	unsettled  atomic.Int64 // deliveries handed out and not settled yet
 	// drained: the last Fetch found the list empty, so the next one blocks in Redis at
 	// once (BLMOVE returns at once when an item came meanwhile) instead of first
-	// pipelining a batch of LMOVEs that would find nothing. Touched only by Fetch.
+	// calling the list_take script, which would find nothing. Touched only by Fetch.
 	drained bool
 
 	mu sync.Mutex
@@ -202,32 +202,27 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 		vals = append(vals, more...)
 		if err != nil {
 			t.markRescan()
-			t.env.Logger.WarnContext(ctx, "settle: reliable list: lmove after blmove failed",
+			t.env.Logger.WarnContext(ctx, "settle: reliable list: take after blmove failed",
 				slog.String(source.AttrMount, t.env.Mount), slog.Any(source.AttrError, err))
 		}
 	}
 	return t.deliveries(ctx, vals), nil
 }
 
-// moveMany moves up to n items to the processing list, one LMOVE each in one pipeline
-// (not retried on a new connection: see stringOnce).
+// moveMany moves up to n items to the processing list, one list_take script call per
+// script.MaxListTake (never sent twice: see script.ListTake).
 func (t *reliableTransport) moveMany(ctx context.Context, n int) ([]string, error) {
-	s := t.cfg
-	cmds := make([]*redis.StringCmd, 0, n)
-	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for range n {
-			cmds = append(cmds, lmoveOnce(ctx, p, s.Key, t.processing))
-		}
-		return nil
-	})
 	var vals []string
-	for _, c := range cmds {
-		if v, err := c.Result(); err == nil {
-			vals = append(vals, v)
+	for len(vals) < n {
+		want := n - len(vals)
+		items, err := script.ListTake(ctx, t.cfg.Client, t.cfg.Key, t.processing, want)
+		if err != nil {
+			return vals, fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
 		}
-	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return vals, fmt.Errorf("reliable list %q: lmove: %w", s.Key, err)
+		vals = append(vals, items...)
+		if len(items) < min(want, script.MaxListTake) {
+			break
+		}
 	}
 	return vals, nil
 }
@@ -336,24 +331,24 @@ func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration)
 	return sweepListDelays(ctx, t.cfg.Client, t.cfg.Key, t.delays, t.unsettled.Load() > 0, wait)
 }
 
-// Ack removes the items from the processing list.
+// Ack removes the items from the processing list, in one list_done script call (see
+// script.ListDone).
 func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	t.unsettled.Add(-int64(len(ds)))
-	cmds, err := t.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, d := range ds {
-			p.LRem(ctx, t.processing, 1, d.Raw.(string))
-		}
-		return nil
-	})
+	items := make([]string, len(ds))
+	for i, d := range ds {
+		items[i] = d.Raw.(string)
+	}
+	removed, err := script.ListDone(ctx, t.cfg.Client, t.processing, items)
 	t.settled(err, ds...)
 	if err != nil {
-		return fmt.Errorf("reliable list %q: lrem: %w", t.cfg.Key, err)
+		return fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
 	}
 	// An item another consumer recovered (this consumer's heartbeat lapsed) is not
 	// acked here: it will be delivered again, and its settlement is reported failed.
 	var gone *source.AckErrors
-	for i, c := range cmds {
-		if n, _ := c.(*redis.IntCmd).Result(); n == 0 {
+	for i, ok := range removed {
+		if !ok {
 			if gone == nil {
 				gone = &source.AckErrors{Errs: make([]error, len(ds))}
 			}
@@ -463,13 +458,15 @@ func (t *reliableTransport) Close(ctx context.Context) error {
 }
 
 // perms are the commands a reliable list consumer runs: its moves into and out of its
-// processing list, its heartbeat and consumer set, the recovery of dead consumers'
+// processing list (list_take, list_done, list_move), its heartbeat and consumer set, the recovery of dead consumers'
 // lists, the pause key, the dead letter and the delay set.
 func (t *reliableTransport) perms() []redisbase.Perm {
 	key, proc := t.cfg.Key, t.processing
 	ps := append(redisbase.ScriptPerms(),
 		redisbase.Perm{"LMOVE", key, proc, "LEFT", "RIGHT"}, redisbase.Perm{"BLMOVE", key, proc, "LEFT", "RIGHT", "0"},
-		redisbase.Perm{"LREM", proc, "1", "v"}, redisbase.Perm{"RPUSH", key, "v"}, redisbase.Perm{"LRANGE", proc, "0", "-1"}, redisbase.Perm{"LLEN", proc},
+		redisbase.Perm{"LRANGE", key, "0", "-1"}, redisbase.Perm{"LTRIM", key, "0", "-1"}, redisbase.Perm{"RPUSH", proc, "v"},
+		redisbase.Perm{"LREM", proc, "1", "v"}, redisbase.Perm{"LTRIM", proc, "0", "-1"}, redisbase.Perm{"LPUSH", proc, "v"},
+		redisbase.Perm{"RPUSH", key, "v"}, redisbase.Perm{"LRANGE", proc, "0", "-1"}, redisbase.Perm{"LLEN", proc},
 		redisbase.Perm{"TYPE", key}, redisbase.Perm{"MULTI"}, redisbase.Perm{"EXEC"},
 		redisbase.Perm{"SET", t.heartbeat, "1", "PX", "1"}, redisbase.Perm{"EXISTS", t.heartbeat}, redisbase.Perm{"DEL", t.heartbeat},
 		redisbase.Perm{"SADD", t.consumers, "c"}, redisbase.Perm{"SREM", t.consumers, "c"}, redisbase.Perm{"SMEMBERS", t.consumers},

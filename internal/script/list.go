@@ -77,6 +77,69 @@ func ListMoves(ctx context.Context, rdb redis.Scripter, processing string, moves
 	return errs
 }
 
+//go:embed list_take.lua
+var listTakeSrc string
+
+var listTake = newOnceScript(aclSrc + listTakeSrc)
+
+// MaxListTake is the most items one ListTake call moves.
+const MaxListTake = 4000
+
+// ListTake moves up to n items (at most MaxListTake; none when n < 1) from the head of list to the tail
+// of a reliable list consumer's processing list, in one script call (see
+// list_take.lua), and returns them, head first; none when list is empty. The call is
+// never sent twice: should its reply be lost, the items it moved wait in the processing
+// list, unknown to the caller, which must then read that list again.
+func ListTake(ctx context.Context, rdb Processor, list, processing string, n int) ([]string, error) {
+	if n < 1 {
+		return nil, nil
+	}
+	items, err := listTake.run(ctx, rdb, []string{list, processing}, min(n, MaxListTake)).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("list take script: %w", err)
+	}
+	return items, nil
+}
+
+//go:embed list_done.lua
+var listDoneSrc string
+
+var listDone = redis.NewScript(aclSrc + listDoneSrc)
+
+// maxListDone is the most items one list_done call takes out.
+const maxListDone = 1000
+
+// ListDone takes completed items out of a reliable list consumer's processing list,
+// each once (its first occurrence, byte for byte), in one script call per 1,000 items
+// (see list_done.lua). It returns, in order, whether each was there; an error when a
+// call failed (its items are then reported not removed, though the call may have run
+// and only its reply been lost).
+func ListDone(ctx context.Context, rdb redis.Scripter, processing string, items []string) ([]bool, error) {
+	removed := make([]bool, len(items))
+	var firstErr error
+	for lo := 0; lo < len(items); lo += maxListDone {
+		chunk := items[lo:min(lo+maxListDone, len(items))]
+		args := make([]any, len(chunk))
+		for i, it := range chunk {
+			args[i] = it
+		}
+		replies, err := listDone.Run(ctx, rdb, []string{processing}, args...).Int64Slice()
+		if err == nil && len(replies) != len(chunk) {
+			err = fmt.Errorf("%d replies for %d items", len(replies), len(chunk))
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("list done script: %w", err)
+			}
+			continue
+		}
+		for i, r := range replies {
+			removed[lo+i] = r == 1
+		}
+	}
+	return removed, firstErr
+}
+
 //go:embed list_recover.lua
 var listRecoverSrc string
 

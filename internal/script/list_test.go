@@ -3,6 +3,8 @@ package script_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -198,4 +200,119 @@ func TestListRecover(t *testing.T) {
 			t.Fatalf("recover of items all gone: %v, %v; want an empty list of positions", taken, err)
 		}
 	})
+}
+
+func TestListTake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("MovesUpToNFromTheHeadToTheTailOfTheProcessingList", func(t *testing.T) {
+		t.Parallel()
+		r := redistest.New(t)
+		key, proc := r.Key("in"), r.Key("proc")
+		r.Client.RPush(ctx, key, "a", "b", "c")
+		r.Client.RPush(ctx, proc, "old")
+		got, err := script.ListTake(ctx, r.Client, key, proc, 2)
+		if err != nil || !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("ListTake = %q, %v; want [a b]", got, err)
+		}
+		if got := lrange(t, r.Client, key); !slices.Equal(got, []string{"c"}) {
+			t.Fatalf("list %q, want [c]", got)
+		}
+		if got := lrange(t, r.Client, proc); !slices.Equal(got, []string{"old", "a", "b"}) {
+			t.Fatalf("processing list %q, want [old a b]", got)
+		}
+		got, err = script.ListTake(ctx, r.Client, key, proc, 10)
+		if err != nil || !slices.Equal(got, []string{"c"}) {
+			t.Fatalf("ListTake of more than the list holds = %q, %v; want [c]", got, err)
+		}
+		got, err = script.ListTake(ctx, r.Client, key, proc, 10)
+		if err != nil || len(got) != 0 {
+			t.Fatalf("ListTake of an empty list = %q, %v; want nothing", got, err)
+		}
+		r.Client.RPush(ctx, key, "d")
+		if got, err := script.ListTake(ctx, r.Client, key, proc, 0); err != nil || len(got) != 0 {
+			t.Fatalf("ListTake of 0 items = %q, %v; want nothing", got, err)
+		}
+		if got := lrange(t, r.Client, key); !slices.Equal(got, []string{"d"}) {
+			t.Fatalf("list %q after taking 0, want [d]", got)
+		}
+	})
+
+	t.Run("AProcessingListOfTheWrongTypeTakesNothing", func(t *testing.T) {
+		t.Parallel()
+		r := redistest.New(t)
+		key, proc := r.Key("in"), r.Key("proc")
+		r.Client.RPush(ctx, key, "a")
+		r.Client.Set(ctx, proc, "x", 0)
+		if got, err := script.ListTake(ctx, r.Client, key, proc, 10); err == nil {
+			t.Fatalf("ListTake into a string = %q; want an error", got)
+		}
+		if got := lrange(t, r.Client, key); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("list %q, want [a] untouched", got)
+		}
+	})
+}
+
+// ListDone removes what an LREM count 1 per item, in order, would remove, and answers
+// as it would, wherever the items sit in the processing list: at its head in order (the
+// common case), out of order, twice, gone, or beyond the head the script reads.
+func TestListDoneIsAnLREMPerItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(25, 1))
+	r := redistest.New(t)
+	for round := range 60 {
+		proc := r.Key(fmt.Sprintf("proc%d", round))
+		n := rng.IntN(300)
+		list := make([]string, n)
+		for i := range list {
+			list[i] = fmt.Sprintf("v%d", rng.IntN(n/2+1)) // duplicates
+		}
+		var items []string
+		switch round % 3 {
+		case 0: // a prefix, in order
+			items = slices.Clone(list[:rng.IntN(n+1)])
+		case 1: // anywhere, in any order
+			for range rng.IntN(n + 1) {
+				items = append(items, list[rng.IntN(n)])
+			}
+		default: // and some that are not there
+			for range rng.IntN(40) {
+				if rng.IntN(4) == 0 || n == 0 {
+					items = append(items, "gone")
+				} else {
+					items = append(items, list[rng.IntN(n)])
+				}
+			}
+		}
+		if n > 0 {
+			r.Client.RPush(ctx, proc, anys(list)...)
+		}
+		want, wantLeft := slices.Clone(list), make([]bool, len(items))
+		for i, it := range items {
+			if k := slices.Index(want, it); k >= 0 {
+				want, wantLeft[i] = slices.Delete(want, k, k+1), true
+			}
+		}
+		removed, err := script.ListDone(ctx, r.Client, proc, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(removed, wantLeft) {
+			t.Fatalf("round %d: replies %v, want %v", round, removed, wantLeft)
+		}
+		if got := lrange(t, r.Client, proc); !slices.Equal(got, want) && len(got)+len(want) > 0 {
+			t.Fatalf("round %d: processing list %q, want %q", round, got, want)
+		}
+	}
+}
+
+// anys returns vs as a []any.
+func anys(vs []string) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return out
 }

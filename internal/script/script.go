@@ -103,11 +103,13 @@ func Sources() map[string]string {
 		"claim":           aclSrc + pendingAtSrc + claimSrc,
 		"delay_promote":   aclSrc + nowSrc + delayPromoteSrc,
 		"delay_publish":   aclSrc + nowSrc + expirySrc + delayPublishSrc,
+		"list_done":       aclSrc + listDoneSrc,
 		"list_move":       aclSrc + listMoveSrc,
 		"list_recover":    aclSrc + listRecoverSrc,
 		"list_reply":      aclSrc + listReplySrc,
 		"list_replay":     aclSrc + listReplaySrc,
 		"list_sweep":      aclSrc + nowSrc + nextDueSrc + listSweepSrc,
+		"list_take":       aclSrc + listTakeSrc,
 		"park":            aclSrc + nowSrc + expirySrc + parkSrc,
 		"pending_dead":    aclSrc + pendingDeadSrc,
 		"pending_release": aclSrc + pendingAtSrc + pendingReleaseSrc,
@@ -123,4 +125,47 @@ func Sources() map[string]string {
 		"trim":            nowSrc + trimSrc,
 		"value_park":      aclSrc + nowSrc + expirySrc + valueParkSrc,
 	}
+}
+
+// Processor runs a command: every go-redis client (Client, ClusterClient, Ring, the
+// failover clients) is one.
+type Processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// onceScript is a script that go-redis must never send twice (see run).
+type onceScript struct {
+	*redis.Script
+	src string
+}
+
+func newOnceScript(src string) onceScript { return onceScript{Script: redis.NewScript(src), src: src} }
+
+// run runs the script as Script.Run does (EVALSHA, then EVAL when the server does not
+// know it), but never sends a call again after a connection failure: a call whose reply
+// was lost may have run, and its caller must learn that.
+func (s onceScript) run(ctx context.Context, rdb Processor, keys []string, args ...any) *redis.Cmd {
+	cmd := evalCmd(ctx, "evalsha", s.Hash(), keys, args)
+	_ = rdb.Process(ctx, cmdOnce{cmd})
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = evalCmd(ctx, "eval", s.src, keys, args)
+		_ = rdb.Process(ctx, cmdOnce{cmd})
+	}
+	return cmd
+}
+
+// cmdOnce is a script call that go-redis must not send twice.
+type cmdOnce struct{ *redis.Cmd }
+
+// NoRetry keeps go-redis from sending the call again after a connection failure.
+func (cmdOnce) NoRetry() bool { return true }
+
+// evalCmd builds an EVAL or EVALSHA (name) of script (its source or its hash).
+func evalCmd(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, script, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return redis.NewCmd(ctx, append(a, args...)...)
 }

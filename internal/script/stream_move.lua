@@ -32,11 +32,15 @@
 -- (acl.lua), each move's size (tooMany: at most wire.MaxStreamFields pairs: Lua hands one
 -- call no more than about 8,000 values, so a larger entry cannot be written from a
 -- script at all; its reply is "TOOMANY …" and nothing is written for it) and its
--- ownership. Then each move is written and acknowledged together: its XADD runs under
--- pcall (a failure is that move's reply, nothing written, and the script goes on), its
--- XACK right after; should that XACK fail all the same, the new entry is deleted again
--- (XDEL, best effort) and the move fails. A batch of retry copies (destination = source) costs one
--- XPENDING, one XADD and one XACK per move.
+-- ownership. Then each move is written: its XADD runs under pcall (a failure is that
+-- move's reply, nothing written, and the script goes on). The entries whose copies were
+-- written are acknowledged last, together, in one XACK (in pieces of 4,000 ids, what Lua
+-- can unpack, for a batch that large): the script is atomic as a whole, and that XACK
+-- cannot fail once XPENDING found the group on the same key and the ACL check let it
+-- through; should a piece fail all the same, its new entries are deleted again (XDEL,
+-- best effort) and each of its moves answers the error, so no move is left half done. A
+-- batch of retry copies (destination = source) costs one XPENDING, one XADD per move and
+-- one XACK.
 --
 -- Prelude: acl.lua; prepended by script.go.
 if KEYS[1] ~= KEYS[2] then
@@ -77,23 +81,7 @@ local function owns(id)
   return #pending > 0
 end
 
--- append writes the entry of ARGV[first..last] to KEYS[1]: its id, or an error reply.
--- Nothing in it raises: a refused XADD is redis.pcall's error reply, and Lua's pcall
--- catches anything else (the arguments' unpack too).
-local function append(first, last)
-  local ok, r = pcall(function()
-    if bounded then
-      return redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
-    end
-    return redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
-  end)
-  if ok then
-    return r
-  end
-  return redis.error_reply('ERR xadd to ' .. KEYS[1] .. ': ' .. tostring(r))
-end
-
-local replies = {}
+local replies, acks, added, at = {}, {}, {}, {} -- acks[k]: written as added[k], answered in replies[at[k]]
 i = 6
 while i <= #ARGV do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
@@ -107,19 +95,29 @@ while i <= #ARGV do
     reply = mine
   elseif not mine then
     reply = redis.error_reply('NOTOWNER entry ' .. id .. ' is not pending to consumer ' .. consumer)
+  elseif bounded then -- n is within what unpack takes (tooMany), so nothing here raises
+    reply = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
   else
-    reply = append(first, last)
+    reply = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
   end
-  if type(reply) == 'string' then -- the new entry's id: acknowledge the original with it
-    local acked = redis.pcall('XACK', KEYS[2], group, id)
-    if type(acked) == 'table' and acked['err'] then
-      redis.pcall('XDEL', KEYS[1], reply)
-      reply = acked
-    else
-      owned[id] = false
-      reply = 1
-    end
+  if type(reply) == 'string' then -- the new entry's id: its original is acknowledged below
+    owned[id] = false
+    local k = #acks + 1
+    acks[k], added[k], at[k] = id, reply, #replies + 1
+    reply = 1
   end
   replies[#replies + 1] = reply
+end
+
+-- The acknowledgements, in pieces of 4,000 ids; a piece that fails takes back its copies.
+for first = 1, #acks, 4000 do
+  local last = math.min(first + 3999, #acks)
+  local acked = redis.pcall('XACK', KEYS[2], group, unpack(acks, first, last))
+  if type(acked) == 'table' and acked['err'] then
+    redis.pcall('XDEL', KEYS[1], unpack(added, first, last))
+    for k = first, last do
+      replies[at[k]] = acked
+    end
+  end
 end
 return replies

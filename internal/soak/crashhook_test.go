@@ -175,13 +175,14 @@ func (c *crasher) note(s string) {
 // The settlement scripts, by the name of their .lua file in internal/script.
 var (
 	// unconditionalScripts settle what the engine asked for.
-	unconditionalScripts = []string{"stream_move", "park", "value_park", "list_move", "stream_reply", "list_reply"}
+	unconditionalScripts = []string{"stream_move", "park", "value_park", "list_move", "list_done", "stream_reply", "list_reply"}
 	// conditionalScripts run on every read (or heartbeat) and usually move nothing.
 	conditionalScripts = []string{"sweep", "list_sweep", "channel_sweep", "claim", "list_recover"}
 )
 
 // crashHook is the go-redis hook that runs a worker's settlement calls through its
-// crasher. Reads (XREADGROUP, LMOVE/BLMOVE into a processing list, LRANGE, XPENDING),
+// crasher. Reads (XREADGROUP, BLMOVE or the list_take script into a processing list,
+// LMOVE, LRANGE, XPENDING),
 // heartbeats (the touch script outside a claiming stream's Leave, SET/SADD) and group
 // creation are not settlement calls.
 type crashHook struct {
@@ -267,7 +268,25 @@ func (h crashHook) read(cmd redis.Cmder) {
 	switch strings.ToLower(cmd.Name()) {
 	case "xreadgroup", "lmove", "blmove":
 		h.c.reading()
+	case "evalsha", "eval":
+		if h.script(cmd) == "list_take" {
+			h.c.reading()
+		}
 	}
+}
+
+// script names the script an EVALSHA or EVAL cmd runs: its file name, or "" for a
+// script the hook does not know.
+func (h crashHook) script(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return ""
+	}
+	ref, _ := args[1].(string)
+	if strings.ToLower(cmd.Name()) == "eval" {
+		ref = sha1Hex(ref)
+	}
+	return h.scripts[ref]
 }
 
 // classify names a settlement command ("" for any other) and says whether it is
@@ -282,13 +301,13 @@ func (h crashHook) classify(cmd redis.Cmder) (name string, conditional bool) {
 		if len(args) < 2 {
 			return "", false
 		}
-		ref, _ := args[1].(string)
-		if strings.ToLower(cmd.Name()) == "eval" {
-			ref = sha1Hex(ref)
-		}
-		script, ok := h.scripts[ref]
+		script := h.script(cmd)
 		switch {
-		case !ok:
+		case script == "":
+			ref, _ := args[1].(string)
+			if strings.ToLower(cmd.Name()) == "eval" {
+				ref = sha1Hex(ref)
+			}
 			return "script:" + ref, false
 		case slices.Contains(unconditionalScripts, script):
 			return script, false

@@ -87,14 +87,14 @@ func crashCases() []crashCase {
 	}, {
 		// The ghost's processing list is recovered (its item back to the list, retry count
 		// 1); attempt 2 Retry: a copy; attempt 3 RetryAfter: an in-process delay, then a
-		// copy; attempt 4: the dead letter. Each is the list_move script; the ack a
-		// pipelined LREM.
+		// copy; attempt 4: the dead letter. Each is the list_move script; the ack the
+		// list_done script.
 		name: "ReliableList", transport: transportReliable, cap: 4, idle: 300 * time.Millisecond,
 		points: []string{"after list_recover#1",
 			"before list_move#1", "after list_move#1", // retry copy
 			"before list_move#2", "after list_move#2", // copy of the in-process delay, when due
 			"before list_move#3", "after list_move#3", // dead letter
-			"before lrem#1", "after lrem#1"},
+			"before list_done#1", "after list_done#1"},
 	}, {
 		// As StreamReclaim, message crashAcked answered with a reply: the stream_reply
 		// script appends it and acknowledges the entry in one step.
