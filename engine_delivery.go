@@ -118,7 +118,10 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 			slog.Int("confirmed", u.got), slog.Int("want", u.want), slog.Any(attrError, ev.Err))
 	} else {
 		m.settleFailed.Store(true)
-		n := m.failures.add(d, ev)
+		n := 1
+		if !errors.Is(ev.Err, source.ErrKeptForRedo) { // else the transport writes it again itself
+			n = m.failures.add(d, ev)
+		}
 		if cause := m.wrongType(ctx, ev.Err); cause != nil {
 			m.logger.ErrorContext(ctx, "settle: settlement failed: a key it writes holds another type; the message stays where the transport keeps it; when it comes back, after a backoff, the settlement is written again without running the handler",
 				slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.String(attrAction, ev.Action.String()),

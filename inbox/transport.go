@@ -275,7 +275,7 @@ func (t *transport) fenced(ctx context.Context, d *source.Delivery, what string,
 	ok, err := retry(ctx, t.d, db, func() (bool, error) { return write(h) })
 	if err != nil && redo != nil && t.keepForRedo(ctx, h, err) {
 		redo()
-		return fmt.Errorf("inbox: table %s: %s row %s (kept, to be applied again): %w", t.q.ib.table.Name, what, d.ID, err)
+		return fmt.Errorf("inbox: table %s: %s row %s (%w): %w", t.q.ib.table.Name, what, d.ID, source.ErrKeptForRedo, err)
 	}
 	t.forget(h)
 	if err != nil {
@@ -511,7 +511,7 @@ func (t *transport) writeBatch(ctx context.Context, ms []source.Move, idx []int,
 			i := move[h]
 			switch {
 			case err != nil && t.keepForRedo(ctx, h, err):
-				errs[i] = fmt.Errorf("inbox: table %s: %s row %s (kept, to be applied again): %w", table, what, ms[i].Delivery.ID, err)
+				errs[i] = fmt.Errorf("inbox: table %s: %s row %s (%w): %w", table, what, ms[i].Delivery.ID, source.ErrKeptForRedo, err)
 				t.redo.move(ms[i])
 				h.mu.Unlock()
 				continue

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -44,3 +45,8 @@ type KeyChecker interface {
 	// another type, with the command that fails there; nil when none does.
 	CheckKeys(ctx context.Context) error
 }
+
+// ErrKeptForRedo marks a settlement error whose transport kept the settlement and
+// applies it again itself once it can (the inbox, once its database answers, its row
+// still held): the engine does not write it again when the message comes back.
+var ErrKeptForRedo = errors.New("kept, to be applied again")
