@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/settlekit/settle"
-	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
-	"github.com/settlekit/settle/internal/wire"
 )
 
 // TestABatchHandlerRunsEachItemTakenOverFromADeadConsumerInABatchOfOne: the engine runs
@@ -25,18 +23,11 @@ func TestABatchHandlerRunsEachItemTakenOverFromADeadConsumerInABatchOfOne(t *tes
 	r := redistest.New(t)
 	ctx := context.Background()
 	key := r.Key("jobs")
-	for i := range items { // a dead consumer's processing list: registered, no heartbeat
-		payload, err := settle.Msgpack.Marshal(fmt.Sprintf("job-%02d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Client.RPush(ctx, settle.ProcessingList(key, "dead"), wire.Envelope(payload, nil)).Err(); err != nil {
-			t.Fatal(err)
-		}
+	jobs := make([]string, items)
+	for i := range jobs {
+		jobs[i] = fmt.Sprintf("job-%02d", i)
 	}
-	if err := r.Client.SAdd(ctx, keys.ListConsumers(key), "dead").Err(); err != nil {
-		t.Fatal(err)
-	}
+	sourcetest.DeadListConsumerLeft(t, r.Client, key, "dead", jobs...) // no heartbeat: taken over
 	for i := range fresh {
 		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, fmt.Sprintf("fresh-%02d", i)); err != nil {
 			t.Fatal(err)
