@@ -130,15 +130,16 @@ func PerMessage(errs []error) error { return &BatchErrors{Errs: errs} }
 // any failed settlement are its own, as with a Handler.
 //
 // A batch is made of deliveries running at once, so the mount's Concurrency must be at
-// least size. fn runs under the context of the batch's first delivery: the mount's
-// Timeout, counted from when that delivery started (its linger included), bounds the
-// whole batch, and the linger must be shorter than it. A delivery taken over from a
-// consumer that never settled it runs in a batch of its own, at once, as the engine
-// runs it alone. A panic in fn is not charged to the whole batch: each of its messages
-// is run again in a batch of its own, at once, and only one that panics alone is
-// retried with a *PanicError (at-least-once: the others' work may run twice, as it
-// may after any crash). At a graceful stop, a batch already gathering runs once its
-// linger passes (the deliveries read and not yet started are handed back as ever).
+// least size. fn runs under the context of the batch's first delivery (attributes it
+// adds with AddLogAttrs go to that delivery's lines): the mount's Timeout, counted from
+// when that delivery started (its linger included), bounds the whole batch, and the
+// linger must be shorter than it. A delivery taken over from a consumer that never
+// settled it runs in a batch of its own, at once, as the engine runs it alone. A panic
+// in fn is not charged to the whole batch: each of its messages is run again in a
+// batch of its own, at once, and only one that panics alone is retried with a
+// *PanicError (at-least-once: the others' work may run twice, as it may after any
+// crash). At a graceful stop, a batch already gathering runs once its linger passes
+// (the deliveries read and not yet started are handed back as ever).
 //
 // size must be at least 1 and linger not negative (0 runs a batch with the deliveries
 // that joined before its first one looked); a nil fn is refused too, at Validate.
