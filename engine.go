@@ -177,6 +177,11 @@ func (m *mount) validate() []error {
 	if nilHandler(m.handler) {
 		add("handler is nil (a nil Handler, or a nil func given to HandlerFunc, Typed or Reply): every delivery would panic")
 	}
+	if b, ok := m.handler.(batchProblems); ok {
+		for _, p := range b.problems(m.cfg.concurrency, m.cfg.timeout) {
+			add("%s", p)
+		}
+	}
 	if m.cfg.maxAttemptsSet && m.cfg.maxAttempts < 1 {
 		add("MaxAttempts(%d): the cap must be at least 1 (leave the option out for no cap)", m.cfg.maxAttempts)
 	}

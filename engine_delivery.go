@@ -61,6 +61,8 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		codec:     m.cfg.codec,
 		noPayload: !d.HasPayload,
 		replyTo:   m.cfg.replyTo,
+		mount:     m,
+		takenOver: d.TakenOver,
 	}
 	err := callHandler(ctx, m.wrapped, msg)
 	if !w.end() {

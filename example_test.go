@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -342,4 +343,66 @@ func ExampleTyped() {
 	// refund r-1: 250 cents
 	// settled: ack (decode error: false)
 	// settled: reject (decode error: true)
+}
+
+// TypedBatch hands a handler several deliveries at once, for one bulk write; each
+// message still settles on its own: PerMessage gives each its own error.
+func ExampleTypedBatch() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	pub := settle.NewPublisher(rdb)
+	for i, cents := range []int{250, -1, 700} {
+		if _, err := pub.Publish(ctx, "{refunds}:in", Refund{ID: fmt.Sprintf("r-%d", i+1), Cents: cents}); err != nil {
+			panic(err)
+		}
+	}
+
+	var mu sync.Mutex
+	actions := map[settle.Action]int{}
+	finals := 0
+	app, err := settle.New(settle.Config{
+		Logger: slog.New(slog.DiscardHandler),
+		OnSettled: func(_ context.Context, s settle.Settled) {
+			mu.Lock()
+			defer mu.Unlock()
+			actions[s.Action]++
+			if s.Final() {
+				if finals++; finals == 3 {
+					cancel()
+				}
+			}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	app.Mount(
+		settle.Stream(rdb, "{refunds}:in", "refunders"),
+		settle.TypedBatch(3, time.Second, func(ctx context.Context, ms []*settle.Message, rs []Refund) error {
+			fmt.Printf("a batch of %d refunds\n", len(rs))
+			errs := make([]error, len(rs)) // one INSERT … VALUES (…), (…), (…) here
+			for i, r := range rs {
+				if r.Cents < 0 {
+					errs[i] = settle.Drop(fmt.Errorf("refund %s: negative amount", r.ID))
+				}
+			}
+			return settle.PerMessage(errs)
+		}),
+		settle.Concurrency(3), // a batch gathers deliveries running at once
+	)
+	if err := app.Run(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Printf("acked %d, dropped %d\n", actions[settle.ActionAck], actions[settle.ActionDrop])
+	// Output:
+	// a batch of 3 refunds
+	// acked 2, dropped 1
 }

@@ -31,12 +31,17 @@ var errHandler = errors.New("bench: handler failed")
 
 // settleOpts is how a settle row mounts its source: the options the row is named after.
 type settleOpts struct {
-	name        string  // the row's name ends with it: default, c1, c8, tuned-c200
-	concurrency int     // Concurrency(n) of each mount; 0: none given (settle's default)
-	perWorker   bool    // one mount per scenario worker, each its own consumer (tuned)
-	otel        bool    // settleotel installed: metrics and traces on, in memory (see otelbench.go)
-	otelSample  float64 // the root share of the user's sampler, ParentBased(TraceIDRatioBased); 0: the SDK's default, every delivery
+	name        string        // the row's name ends with it: default, c1, c8, tuned-c200
+	concurrency int           // Concurrency(n) of each mount; 0: none given (settle's default)
+	perWorker   bool          // one mount per scenario worker, each its own consumer (tuned)
+	otel        bool          // settleotel installed: metrics and traces on, in memory (see otelbench.go)
+	otelSample  float64       // the root share of the user's sampler, ParentBased(TraceIDRatioBased); 0: the SDK's default, every delivery
+	batch       int           // a batch handler (settle.HandleBatch) of this size, its Concurrency the same; 0: a per-message handler
+	writeCost   time.Duration // how long each handler call (each batch, for a batch handler) waits, as a database write would; 0: none
 }
+
+// batchLinger is the batch row's linger: at a drain, batches fill long before it.
+const batchLinger = 10 * time.Millisecond
 
 // settleOptionRows are the option sets every settle source runs with: what users run
 // (the defaults, Concurrency(1), Concurrency(8), one mount each) and the tuned row, the
@@ -51,6 +56,9 @@ func settleOptionRows(tuned int) []settleOpts {
 		{name: fmt.Sprintf("tuned-c%d", tuned), concurrency: tuned, perWorker: true},
 		{name: fmt.Sprintf("tuned-c%d-otel", tuned), concurrency: tuned, perWorker: true, otel: true},
 		{name: fmt.Sprintf("tuned-c%d-otel-1pct", tuned), concurrency: tuned, perWorker: true, otel: true, otelSample: 0.01},
+		{name: "batch100", concurrency: 100, batch: 100},
+		{name: "c8-write1ms", concurrency: 8, writeCost: time.Millisecond},
+		{name: "batch100-write1ms", concurrency: 100, batch: 100, writeCost: time.Millisecond},
 	}
 }
 
@@ -62,6 +70,10 @@ func (o settleOpts) fits(kind settleKind, sc scenario) bool {
 	switch {
 	case kind == settleStreamZset && sc.kind != kindDelay:
 		return false // the same as settle-stream outside delays
+	case o.batch > 0 || o.writeCost > 0:
+		// Beside the per-message rows of a plain stream's drain: the cost of gathering,
+		// and what a batch saves when each call writes to a database.
+		return kind == settleStream && sc.kind == kindDrain && sc.workers > 1
 	case o.otel:
 		// Beside the row it is measured against (the defaults or the tuned row): a
 		// plain stream, draining and retrying (the cost of the hooks, the metrics and a
@@ -86,10 +98,15 @@ func (o settleOpts) describe(kind settleKind, sc scenario) string {
 		if sc.workers == 1 {
 			d = fmt.Sprintf("1 mount, Concurrency(%d)", o.concurrency)
 		}
+	case o.batch > 0:
+		d = fmt.Sprintf("1 mount, HandleBatch(%d, %s), Concurrency(%d)", o.batch, batchLinger, o.concurrency)
 	case o.concurrency == 0:
 		d = fmt.Sprintf("1 mount, defaults (Concurrency %d)", settle.DefaultConcurrency)
 	default:
 		d = fmt.Sprintf("1 mount, Concurrency(%d)", o.concurrency)
+	}
+	if o.writeCost > 0 {
+		d += fmt.Sprintf(", each handler call waits %s (a database write)", o.writeCost)
 	}
 	if sc.kind == kindDLQ {
 		d += ", MaxAttempts(3), DeadLetter"
@@ -138,6 +155,18 @@ func runSettle(kind settleKind, o settleOpts) runFunc {
 			return nil, err
 		}
 		h := settleHandler(sc, b.late, make([]atomic.Bool, rc.n))
+		switch {
+		case o.batch > 0:
+			h = settle.HandleBatch(o.batch, batchLinger, func(context.Context, []*settle.Message) error {
+				time.Sleep(o.writeCost) // one write for the whole batch
+				return nil
+			})
+		case o.writeCost > 0:
+			h = settle.HandlerFunc(func(context.Context, *settle.Message) error {
+				time.Sleep(o.writeCost) // one write per message
+				return nil
+			})
+		}
 		mounts := 1
 		if o.perWorker {
 			mounts = sc.workers

@@ -69,14 +69,48 @@ func mountPayments(app *settle.App, rdb redis.UniversalClient, gateway Gateway) 
 // that the App accepts its mount (the reply stream shares the source's hash tag).
 func TestReadmeReplySketchIsAcceptedAtStartup(t *testing.T) {
 	t.Parallel()
+	acceptedAtStartup(t, func(app *settle.App, rdb redis.UniversalClient) { mountPayments(app, rdb, nil) })
+}
+
+// acceptedAtStartup mounts a sketch's mount on an App and fails t unless Validate
+// accepts it.
+func acceptedAtStartup(t *testing.T, mount func(app *settle.App, rdb redis.UniversalClient)) {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: Validate only
 	defer rdb.Close()
 	app, err := settle.New(settle.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mountPayments(app, rdb, nil)
+	mount(app, rdb)
 	if err := app.Validate(); err != nil {
 		t.Fatalf("Validate() = %v, want the sketch's mount accepted", err)
 	}
+}
+
+// LedgerEntry and Ledger are what the README's batch sketch names.
+type (
+	LedgerEntry struct {
+		Account string
+		Cents   int64
+	}
+	Ledger interface {
+		// InsertAll writes every entry in one statement and returns each one's error.
+		InsertAll(ctx context.Context, es []LedgerEntry) []error
+	}
+)
+
+func mountLedger(app *settle.App, rdb redis.UniversalClient, ledger Ledger) {
+	app.Mount(settle.Stream(rdb, "{ledger}:entries", "writers"),
+		settle.TypedBatch(100, 50*time.Millisecond, func(ctx context.Context, ms []*settle.Message, es []LedgerEntry) error {
+			return settle.PerMessage(ledger.InsertAll(ctx, es)) // one error per entry: each settles on its own
+		}),
+		settle.Concurrency(100)) // a batch gathers deliveries running at once
+}
+
+// TestReadmeBatchSketchIsAcceptedAtStartup compiles the README's batch sketch and checks
+// that the App accepts its mount (its Concurrency holds a full batch).
+func TestReadmeBatchSketchIsAcceptedAtStartup(t *testing.T) {
+	t.Parallel()
+	acceptedAtStartup(t, func(app *settle.App, rdb redis.UniversalClient) { mountLedger(app, rdb, nil) })
 }

@@ -310,18 +310,11 @@ func TestReliableListRunsEachItemTakenOverFromADeadConsumerAlone(t *testing.T) {
 	ctx := context.Background()
 	key := r.Key("jobs")
 	// A dead consumer left 30 items in its processing list: registered, no heartbeat.
-	for i := range items {
-		payload, err := settle.Msgpack.Marshal(fmt.Sprintf("job-%02d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Client.RPush(ctx, settle.ProcessingList(key, "dead"), wire.Envelope(payload, nil)).Err(); err != nil {
-			t.Fatal(err)
-		}
+	jobs := make([]string, items)
+	for i := range jobs {
+		jobs[i] = fmt.Sprintf("job-%02d", i)
 	}
-	if err := r.Client.SAdd(ctx, keys.ListConsumers(key), "dead").Err(); err != nil {
-		t.Fatal(err)
-	}
+	sourcetest.DeadListConsumerLeft(t, r.Client, key, "dead", jobs...)
 	for i := range fresh {
 		if err := settle.NewPublisher(r.Client).PublishList(ctx, key, fmt.Sprintf("fresh-%02d", i)); err != nil {
 			t.Fatal(err)

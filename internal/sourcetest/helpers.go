@@ -12,6 +12,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/keys"
 	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/wire"
 )
@@ -135,4 +136,24 @@ func ReadListDead(t testing.TB, rdb redis.UniversalClient, key string) []Dead {
 		out = append(out, ReadDeadEnvelope(t, v))
 	}
 	return out
+}
+
+// DeadListConsumerLeft makes a ReliableList consumer named dead that died holding one
+// item per value (each a msgpack string in an envelope) in its processing list of key:
+// registered, with no heartbeat, so that a live consumer takes them over.
+func DeadListConsumerLeft(t testing.TB, rdb redis.UniversalClient, key, dead string, values ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, v := range values {
+		payload, err := settle.Msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.RPush(ctx, settle.ProcessingList(key, dead), wire.Envelope(payload, nil)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.SAdd(ctx, keys.ListConsumers(key), dead).Err(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -36,6 +36,9 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"ReplyIsWrittenWithTheCompletion", testReplyIsWrittenWithTheCompletion},
 		{"FailedHandlerWritesNoReply", testFailedHandlerWritesNoReply},
 		{"HooksFollowOneMessage", testHooksFollowOneMessage},
+		{"BatchSettlesEachMessageOnItsOwn", testBatchSettlesEachMessageOnItsOwn},
+		{"BatchPanicChargesOnlyThePanickingMessage", testBatchPanicChargesOnlyThePanickingMessage},
+		{"BatchNeverExceedsItsSize", testBatchNeverExceedsItsSize},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
