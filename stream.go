@@ -217,6 +217,12 @@ var _ Source = (*PartitionedStreamSource)(nil)
 // dead-lettered as a Stream is (Reclaim, Trim, StartAt, Batch, Block and Consumer apply
 // to each).
 //
+// Each partition is read by one member of the group at a time (a member is a mount,
+// named by Consumer): partitions are spread over the live members by rendezvous hashing
+// and each is held by a lease with a fencing token, renewed every third of LeaseTTL and
+// checked before each settlement batch; a new owner first takes over the partition's
+// pending entries; a graceful stop hands them over at once (README, Partitioned streams).
+//
 // The layout is recorded at the first start; a mount declaring another n is refused
 // while the partitions of the recorded layout hold anything unsettled (pending, unread
 // by a group, or waiting in the delay set). To change n: stop the publishers, let the
@@ -236,7 +242,7 @@ func PartitionedStream(rdb redis.UniversalClient, name, group string, opts ...Pa
 // Transport is for settle's own use and may change in any release.
 func (s *PartitionedStreamSource) Transport(env source.Env) source.Transport {
 	c := s.cfg
-	return redispartition.New(env, redispartition.Config{Name: s.name, Partitions: c.partitions,
+	return redispartition.New(env, redispartition.Config{LeaseTTL: c.leaseTTL, Name: s.name, Partitions: c.partitions,
 		Stream: redisstream.Config{Batch: c.batch, Block: c.block, Client: s.rdb, Consumer: c.consumer, Group: s.group,
 			Reclaim: c.reclaim, StartID: c.startID, TrimKeep: c.trimKeep, TrimOff: c.trimOff}})
 }
@@ -274,6 +280,7 @@ type PartitionedStreamOption interface {
 
 type partitionedConfig struct {
 	streamConfig
+	leaseTTL   time.Duration
 	partitions int
 }
 
@@ -287,3 +294,14 @@ func (o PartitionsOption) applyPartitionedStream(c *partitionedConfig) { c.parti
 // can read it at once. Required; every mount of the stream must declare the same n
 // (see PartitionedStream for changing it).
 func Partitions(n int) PartitionsOption { return PartitionsOption{n: n} }
+
+// LeaseTTLOption sets how long a member's lease on a partition lasts (see LeaseTTL).
+type LeaseTTLOption struct{ d time.Duration }
+
+func (o LeaseTTLOption) applyPartitionedStream(c *partitionedConfig) { c.leaseTTL = o.d }
+
+// LeaseTTL sets how long a member of a partitioned stream's group holds a partition
+// (and counts as live) without renewing: it renews every third of d, and a crashed
+// member's partitions move to the others within d (plus a third of d for them to
+// notice). A graceful stop hands them over at once. Defaults to 10 s.
+func LeaseTTL(d time.Duration) LeaseTTLOption { return LeaseTTLOption{d: d} }

@@ -2,8 +2,6 @@ package redispartition_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -51,18 +49,7 @@ type bundle struct {
 // partition's tag is made from it), whose keys are deleted when the test ends.
 func newBundle(t testing.TB) *bundle {
 	r := redistest.New(t)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "t" + hex.EncodeToString(b[:]) + "-orders"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for _, pattern := range []string{name, "{" + name + "*"} {
-			ks, _ := r.Client.Keys(ctx, pattern).Result()
-			if len(ks) > 0 {
-				r.Client.Del(ctx, ks...)
-			}
-		}
-	})
+	name := r.Untagged(t, "orders")
 	return &bundle{r: r, name: name, group: "workers"}
 }
 

@@ -35,6 +35,9 @@ type Config struct {
 	Stream redisstream.Config
 	// Name is the partitioned stream's name (its meta key; see keys.Partition).
 	Name string
+	// LeaseTTL is how long a member's lease on a partition lasts unless renewed (0:
+	// DefaultLeaseTTL).
+	LeaseTTL time.Duration
 	// Partitions is how many partitions the stream has.
 	Partitions int
 }
@@ -43,6 +46,7 @@ type Config struct {
 type transport struct {
 	cfg   Config
 	env   source.Env
+	owner *owner // set by Open
 	parts []*partition
 	index map[string]int // partition stream key -> partition index
 
@@ -52,9 +56,12 @@ type transport struct {
 
 // partition is one partition as the mount reads it.
 type partition struct {
-	i   int
-	key string
-	t   source.Transport // its redisstream consumer
+	i        int
+	key      string
+	leaseKey string
+	t        source.Transport // its redisstream consumer
+
+	lease lease // under transport.mu
 }
 
 // New returns the transport of one PartitionedStream mount.
@@ -69,7 +76,7 @@ func New(env source.Env, c Config) source.Transport {
 		sc.Key = keys.Partition(c.Name, i)
 		penv := env
 		penv.Policy = t.partitionPolicy(i, env.Policy)
-		t.parts = append(t.parts, &partition{i: i, key: sc.Key, t: redisstream.New(penv, sc)})
+		t.parts = append(t.parts, &partition{i: i, key: sc.Key, leaseKey: keys.PartitionLease(c.Name, i, c.Stream.Group), t: redisstream.New(penv, sc)})
 		t.index[sc.Key] = i
 	}
 	return t
@@ -110,6 +117,9 @@ func (t *transport) Validate(p source.Policy) []error {
 	if t.cfg.Partitions < 1 || t.cfg.Partitions > MaxPartitions {
 		errs = append(errs, fmt.Errorf("Partitions(%d): must be from 1 to %d", t.cfg.Partitions, MaxPartitions))
 	}
+	if t.cfg.LeaseTTL < 0 || t.cfg.LeaseTTL > 0 && t.cfg.LeaseTTL < 30*time.Millisecond {
+		errs = append(errs, fmt.Errorf("LeaseTTL(%s): must be at least 30ms (it is renewed every third of it)", t.cfg.LeaseTTL))
+	}
 	if len(t.parts) > 0 {
 		// Every partition is configured alike: the first one's refusals are every one's.
 		errs = append(errs, t.parts[0].t.Validate(t.partitionPolicy(0, p))...)
@@ -137,7 +147,7 @@ func (t *transport) Open(ctx context.Context) error {
 			return fmt.Errorf("partition %d: %w", p.i, err)
 		}
 	}
-	return nil
+	return t.startOwner(ctx)
 }
 
 // checkLayout records the stream's partitions in its meta key, or checks them against
@@ -238,6 +248,7 @@ func (t *transport) Fetch(ctx context.Context, n int, wait time.Duration) ([]*so
 	for k := range owned {
 		p := owned[(start+k)%len(owned)]
 		ds, err := p.t.Fetch(ctx, n-len(got), -1)
+		t.countInflight(p, len(ds))
 		got = append(got, ds...)
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("partition %d: %w", p.i, err)
@@ -263,6 +274,7 @@ func (t *transport) Fetch(ctx context.Context, n int, wait time.Duration) ([]*so
 	share = min(wait, max(share, 2*redisbase.MinServerBlock))
 	p := owned[start%len(owned)]
 	ds, err := p.t.Fetch(ctx, n, share)
+	t.countInflight(p, len(ds))
 	if err != nil {
 		return ds, fmt.Errorf("partition %d: %w", p.i, err)
 	}
@@ -275,9 +287,25 @@ func (t *transport) setNext(n int) {
 	t.mu.Unlock()
 }
 
-// reading returns the partitions the mount reads.
+// reading returns the partitions the mount reads: those whose lease it holds and that
+// are still its own.
 func (t *transport) reading() []*partition {
-	return t.parts
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ps []*partition
+	for _, p := range t.parts {
+		if p.lease.token != "" && !p.lease.draining {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// reading_ counts n deliveries read from p as in flight (n < 0: settled).
+func (t *transport) countInflight(p *partition, n int) {
+	t.mu.Lock()
+	p.lease.inflight += n
+	t.mu.Unlock()
 }
 
 // partitionOf returns the partition a delivery was read from.
@@ -285,7 +313,8 @@ func (t *transport) partitionOf(d *source.Delivery) *partition {
 	return t.parts[t.index[d.Key]]
 }
 
-// Ack acknowledges each partition's deliveries at its stream, one call per partition.
+// Ack acknowledges each partition's deliveries at its stream, one call per partition,
+// once the member's lease on it is checked (fence).
 func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	groups, order := t.byPartition(len(ds), func(i int) *source.Delivery { return ds[i] })
 	errs := make([]error, len(ds))
@@ -296,7 +325,13 @@ func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
 		for k, i := range idx {
 			sub[k] = ds[i]
 		}
-		err := p.t.Ack(ctx, sub)
+		err := t.fence(ctx, p)
+		if err == nil {
+			err = p.t.Ack(ctx, sub)
+		} else {
+			p.t.(forgetter).Forget(sub...)
+		}
+		t.countInflight(p, -len(sub))
 		for k, i := range idx {
 			if errs[i] = source.AckError(err, k); errs[i] != nil {
 				failed = true
@@ -309,8 +344,9 @@ func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	return &source.AckErrors{Errs: errs}
 }
 
-// Moves applies each partition's moves at its stream, one call per partition; a dead
-// letter goes to the partition's own dead-letter stream.
+// Moves applies each partition's moves at its stream, one call per partition, once the
+// member's lease on it is checked (fence); a dead letter goes to the partition's own
+// dead-letter stream.
 func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 	groups, order := t.byPartition(len(ms), func(i int) *source.Delivery { return ms[i].Delivery })
 	errs := make([]error, len(ms))
@@ -323,9 +359,19 @@ func (t *transport) Moves(ctx context.Context, ms []source.Move) []error {
 				sub[k].Dest = keys.InPartition(t.cfg.Name, p.i, sub[k].Dest)
 			}
 		}
-		for k, err := range p.t.Moves(ctx, sub) {
-			errs[idx[k]] = err
+		if err := t.fence(ctx, p); err != nil {
+			ds := make([]*source.Delivery, len(sub))
+			for k, m := range sub {
+				ds[k] = m.Delivery
+				errs[idx[k]] = err
+			}
+			p.t.(forgetter).Forget(ds...)
+		} else {
+			for k, err := range p.t.Moves(ctx, sub) {
+				errs[idx[k]] = err
+			}
 		}
+		t.countInflight(p, -len(sub))
 	}
 	return errs
 }
@@ -351,8 +397,19 @@ func (t *transport) Paused(ctx context.Context) (bool, error) {
 	return redisbase.Paused(ctx, t.cfg.Stream.Client, t.cfg.Name, t.cfg.Stream.Group)
 }
 
+// forgetter is a partition's stream consumer, which can stop counting deliveries as in
+// flight without settling them (see fence).
+type forgetter interface {
+	Forget(ds ...*source.Delivery)
+}
+
+// Close hands the member's partitions over at once (every settlement has been applied
+// by now) and leaves the group, then closes each partition's consumer.
 func (t *transport) Close(ctx context.Context) error {
 	var errs []error
+	if t.owner != nil {
+		errs = append(errs, t.owner.stop(ctx, true))
+	}
 	for _, p := range slices.Backward(t.parts) {
 		errs = append(errs, p.t.Close(ctx))
 	}
