@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,8 +22,9 @@ import (
 // Publisher writes messages to Redis streams the way settle's consumers read them: the
 // payload under the payload field, each header under its own field.
 type Publisher struct {
-	cfg publisherConfig
-	rdb redis.UniversalClient
+	cfg   publisherConfig
+	parts sync.Map // partitioned stream name -> its partitions (int), as its meta key says
+	rdb   redis.UniversalClient
 }
 
 // NewPublisher returns a Publisher on the caller's client.
@@ -53,9 +55,12 @@ func (p *Publisher) Publish(ctx context.Context, key string, v any, opts ...Publ
 // id; a delayed publish (After, At with DelaySet) returns "" (the entry is written when
 // the delay set's sweep delivers it). It takes Header, Headers, After, At, DelaySet,
 // MaxLen and MinID. More than MaxHeaders headers are refused with ErrTooManyHeaders.
+//
+// With Key(k), a publish to a partitioned stream (see PartitionedStream) goes to the
+// partition of k; one without Key is refused there with ErrNoKey.
 func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) (string, error) {
 	c := publishOptions(opts)
-	if err := c.Refuse("a stream", "Header", "After", "At", "DelaySet", "MaxLen", "MinID"); err != nil {
+	if err := c.Refuse("a stream", "Header", "After", "At", "DelaySet", "Key", "MaxLen", "MinID"); err != nil {
 		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
 	}
 	if err := checkStreamBounds(c); err != nil {
@@ -64,6 +69,13 @@ func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte
 	done := p.publishing(ctx, "stream", key, len(payload), &c)
 	if err := errors.Join(checkHeaders(c.Headers), checkHeaderCount(c.Headers)); err != nil {
 		return "", published(done, "", fmt.Errorf("settle: publish to %q: %w", key, err))
+	}
+	name := key
+	if c.Has("Key") {
+		var err error
+		if key, err = p.route(ctx, &c, name); err != nil {
+			return "", published(done, "", fmt.Errorf("settle: publish to %q: %w", name, err))
+		}
 	}
 	if payload == nil {
 		payload = []byte{} // nil would write no payload field
@@ -75,10 +87,63 @@ func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte
 	args := &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, c.Headers), MaxLen: c.MaxLen, MinID: c.MinID}
 	args.Approx = args.MaxLen > 0 // MinID trims exactly
 	id, err := p.rdb.XAdd(ctx, args).Result()
+	if err != nil && !c.Has("Key") && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		// name is no stream: a partitioned stream's meta key, perhaps.
+		if n, _ := p.partitions(ctx, name); n > 0 {
+			err = fmt.Errorf("%w: %q is a partitioned stream of %d partitions", ErrNoKey, name, n)
+			return "", published(done, "", fmt.Errorf("settle: publish to %q: %w", name, err))
+		}
+	}
 	if err != nil {
 		return "", published(done, "", fmt.Errorf("settle: publish to %q: xadd: %w", key, err))
 	}
 	return id, published(done, id, nil)
+}
+
+// route returns the stream a keyed publish to name goes to: the partition of c.Key when
+// name is a partitioned stream, else name itself; c's headers get HeaderKey, and its
+// delay set (if any) the partition's.
+func (p *Publisher) route(ctx context.Context, c *publish.Config, name string) (string, error) {
+	if c.Headers == nil {
+		c.Headers = make(map[string]string, 1)
+	}
+	c.Headers[HeaderKey] = c.Key
+	n, err := p.partitions(ctx, name)
+	switch {
+	case err != nil:
+		return name, err
+	case n < 0:
+		return name, fmt.Errorf("%w: %q: start its consumers first (a mount creates its stream or records its partitions), or record a partitioned stream's with PartitionedStreamSource.Declare", ErrNoStream, name)
+	case n == 0:
+		return name, nil
+	}
+	i := keys.PartitionFor(c.Key, n)
+	if c.DelaySet != nil && c.DelaySet.Key != "" {
+		dz := *c.DelaySet
+		dz.Key = keys.InPartition(name, i, dz.Key)
+		c.DelaySet = &dz
+	}
+	return keys.Partition(name, i), nil
+}
+
+// partitions returns how many partitions the partitioned stream name has, as its meta
+// key says (remembered once read), 0 when name is a plain stream (a key of another
+// type), or -1 when there is no key name yet.
+func (p *Publisher) partitions(ctx context.Context, name string) (int, error) {
+	if n, ok := p.parts.Load(name); ok {
+		return n.(int), nil
+	}
+	n, err := p.rdb.HGet(ctx, name, "partitions").Int()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return -1, nil // nothing there yet: not remembered, a mount may make it
+	case err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		n = 0 // a plain stream (or another key): keyed publishes go to it
+	case err != nil:
+		return 0, fmt.Errorf("read partitions of %q: %w", name, err)
+	}
+	p.parts.Store(name, n)
+	return n, nil
 }
 
 // PublishList encodes v with the publisher's codec and pushes it, in settle's envelope,
@@ -187,6 +252,15 @@ const MaxHeaders = 1900
 // nothing was written.
 var ErrTooManyHeaders = errors.New("settle: more headers than MaxHeaders")
 
+// ErrNoStream is the error of a publish with Key to a name that holds nothing yet: a
+// keyed message goes to a partition when name is a partitioned stream, to name when it
+// is a plain stream, and which it is is not known until a mount (or Declare) made it.
+var ErrNoStream = errors.New("settle: publish with Key(k) to a stream that does not exist yet")
+
+// ErrNoKey is the error of a publish without Key to a partitioned stream: its partition
+// is chosen by the message's key, and a message without one would have no order to keep.
+var ErrNoKey = errors.New("settle: publish to a partitioned stream without Key(k)")
+
 // checkHeaderCount refuses more than MaxHeaders headers.
 func checkHeaderCount(headers map[string]string) error {
 	if len(headers) > MaxHeaders {
@@ -284,6 +358,17 @@ func Headers(h map[string]string) PublishOption {
 		for k, v := range h {
 			c.Headers[k] = v
 		}
+	})
+}
+
+// Key sets the message's key: it is written in the HeaderKey header, and on a
+// partitioned stream (see PartitionedStream) it picks the partition: PartitionFor(k, n),
+// so every message of one key lands in one partition, in publish order. A stream publish
+// takes it.
+func Key(k string) PublishOption {
+	return publishOptionFunc(func(c *publish.Config) {
+		c.Give("Key")
+		c.Key = k
 	})
 }
 

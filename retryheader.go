@@ -30,6 +30,10 @@ const HeaderHookPrefix = HeaderPrefix + "x-"
 // one key (Settled.MessageKey) although each copy has an id of its own.
 const HeaderOriginID = HeaderPrefix + "origin-id"
 
+// HeaderKey is the message's key as a Publisher's Key option wrote it: what picks a
+// partitioned stream's partition.
+const HeaderKey = HeaderPrefix + "key"
+
 // Headers every reply carries, naming the delivery it answers.
 const (
 	// HeaderReplyOf is the id of the delivery a reply answers.

@@ -8,7 +8,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redispartition"
 	"github.com/settlekit/settle/internal/redisstream"
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -161,6 +164,14 @@ type StartOption struct{ id string }
 func (o StartOption) applyStream(c *streamConfig)         { c.startID = o.id }
 func (o StartOption) applyClaimingStream(c *streamConfig) { c.startID = o.id }
 
+func (o StartOption) applyPartitionedStream(c *partitionedConfig) { c.startID = o.id }
+func (o TrimOption) applyPartitionedStream(c *partitionedConfig) {
+	c.trimKeep, c.trimOff = o.keep, o.off
+}
+func (o ReadOption) applyPartitionedStream(c *partitionedConfig)       { o.set(&c.batch, &c.block) }
+func (o ConsumerOption) applyPartitionedStream(c *partitionedConfig)   { c.consumer = o.name }
+func (f streamOptionFunc) applyPartitionedStream(c *partitionedConfig) { f(&c.streamConfig) }
+
 // Reclaim sets how long an entry must have been left pending by another consumer of the
 // group before a Stream consumer takes it over: the entries of a consumer whose process
 // died. A reclaimed entry's attempt counts its unsettled deliveries, so a message that
@@ -178,3 +189,119 @@ func Reclaim(idle time.Duration) StreamOption {
 // DefaultTrimKeep is how long a Stream or ClaimingStream mount keeps the entries every
 // group of its stream has acknowledged, unless Trim or NoTrim says otherwise.
 const DefaultTrimKeep = time.Hour
+
+// PartitionedStreamSource reads a partitioned stream: one logical stream that is N Redis
+// streams, each in a hash slot of its own, so that a Redis Cluster spreads them over its
+// masters. Make one with PartitionedStream.
+type PartitionedStreamSource struct {
+	cfg   partitionedConfig
+	group string
+	name  string
+	rdb   redis.UniversalClient
+}
+
+var _ Source = (*PartitionedStreamSource)(nil)
+
+// PartitionedStream returns a source that reads the partitioned stream name through the
+// consumer group group. Partitions(n) is required. Its keys:
+//
+//	name                    the meta key: a hash recording n and the hash (a plain
+//	                        XADD to name fails: publish with a Publisher and Key)
+//	{name:i}                partition i's stream, 0 <= i < n
+//	{name:i}:<key>          partition i's delay set (DelayIn(delayed.DurableZset{Key:
+//	                        key})), dead letters (DeadLetter(key)) and replies (ReplyTo(key))
+//
+// so DeadLetter("dead") sends partition 3's dead letters to "{name:3}:dead". The name
+// must not hold braces. A Publisher's Key(k) sends a message to partition
+// PartitionFor(k, n). Each partition is read, retried, delayed, trimmed and
+// dead-lettered as a Stream is (Reclaim, Trim, StartAt, Batch, Block and Consumer apply
+// to each).
+//
+// Each partition is read by one member of the group at a time (a member is a mount,
+// named by Consumer): partitions are spread over the live members by rendezvous hashing
+// and each is held by a lease with a fencing token, renewed every third of LeaseTTL and
+// checked before each settlement batch; a new owner first takes over the partition's
+// pending entries; a graceful stop hands them over at once (README, Partitioned streams).
+//
+// The layout is recorded at the first start; a mount declaring another n is refused
+// while the partitions of the recorded layout hold anything unsettled (pending, unread
+// by a group, or waiting in the delay set). To change n: stop the publishers, let the
+// consumers drain the stream, then start the mounts with the new n (the first to start
+// records it).
+func PartitionedStream(rdb redis.UniversalClient, name, group string, opts ...PartitionedStreamOption) *PartitionedStreamSource {
+	cfg := partitionedConfig{streamConfig: defaultStreamConfig()}
+	cfg.reclaim = DefaultReclaim
+	for _, o := range opts {
+		if o != nil {
+			o.applyPartitionedStream(&cfg)
+		}
+	}
+	return &PartitionedStreamSource{cfg: cfg, group: group, name: name, rdb: rdb}
+}
+
+// Transport is for settle's own use and may change in any release.
+func (s *PartitionedStreamSource) Transport(env source.Env) source.Transport {
+	c := s.cfg
+	return redispartition.New(env, redispartition.Config{LeaseTTL: c.leaseTTL, Name: s.name, Partitions: c.partitions,
+		Stream: redisstream.Config{Batch: c.batch, Block: c.block, Client: s.rdb, Consumer: c.consumer, Group: s.group,
+			Reclaim: c.reclaim, StartID: c.startID, TrimKeep: c.trimKeep, TrimOff: c.trimOff}})
+}
+
+// Declare records the partitioned stream's layout (its partitions and hash) in its meta
+// key, as a mount's start does, so that publishers may write to it before any mount has
+// started. It returns an error when another layout is recorded (see PartitionedStream
+// for changing it), or when the name holds another key (a plain stream).
+func (s *PartitionedStreamSource) Declare(ctx context.Context) error {
+	if err := keys.CheckPartitionName(s.name); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	n, _, err := script.PartitionMeta(ctx, s.rdb, s.name, s.cfg.partitions, keys.PartitionHashName, 0)
+	if err != nil {
+		return fmt.Errorf("settle: partitioned stream %q: %w", s.name, err)
+	}
+	if n != s.cfg.partitions {
+		return fmt.Errorf("settle: partitioned stream %q has %d partitions recorded, not %d", s.name, n, s.cfg.partitions)
+	}
+	return nil
+}
+
+// PartitionFor returns the partition a message with key goes to among n partitions: the
+// FNV-1a 32-bit hash of key's bytes (offset basis 2166136261, prime 16777619), mod n.
+// FNV-1a of "customer-1" is 0x124fb217, so it goes to partition 7 of 16. A publisher in
+// another language computes the same and XADDs to "{name:i}".
+func PartitionFor(key string, n int) int { return keys.PartitionFor(key, n) }
+
+// PartitionedStreamOption configures a PartitionedStream source: Partitions, and the
+// stream options that apply to each partition (Reclaim, Trim, NoTrim, StartAt, Batch,
+// Block, Consumer).
+type PartitionedStreamOption interface {
+	applyPartitionedStream(*partitionedConfig)
+}
+
+type partitionedConfig struct {
+	streamConfig
+	leaseTTL   time.Duration
+	partitions int
+}
+
+// PartitionsOption sets how many partitions a partitioned stream has (see Partitions).
+type PartitionsOption struct{ n int }
+
+func (o PartitionsOption) applyPartitionedStream(c *partitionedConfig) { c.partitions = o.n }
+
+// Partitions sets how many partitions a partitioned stream has, from 1 to 1024: how many
+// Redis threads (cluster masters) it can spread over, and how many members of its group
+// can read it at once. Required; every mount of the stream must declare the same n
+// (see PartitionedStream for changing it).
+func Partitions(n int) PartitionsOption { return PartitionsOption{n: n} }
+
+// LeaseTTLOption sets how long a member's lease on a partition lasts (see LeaseTTL).
+type LeaseTTLOption struct{ d time.Duration }
+
+func (o LeaseTTLOption) applyPartitionedStream(c *partitionedConfig) { c.leaseTTL = o.d }
+
+// LeaseTTL sets how long a member of a partitioned stream's group holds a partition
+// (and counts as live) without renewing: it renews every third of d, and a crashed
+// member's partitions move to the others within d (plus a third of d for them to
+// notice). A graceful stop hands them over at once. Defaults to 10 s.
+func LeaseTTL(d time.Duration) LeaseTTLOption { return LeaseTTLOption{d: d} }

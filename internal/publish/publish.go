@@ -41,6 +41,8 @@ type Config struct {
 	DelaySet *delayed.DurableZset
 	// Headers are the message's headers (Header, Headers); nil for none.
 	Headers map[string]string
+	// Key is the message's key (Key), when Has("Key").
+	Key string
 	// MaxLen bounds the stream (MaxLen), when positive.
 	MaxLen int64
 	// MinID trims the stream below it (MinID); "" for none.

@@ -2,10 +2,12 @@ package redisstream
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -130,4 +132,49 @@ func (t *streamTransport) countDeliveries(ctx context.Context, ds []*source.Deli
 			d.Attempt = d.RetryCount + int(n)
 		}
 	}
+}
+
+// TakeOver claims every entry of the group pending to another consumer (XPENDING, then
+// XCLAIM JUSTID with no min idle, their delivery counts kept: the re-read counts
+// the delivery) and has the next Fetch re-read them
+// with this consumer's own pending entries: a partitioned stream's new owner of a
+// partition calls it once it holds the partition's lease, so that the partition's
+// unsettled entries come first, and a former owner's settlements of them, fenced on the
+// entry being pending to the settling consumer, fail. It returns how many it claimed.
+func (t *streamTransport) TakeOver(ctx context.Context) (int, error) {
+	s := t.cfg
+	n, start := 0, "-"
+	for {
+		ps, err := s.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.Key, Group: s.Group, Start: start, End: "+", Count: 100}).Result()
+		if err != nil {
+			return n, fmt.Errorf("stream %q: take over: xpending: %w", s.Key, err)
+		}
+		byCount := map[int64][]any{} // the ids to claim, by delivery count, kept as it is
+		for _, p := range ps {
+			if p.Consumer != t.consumer {
+				byCount[p.RetryCount] = append(byCount[p.RetryCount], p.ID)
+			}
+		}
+		for count, ids := range byCount {
+			args := append([]any{"XCLAIM", s.Key, s.Group, t.consumer, 0}, ids...)
+			claimed, err := s.Client.Do(ctx, append(args, "RETRYCOUNT", count, "JUSTID")...).StringSlice()
+			if err != nil {
+				return n, fmt.Errorf("stream %q: take over: xclaim: %w", s.Key, err)
+			}
+			n += len(claimed)
+		}
+		if len(ps) < 100 {
+			break
+		}
+		start = "(" + ps[len(ps)-1].ID
+	}
+	t.markRescan()
+	return n, nil
+}
+
+// Forget stops counting ds as in flight here without settling them (no heartbeat, no
+// re-read): a partitioned stream's member whose lease on the partition was lost leaves
+// them to the new owner, who took them over or takes them once idle.
+func (t *streamTransport) Forget(ds ...*source.Delivery) {
+	t.settledIDs(script.ErrNotOwner, ds...)
 }

@@ -89,3 +89,22 @@ func (r *Redis) cleanup(t testing.TB) {
 	}
 	_ = r.Client.Close()
 }
+
+// Untagged returns a name of t's own that holds no {hash tag} (a partitioned stream's,
+// whose partitions' tags are made from it), ending in suffix; the key name and every key
+// starting with "{name" are deleted when the test ends.
+func (r *Redis) Untagged(t testing.TB, suffix string) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "t" + hex.EncodeToString(b[:]) + "-" + suffix
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, pattern := range []string{name, "{" + name + "*"} {
+			if ks, _ := r.Client.Keys(ctx, pattern).Result(); len(ks) > 0 {
+				r.Client.Del(ctx, ks...)
+			}
+		}
+	})
+	return name
+}

@@ -1,0 +1,188 @@
+package redispartition
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/redisstream"
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/wire"
+)
+
+const (
+	testParts = 8
+	testTTL   = 3 * time.Second
+)
+
+// ownBundle is one test's partitioned stream and the members that read it, on a fake
+// clock that the lease scripts take their "now" from.
+type ownBundle struct {
+	clock *clock.Fake
+	name  string
+	rdb   *redis.Client
+}
+
+func newOwnBundle(t *testing.T) *ownBundle {
+	t.Helper()
+	r := redistest.New(t)
+	name := r.Untagged(t, "own")
+	return &ownBundle{clock: clock.NewFake(time.Now()), name: name, rdb: r.Client}
+}
+
+// member opens a member named consumer; it is closed (handing its partitions over)
+// when the test ends unless the test closed or crashed it.
+func (b *ownBundle) member(t *testing.T, consumer string) *transport {
+	t.Helper()
+	env := source.Env{Clock: b.clock, Logger: slog.New(slog.DiscardHandler), Mount: consumer, TestClock: b.clock}
+	tr := New(env, Config{Name: b.name, Partitions: testParts, LeaseTTL: testTTL, Stream: redisstream.Config{
+		Batch: 10, Block: 50 * time.Millisecond, Client: b.rdb, Consumer: consumer, Group: "g", StartID: "0", TrimOff: true,
+	}}).(*transport)
+	if err := tr.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+	return tr
+}
+
+// held returns the partitions m reads.
+func held(m *transport) []int {
+	var is []int
+	for _, p := range m.reading() {
+		is = append(is, p.i)
+	}
+	return is
+}
+
+// step runs one beat of each member, in order.
+func step(t *testing.T, ms ...*transport) {
+	t.Helper()
+	for _, m := range ms {
+		if err := m.owner.step(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkSplit fails unless the members' partitions are disjoint and cover them all.
+func checkSplit(t *testing.T, ms ...*transport) {
+	t.Helper()
+	var all []int
+	for _, m := range ms {
+		all = append(all, held(m)...)
+	}
+	slices.Sort(all)
+	if len(all) != testParts || len(slices.Compact(slices.Clone(all))) != testParts {
+		for _, m := range ms {
+			t.Logf("%s holds %v", m.cfg.Stream.Consumer, held(m))
+		}
+		t.Fatalf("partitions held %v, want each of the %d once", all, testParts)
+	}
+}
+
+func TestLiveMembersShareThePartitionsEachHeldByOne(t *testing.T) {
+	t.Parallel()
+	b := newOwnBundle(t)
+	a := b.member(t, "a")
+	if got := held(a); len(got) != testParts {
+		t.Fatalf("a alone holds %v, want all %d", got, testParts)
+	}
+	c := b.member(t, "c") // joins: a still holds what is now c's until a's next beat
+	checkSplit(t, a, c)
+	step(t, a, c) // a hands over c's partitions (nothing in flight), c takes them
+	checkSplit(t, a, c)
+	if len(held(a)) == 0 || len(held(c)) == 0 {
+		t.Fatalf("a holds %v, c %v: want both some (rendezvous over a and c)", held(a), held(c))
+	}
+	want := map[string][]int{}
+	for i := range testParts {
+		want[rendezvous([]string{"a", "c"}, i)] = append(want[rendezvous([]string{"a", "c"}, i)], i)
+	}
+	if !slices.Equal(held(a), want["a"]) || !slices.Equal(held(c), want["c"]) {
+		t.Fatalf("a holds %v, c %v; want rendezvous's %v", held(a), held(c), want)
+	}
+}
+
+func TestGracefulStopHandsPartitionsOverAtOnce(t *testing.T) {
+	t.Parallel()
+	b := newOwnBundle(t)
+	a, c := b.member(t, "a"), b.member(t, "c")
+	step(t, a, c)
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	step(t, c) // no time passed: a's leases were handed back, a left the members
+	if got := held(c); len(got) != testParts {
+		t.Fatalf("c holds %v right after a stopped, want all %d", got, testParts)
+	}
+}
+
+// A member that crashed (no hand-over) keeps its partitions until its leases run out;
+// then the others take them, its unsettled entries first, and it cannot settle them.
+func TestCrashedMembersPartitionsMoveWithinTheLeaseTTLAndItCannotSettle(t *testing.T) {
+	t.Parallel()
+	b := newOwnBundle(t)
+	ctx := context.Background()
+	a := b.member(t, "a")
+	for i := range testParts {
+		if err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Partition(b.name, i), Values: wire.StreamValues([]byte{byte(i)}, nil)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*source.Delivery
+	for len(got) < testParts {
+		ds, err := a.Fetch(ctx, testParts, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+	}
+	if err := a.owner.stop(ctx, false); err != nil { // the crash: no beat, no hand-over
+		t.Fatal(err)
+	}
+	c := b.member(t, "c")
+	b.clock.Advance(testTTL - time.Millisecond)
+	step(t, c)
+	if got := held(c); len(got) != 0 {
+		t.Fatalf("c holds %v before a's leases ran out, want none", got)
+	}
+	b.clock.Advance(2 * time.Millisecond)
+	step(t, c)
+	if got := held(c); len(got) != testParts {
+		t.Fatalf("c holds %v once a's leases ran out, want all %d", got, testParts)
+	}
+	var again []*source.Delivery
+	for len(again) < testParts {
+		ds, err := c.Fetch(ctx, testParts, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, ds...)
+	}
+	for _, d := range again {
+		if !d.Redelivered || d.Attempt != 2 {
+			t.Fatalf("c's delivery %s of %s: redelivered %v, attempt %d; want a's unsettled entry at attempt 2", d.ID, d.Key, d.Redelivered, d.Attempt)
+		}
+	}
+	// a comes back to life and settles what it had read: fenced.
+	err := source.AckError(a.Ack(ctx, got), 0)
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a's ack after c took its partitions = %v, want ErrLeaseLost", err)
+	}
+	if err := c.Ack(ctx, again); err != nil {
+		t.Fatalf("c's ack: %v", err)
+	}
+	// a's next beat finds its leases gone: it reads none.
+	step(t, a)
+	if got := held(a); len(got) != 0 {
+		t.Fatalf("a holds %v after its beat found c's leases, want none", got)
+	}
+}
