@@ -84,7 +84,8 @@ type mount struct {
 	wrapped   Handler
 
 	slots   chan struct{} // one per delivery held (see run); nil until run
-	reading atomic.Int64  // the slots a read in progress has taken for what it may return
+	reading atomic.Int64  // the slots the reads in progress have taken for what they may return
+	ahead   readsAhead    // the reads of new messages beside the read loop's (see readsAhead)
 	writes  writeContexts // the contexts of settlement writes other than acks
 	copies  *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
 	due     *dueCopies    // writes in-process delays as they come due; nil: each on its own goroutine

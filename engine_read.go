@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/settlekit/settle/internal/source"
@@ -54,6 +55,9 @@ func (m *mount) pushAlone(ctx context.Context, ds []*source.Delivery, acks *acke
 	if len(rest) > 0 {
 		push(rest)
 	}
+	// No read ahead pushes anything until the last taken-over delivery has settled.
+	m.ahead.standDown(&m.ahead.alone)
+	defer m.ahead.alone.Store(false)
 	for i, d := range taken {
 		// The taken-over deliveries still to run hold their slots; nothing else may.
 		if !m.waitHolding(ctx, len(taken)-i, acks) {
@@ -121,6 +125,10 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			}
 		}
 	}
+	push := func(ds []*source.Delivery) {
+		work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
+	}
+	aheadDone := m.startReadsAhead(ctx, readCtx, slots, readSize, push)
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
 	var pause pauseState
 
@@ -129,21 +137,14 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			// Paused from outside (see mount.paused): read nothing new; what the mount holds
 			// runs and settles, heartbeats and leases go on, and a stop still drains. For a
 			// TestProbe, a mount waiting here has read all it will.
+			m.ahead.standDown(&m.ahead.paused)
 			m.waitingPaused.Store(true)
 			m.waitPaused(ctx)
 			m.waitingPaused.Store(false)
+			m.ahead.paused.Store(false)
 			continue
 		}
-		n := 0
-	room:
-		for n < readSize {
-			select {
-			case slots <- struct{}{}:
-				n++
-			case <-ctx.Done():
-				break room
-			}
-		}
+		n := m.takeRoom(ctx, slots, readSize)
 		if n < readSize {
 			for range n {
 				<-slots
@@ -168,7 +169,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			}
 			continue
 		}
-		m.reading.Store(int64(n)) // the read's room is taken, not held (see held)
+		m.reading.Add(int64(n)) // the read's room is taken, not held (see held)
 		read := m.readsBegun.Add(1)
 		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
 		if err == nil {
@@ -179,7 +180,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		}
 		// The room a read did not fill is freed after the read stops counting as one, so
 		// that held never counts less than the mount holds (TestProbe relies on it).
-		m.reading.Store(0)
+		m.reading.Add(-int64(n))
 		for i := len(ds); i < n; i++ {
 			<-slots
 		}
@@ -206,11 +207,13 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		// Every delivery holds a slot until it is handled: with a worker per slot held (up
 		// to Concurrency), a delivery queued here always finds a worker to take it.
 		if len(ds) > 0 {
-			m.pushAlone(ctx, ds, acks, func(ds []*source.Delivery) {
-				work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
-			})
+			m.pushAlone(ctx, ds, acks, push)
+		}
+		if len(ds) == n {
+			m.ahead.wakeAll() // a full read, pushed: more is likely waiting
 		}
 	}
+	aheadDone()
 	if m.info.Caps.Releases {
 		m.release(ctx, work.takeQueued())
 	}
@@ -348,4 +351,135 @@ func (m *mount) waitPaused(ctx context.Context) {
 	case <-t.C():
 	case <-ctx.Done():
 	}
+}
+
+// readersAhead is how many goroutines of a mount read new messages ahead, beside its
+// read loop, when its transport can (source.ReadAhead). The read-ahead bound (Prefetch)
+// limits how many reads fit at once: at the defaults, two of a full Batch.
+const readersAhead = 1
+
+// readsAhead keeps a mount's server busy while work is there: one read loop reads
+// everything (redeliveries, takeovers, due delays, the blocking wait for new work), and
+// while its reads come back full, readers ahead read new messages beside it, each a
+// round trip that never blocks, so that a read is always out while the last one is
+// decoded and handed to the workers. Every read takes its full room first, one at a
+// time (room), so that the reads' room never splits the slots between them with none
+// complete; a read ahead stands down while the mount is paused or runs a taken-over
+// delivery alone, and never pushes once the read loop has passed standDown.
+type readsAhead struct {
+	room  sync.Mutex    // one read takes its room at a time
+	gate  sync.RWMutex  // held read-locked by a read ahead from its check to its push
+	wake  chan struct{} // a full read asks the readers ahead to read
+	out   atomic.Int32  // reads ahead out now: a TestProbe counts the mount busy
+	alone atomic.Bool   // a taken-over delivery runs alone
+	// paused: the mount is paused from outside.
+	paused atomic.Bool
+}
+
+// standDown sets flag and returns once no read ahead that did not see it is out.
+func (a *readsAhead) standDown(flag *atomic.Bool) {
+	flag.Store(true)
+	a.gate.Lock()
+	a.gate.Unlock() //nolint:staticcheck // a barrier: every read ahead begun before flag was set has pushed
+}
+
+// wakeAll asks every reader ahead to read (those already reading read on).
+func (a *readsAhead) wakeAll() {
+	for range cap(a.wake) {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+// takeRoom takes a read's room, n slots (fewer only when ctx ended first), one read at
+// a time.
+func (m *mount) takeRoom(ctx context.Context, slots chan struct{}, n int) int {
+	m.ahead.room.Lock()
+	defer m.ahead.room.Unlock()
+	for i := range n {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return i
+		}
+	}
+	return n
+}
+
+// startReadsAhead starts the mount's readers ahead when its transport can read ahead
+// and more than one handler runs,
+// each pushing what it reads with push; the returned func waits until they have ended
+// (once ctx is done).
+func (m *mount) startReadsAhead(ctx, readCtx context.Context, slots chan struct{}, readSize int, push func([]*source.Delivery)) func() {
+	if m.cfg.concurrency < 2 {
+		// One handler takes the deliveries in the order they were read: a read ahead
+		// could hand newer ones over before the read loop's.
+		return func() {}
+	}
+	ra, ok := m.transport.(source.ReadAhead)
+	if !ok {
+		if rt, wrapped := m.transport.(replicaTransport); wrapped {
+			ra, ok = rt.Transport.(source.ReadAhead)
+		}
+	}
+	if !ok {
+		return func() {}
+	}
+	m.ahead.wake = make(chan struct{}, readersAhead)
+	var wg sync.WaitGroup
+	for range readersAhead {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-m.ahead.wake:
+				}
+				for m.readAhead(ctx, readCtx, ra, slots, readSize, push) {
+				}
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// readAhead takes a read's room, reads new messages ahead once and pushes them; true
+// when the read came back full (read on).
+func (m *mount) readAhead(ctx, readCtx context.Context, ra source.ReadAhead, slots chan struct{}, n int, push func([]*source.Delivery)) bool {
+	if got := m.takeRoom(ctx, slots, n); got < n {
+		for range got {
+			<-slots
+		}
+		return false
+	}
+	m.reading.Add(int64(n))
+	free := func(k int) {
+		m.reading.Add(-int64(n))
+		for range k {
+			<-slots
+		}
+	}
+	m.ahead.gate.RLock()
+	defer m.ahead.gate.RUnlock()
+	if m.ahead.paused.Load() || m.ahead.alone.Load() || m.settleFailed.Load() || ctx.Err() != nil {
+		free(n)
+		return false
+	}
+	m.ahead.out.Add(1)
+	defer m.ahead.out.Add(-1)
+	ds, err := ra.FetchAhead(readCtx, n)
+	m.delivered.Add(uint64(len(ds)))
+	free(n - len(ds))
+	if len(ds) > 0 {
+		push(ds) // what a read that failed part way delivered is held all the same
+	}
+	if err != nil {
+		// The read loop reads the same server next and reports what fails there.
+		m.logger.DebugContext(ctx, "settle: a read ahead failed; the read loop reads on", slog.Any(attrError, err))
+		return false
+	}
+	return len(ds) == n
 }

@@ -126,6 +126,8 @@ func (p *TestProbe) busy(ms []*mount, delays *timerq.Queue) []string {
 		switch held := m.heldNow(st); {
 		case held > 0:
 			busy = append(busy, fmt.Sprintf("mount %s holds %d deliveries", m.name, held))
+		case m.ahead.out.Load() > 0:
+			busy = append(busy, fmt.Sprintf("mount %s has a read ahead out", m.name))
 		case st.acks.pending.Load() > 0:
 			busy = append(busy, fmt.Sprintf("mount %s has %d acks to write", m.name, st.acks.pending.Load()))
 		}

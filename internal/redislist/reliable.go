@@ -71,6 +71,10 @@ type reliableTransport struct {
 	// once (BLMOVE returns at once when an item came meanwhile) instead of first
 	// calling the list_take script, which would find nothing. Touched only by Fetch.
 	drained bool
+	// ahead is held read-locked by each read ahead (FetchAhead) and locked by a re-read
+	// of the processing list, so that the re-read never meets an item a read ahead moved
+	// there and has not counted in flight yet (it would deliver it twice).
+	ahead sync.RWMutex
 
 	mu sync.Mutex
 	// inflight counts by value the items a re-read of the processing list must not
@@ -209,6 +213,25 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 	return t.deliveries(ctx, vals), nil
 }
 
+// FetchAhead moves up to max new items to the processing list without blocking, beside
+// Fetch (see source.ReadAhead): nothing while the processing list waits to be read again
+// or a takeover goes on.
+func (t *reliableTransport) FetchAhead(ctx context.Context, max int) ([]*source.Delivery, error) {
+	t.ahead.RLock()
+	defer t.ahead.RUnlock()
+	t.mu.Lock()
+	busy := t.rescan || t.lot.more || t.lot.outstanding() > 0
+	t.mu.Unlock()
+	if busy {
+		return nil, nil
+	}
+	vals, err := t.moveMany(ctx, max)
+	if err != nil {
+		t.markRescan()
+	}
+	return t.deliveries(ctx, vals), err
+}
+
 // moveMany moves up to n items to the processing list, one list_take script call per
 // script.MaxListTake (never sent twice: see script.ListTake).
 func (t *reliableTransport) moveMany(ctx context.Context, n int) ([]string, error) {
@@ -231,6 +254,8 @@ func (t *reliableTransport) moveMany(ctx context.Context, n int) ([]string, erro
 // not in flight here: items moved here whose move's reply was lost, and items whose
 // settlement failed. It re-reads again next time while it leaves some behind.
 func (t *reliableTransport) readOwnProcessing(ctx context.Context, max int) ([]string, error) {
+	t.ahead.Lock() // no read ahead out meanwhile (see reliableTransport.ahead)
+	defer t.ahead.Unlock()
 	t.mu.Lock()
 	t.rescan = false
 	t.settledDuring = map[string]int{}

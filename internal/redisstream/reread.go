@@ -15,6 +15,8 @@ import (
 // restart with a stable consumer name, a dropped connection or a failed settlement),
 // skipping those in flight here.
 func (t *streamTransport) readOwnPending(ctx context.Context, max int) ([]*source.Delivery, error) {
+	t.ahead.Lock() // no read ahead out meanwhile (see streamTransport.ahead)
+	defer t.ahead.Unlock()
 	for {
 		t.mu.Lock()
 		cursor, asked := t.cursor, t.rescans

@@ -89,6 +89,10 @@ type streamTransport struct {
 	garbledOnce sync.Once
 	nextTrim    time.Time // when Fetch trims next (see trim); Fetch's goroutine only
 	parks       bool
+	// ahead is held read-locked by each read ahead (FetchAhead) and locked by a re-read
+	// of own pending entries, so that a re-read never meets an entry a read ahead has
+	// taken from Redis and not yet marked in flight (it would count a second delivery).
+	ahead sync.RWMutex
 
 	mu       sync.Mutex
 	cursor   string          // where the next own-pending read starts
@@ -200,6 +204,24 @@ func (t *streamTransport) Fetch(ctx context.Context, max int, wait time.Duration
 		wait = t.claim.bound(wait)
 	}
 	return t.read(ctx, ">", max, wait)
+}
+
+// FetchAhead reads new entries without blocking, beside Fetch (see source.ReadAhead):
+// nothing while this consumer's own pending entries wait to be read again first.
+func (t *streamTransport) FetchAhead(ctx context.Context, max int) ([]*source.Delivery, error) {
+	t.ahead.RLock()
+	defer t.ahead.RUnlock()
+	t.mu.Lock()
+	rescan := t.rescan
+	t.mu.Unlock()
+	if rescan && !t.claim.leavesRetries() {
+		return nil, nil
+	}
+	msgs, err := t.xread(ctx, ">", max, -1)
+	if err != nil {
+		return nil, err
+	}
+	return t.deliveries(ctx, msgs, false), nil
 }
 
 // read reads entries after id (">" for new ones), blocking up to wait (-1: not at all).

@@ -36,6 +36,20 @@ type ReplicaWaiter interface {
 	Replicas(ctx context.Context) (int, error)
 }
 
+// ReadAhead is a transport that can have more than one read of new messages out at
+// once, so that its server never waits on the engine between reads while work is
+// there. Fetch stays the mount's one read of everything (redeliveries, takeovers, due
+// delays, the blocking wait); the engine calls FetchAhead from other goroutines, only
+// while Fetch's last read came back full, never blocking.
+type ReadAhead interface {
+	// FetchAhead returns up to max new deliveries without blocking: never a redelivery
+	// nor one taken over, and nothing (nil, nil) while the transport must read
+	// something else first (its own pending entries again, after a failed settlement
+	// or a lost read). It is safe to call concurrently with Fetch, Ack, Moves and
+	// itself.
+	FetchAhead(ctx context.Context, max int) ([]*Delivery, error)
+}
+
 // KeyChecker is a transport that writes keys besides its source (a delay set, a
 // dead-letter or reply destination): it can say which of them hold another type. Open
 // refuses such a key; the engine asks again when a settlement fails with WRONGTYPE, so

@@ -15,6 +15,8 @@
 //   - Open, once, from Run (create a consumer group, start a heartbeat).
 //   - Fetch, from one goroutine per mount, one call at a time: up to max deliveries,
 //     blocking at most wait for the first.
+//   - FetchAhead (a ReadAhead transport's), from other goroutines, concurrently with
+//     Fetch: new deliveries only, never blocking, while Fetch's last read came back full.
 //   - Paused, from the same goroutine, between Fetches, at most once per second of
 //     the App's clock: whether an operator paused the mount from outside the process
 //     (a control key beside the source, a control row in the inbox's table). While it
