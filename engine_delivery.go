@@ -52,15 +52,22 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		ctx = m.started(ctx, d)
 		w.observe(ctx)
 	}
-	msg := &Message{
-		Attempt:   d.Attempt,
-		Headers:   d.Headers,
-		ID:        d.ID,
-		Key:       d.Key,
-		Payload:   d.Payload,
-		codec:     m.cfg.codec,
-		noPayload: !d.HasPayload,
-		replyTo:   m.cfg.replyTo,
+	msg := m.message(d)
+	var dedupKey string
+	if m.dedup != nil {
+		key, done, err := m.dedupCheck(ctx, msg)
+		if done || err != nil {
+			if !w.end() {
+				return true // settled by the watchdog meanwhile
+			}
+			if err != nil {
+				o := Outcome{Kind: OutcomeRetry, Err: err, Delay: m.backoff(d.Attempt, err)}
+				return m.apply(ctx, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), acks, delays, time.Time{})
+			}
+			m.deduplicated(ctx, d, key, acks)
+			return false
+		}
+		dedupKey = key
 	}
 	err := callHandler(ctx, m.wrapped, msg)
 	if !w.end() {
@@ -74,6 +81,7 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 			slog.String(attrMsgID, d.ID), slog.Int(attrAttempt, d.Attempt), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
 	}
 	if err == nil && len(msg.outputs) > 0 {
+		d.DedupKey = dedupKey
 		return m.reply(ctx, d, msg.outputs, acks, delays, start)
 	}
 	o, plain := outcomeOf(err)
@@ -81,6 +89,9 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		o.Delay = m.backoff(d.Attempt, err)
 	}
 	s := decide(o, d.Attempt, m.policy, m.info.Caps)
+	if s.Action == ActionAck {
+		d.DedupKey = dedupKey // marked completed with the ack (Dedupe)
+	}
 	if s.Action == ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
 		// The common case, kept out of apply: its large frame would grow the stack of
 		// every handler goroutine.
@@ -88,6 +99,56 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		return
 	}
 	return m.apply(ctx, d, o, s, acks, delays, start)
+}
+
+// message is the Message a handler of d gets.
+func (m *mount) message(d *source.Delivery) *Message {
+	return &Message{
+		Attempt:   d.Attempt,
+		Headers:   d.Headers,
+		ID:        d.ID,
+		Key:       d.Key,
+		Payload:   d.Payload,
+		codec:     m.cfg.codec,
+		noPayload: !d.HasPayload,
+		replyTo:   m.cfg.replyTo,
+	}
+}
+
+// dedupCheck returns msg's Dedupe key and whether it was completed within the window
+// (one read of the transport's marks; none for the key ""). An error (the key function
+// panicked, the marks could not be read) settles the delivery as a failure without
+// running its handler: a completed key is never run again on a guess.
+func (m *mount) dedupCheck(ctx context.Context, msg *Message) (key string, done bool, err error) {
+	if key, err = dedupKeyOf(m.cfg.dedupe.key, msg); err != nil || key == "" {
+		return key, false, err
+	}
+	seen, err := m.dedup.Completed(ctx, []string{key})
+	if err != nil {
+		return key, false, fmt.Errorf("settle: Dedupe: read the completion mark of %q: %w", key, err)
+	}
+	return key, seen[0], nil
+}
+
+// dedupKeyOf runs a Dedupe key function, turning a panic into a *PanicError.
+func dedupKeyOf(f func(*Message) string, msg *Message) (key string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("settle: Dedupe: the key function panicked: %w", &PanicError{Value: r, Stack: debug.Stack()})
+		}
+	}()
+	return f(msg), nil
+}
+
+// deduplicated acks d without running its handler: its Dedupe key was completed within
+// the window. The ack writes no mark (the first completion's stands).
+func (m *mount) deduplicated(ctx context.Context, d *source.Delivery, key string, acks *acker) {
+	o := Outcome{Kind: OutcomeAck}
+	ev := m.event(ctx, d, o, ActionAck, time.Time{})
+	ev.Deduplicated = true
+	m.logSettlement(ctx, slog.LevelInfo, "settle: ack without running the handler: its dedup key was completed within the window (Dedupe)", d, o,
+		settlement{Action: ActionAck}, slog.String(attrDedupKey, key))
+	acks.add(d, ev)
 }
 
 // callHandler runs h, turning a panic into a *PanicError.

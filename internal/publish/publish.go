@@ -41,6 +41,11 @@ type Config struct {
 	DelaySet *delayed.DurableZset
 	// Headers are the message's headers (Header, Headers); nil for none.
 	Headers map[string]string
+	// IdempotencyKey is the publish's idempotency key (IdempotencyKey); "" for none.
+	IdempotencyKey string
+	// IdempotencyWindow is how long a key's first publish answers for it
+	// (IdempotencyWindow); 0: the default.
+	IdempotencyWindow time.Duration
 	// MaxLen bounds the stream (MaxLen), when positive.
 	MaxLen int64
 	// MinID trims the stream below it (MinID); "" for none.

@@ -36,6 +36,9 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"ReplyIsWrittenWithTheCompletion", testReplyIsWrittenWithTheCompletion},
 		{"FailedHandlerWritesNoReply", testFailedHandlerWritesNoReply},
 		{"HooksFollowOneMessage", testHooksFollowOneMessage},
+		{"DedupeSkipsAKeyCompletedWithinTheWindow", testDedupeSkipsAKeyCompletedWithinTheWindow},
+		{"DedupeMarksOnlyCompletions", testDedupeMarksOnlyCompletions},
+		{"DedupeRefusesBadValues", testDedupeRefusesBadValues},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
