@@ -213,9 +213,6 @@ func (m *mount) validate() []error {
 	for _, p := range m.cfg.dedupe.problems(m.dedup != nil, m.info.Kind) {
 		add("%s", p)
 	}
-	if m.cfg.dedupe != nil && m.cfg.replyTo != "" && m.cfg.replier == nil {
-		add("Dedupe with ReplyTo: a %s source's atomic reply does not write the completion mark yet; give ReplyVia too (the original is then acked, with its mark, after its replies are published)", m.info.Kind)
-	}
 	for _, p := range m.cfg.replicas.problems(m.transport) {
 		add("%s", p)
 	}

@@ -237,15 +237,16 @@ func ReplyVia(r Replier) MountOption {
 // Dedupe skips the deliveries of a message whose key, key(m), was completed (acked, or
 // replied) within window, by any process consuming the source: such a delivery is acked
 // without running the handler, and says so in its Settled event (Deduplicated) and its
-// log line. The completion's mark is written in the same atomic step as its ack (the
-// ack's script, in the source's hash slot; the inbox's deleting transaction): a crash
-// may run a handler again (at least once), but a key completed is not run again while
-// its mark lives, window from its completion. A key of "" is never deduplicated; a
-// failure, a Drop or a dead letter marks nothing. Two deliveries of one key running at
-// the same time both run: add ConcurrencyBy(key, 1) to exclude that. Each delivery
-// costs one read of its mark before it runs. Refused on List and PubSub, whose messages
-// leave Redis when read: there is no ack to write the mark with. window must be
-// positive and key non-nil. Defaults to no deduplication.
+// log line. The completion's mark is written in the same atomic step as its ack or its
+// atomic reply (one script, in the source's hash slot): a crash may run a handler again
+// (at least once), but a key completed is not run again while its mark lives, window
+// from its completion. A key of "" is never deduplicated; a failure, a Drop or a dead
+// letter marks nothing. Two deliveries of one key running at the same time both run:
+// add ConcurrencyBy(key, 1) to exclude that. Each delivery costs one read of its mark
+// before it runs. Stream, ClaimingStream and ReliableList take it; refused on List and
+// PubSub, whose messages leave Redis when read (there is no ack to write the mark with),
+// and on the inbox (not yet). window must be positive and key non-nil. Defaults to no
+// deduplication.
 func Dedupe(window time.Duration, key func(m *Message) string) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.dedupe = &dedupe{key: key, window: window} })
 }

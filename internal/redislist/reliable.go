@@ -508,10 +508,10 @@ func (t *reliableTransport) Paused(ctx context.Context) (bool, error) {
 	return redisbase.Paused(ctx, t.cfg.Client, t.cfg.Key, "")
 }
 
-// reply takes m's item out of the processing list and pushes its replies, each in
-// settle's envelope, to the mount's ReplyTo list, in one script (see list_reply.lua),
-// fenced on the item still being there.
+// reply takes m's item out of the processing list, pushes its replies, each in settle's
+// envelope, to the mount's ReplyTo list and marks its dedup key (settle.Dedupe), in one
+// script (see list_reply.lua), fenced on the item still being there.
 func (t *reliableTransport) reply(ctx context.Context, m source.Move) error {
 	replies := redisbase.EncodeOutputs(m.Outputs, wire.Envelope)
-	return script.ListReply(ctx, t.cfg.Client, t.processing, t.env.Policy.ReplyTo, m.Delivery.Raw.(string), replies)
+	return script.ListReply(ctx, t.cfg.Client, t.processing, t.env.Policy.ReplyTo, m.Delivery.Raw.(string), replies, t.dedup.Marks([]*source.Delivery{m.Delivery}))
 }

@@ -151,3 +151,30 @@ func testDedupeRefusesBadValues(t *testing.T, f Features, s *Subject) {
 		}
 	}
 }
+
+// A delivery completed by its replies marks its key as an ack does: the key's next
+// delivery within the window writes no second reply and runs nothing.
+func testDedupeMarksAReply(t *testing.T, f Features, s *Subject) {
+	if f.NoDedupe || s.ReplyTo == "" || s.Replies == nil {
+		t.Skip("the transport refuses Dedupe or writes no replies itself")
+	}
+	c := newCalls(s)
+	run := Start(t, s, c.handler(func(_ context.Context, m *settle.Message, _ int) error {
+		return m.Reply(replyOf{Amount: 1, Part: "only"})
+	}), settle.Dedupe(dedupWindow, payloadKey), settle.ReplyTo(s.ReplyTo))
+	keyed(t, s, "order-1")
+	run.WaitFor(t, "the reply", 0, hasAction(settle.ActionReply))
+	keyed(t, s, "order-1")
+	evs := run.WaitFor(t, "the duplicate's ack", 0, finals(2))
+	run.Stop(t)
+	checkApplied(t, evs)
+	if n := deduplicated(evs); n != 1 {
+		t.Fatalf("got %d deduplicated settlements, want 1: %s", n, describe(evs))
+	}
+	if n := len(c.all()); n != 1 {
+		t.Fatalf("got %d handler calls, want 1: a key replied within the window never runs again", n)
+	}
+	if n := len(s.Replies(t)); n != 1 {
+		t.Fatalf("got %d replies, want 1", n)
+	}
+}

@@ -38,6 +38,7 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"HooksFollowOneMessage", testHooksFollowOneMessage},
 		{"DedupeSkipsAKeyCompletedWithinTheWindow", testDedupeSkipsAKeyCompletedWithinTheWindow},
 		{"DedupeMarksOnlyCompletions", testDedupeMarksOnlyCompletions},
+		{"DedupeMarksAReply", testDedupeMarksAReply},
 		{"DedupeRefusesBadValues", testDedupeRefusesBadValues},
 	}
 	for _, sc := range scenarios {
