@@ -105,10 +105,11 @@ type mount struct {
 	settleFailed atomic.Bool
 	settleOK     atomic.Bool
 
-	dedup    source.Deduper    // the transport's completion marks when Dedupe is set, else nil
-	failures failedSettles     // deliveries whose settlement failed here, by id
-	keys     source.KeyChecker // the transport's key check (nil: it writes no other key)
-	keysSaid keyCheck          // the last answer of keys, reused for a second
+	dedup      source.Deduper    // the transport's completion marks when Dedupe is set, else nil
+	dedupReads dedupReads        // the mark reads of concurrent deliveries, batched
+	failures   failedSettles     // deliveries whose settlement failed here, by id
+	keys       source.KeyChecker // the transport's key check (nil: it writes no other key)
+	keysSaid   keyCheck          // the last answer of keys, reused for a second
 }
 
 // prepare builds the mount's transport and policy. It runs once per mount.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/settlekit/settle/delayed"
@@ -123,11 +125,92 @@ func (m *mount) dedupCheck(ctx context.Context, msg *Message) (key string, done 
 	if key, err = dedupKeyOf(m.cfg.dedupe.key, msg); err != nil || key == "" {
 		return key, false, err
 	}
-	seen, err := m.dedup.Completed(ctx, []string{key})
+	done, err = m.dedupReads.read(ctx, m.dedup, key)
 	if err != nil {
 		return key, false, fmt.Errorf("settle: Dedupe: read the completion mark of %q: %w", key, err)
 	}
-	return key, seen[0], nil
+	return key, done, nil
+}
+
+// dedupReads batches the mark reads of a mount's concurrent deliveries (Dedupe): one
+// Completed call answers every read queued while the last one was out, so that the
+// handlers that start together share a round trip. The first reader with none out makes
+// the call; once it is answered, a reader queued meanwhile is handed the next call.
+type dedupReads struct {
+	mu      sync.Mutex
+	queue   []dedupRead
+	running bool
+}
+
+// dedupRead is one queued mark read and where its answer goes.
+type dedupRead struct {
+	ans chan dedupAnswer
+	key string
+}
+
+// dedupAnswer answers a dedupRead, or hands its reader the next call (lead).
+type dedupAnswer struct {
+	done bool
+	err  error
+	lead bool
+}
+
+// maxDedupReads bounds the keys one Completed call reads.
+const maxDedupReads = 512
+
+// read returns whether key has a live mark, reading it with the marks of the other
+// deliveries that wait meanwhile.
+func (b *dedupReads) read(ctx context.Context, d source.Deduper, key string) (bool, error) {
+	r := dedupRead{ans: make(chan dedupAnswer, 1), key: key}
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	for {
+		if lead {
+			b.call(ctx, d)
+		}
+		a := <-r.ans
+		if !a.lead {
+			return a.done, a.err
+		}
+		lead = true
+	}
+}
+
+// call reads the queued keys in one Completed call, answers their readers, and hands
+// the next call to a reader queued meanwhile (none: no call is out).
+func (b *dedupReads) call(ctx context.Context, d source.Deduper) {
+	b.mu.Lock()
+	n := min(len(b.queue), maxDedupReads)
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	b.mu.Unlock()
+	keys := make([]string, len(batch))
+	for i, r := range batch {
+		keys[i] = r.key
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	seen, err := d.Completed(ctx, keys)
+	cancel()
+	if err == nil && len(seen) != len(keys) {
+		err = fmt.Errorf("%d answers for %d keys", len(seen), len(keys))
+	}
+	for i, r := range batch {
+		a := dedupAnswer{err: err}
+		if err == nil {
+			a.done = seen[i]
+		}
+		r.ans <- a
+	}
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		b.queue[0].ans <- dedupAnswer{lead: true}
+	} else {
+		b.running = false
+	}
+	b.mu.Unlock()
 }
 
 // dedupKeyOf runs a Dedupe key function, turning a panic into a *PanicError.

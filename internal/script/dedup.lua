@@ -23,8 +23,17 @@ local function markDone(set, now, window, keys)
     return
   end
   local existed = redis.call('EXISTS', set) == 1
+  local args = {}
   for _, k in ipairs(keys) do
-    redis.call('ZADD', set, now + window, k)
+    args[#args + 1] = now + window
+    args[#args + 1] = k
+    if #args >= 1000 then -- one ZADD per 500 keys: fewer values than Lua unpacks
+      redis.call('ZADD', set, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then
+    redis.call('ZADD', set, unpack(args))
   end
   local ended = redis.call('ZCOUNT', set, '-inf', now)
   if ended > 0 then

@@ -4,7 +4,7 @@
 -- KEYS[1] -> the mark set (a sorted set scored by the time in ms each mark ends)
 --
 -- ARGV[1] -> "now" in ms (a test's fake clock); empty: the server's TIME
--- ARGV[2..] -> the dedup keys
+-- ARGV[2..] -> the dedup keys (at most 512: one ZMSCORE reads them)
 --
 -- Returns one reply per key, in order: 1 when its mark ends after now, else 0; or an
 -- error reply when KEYS[1] holds another type.
@@ -16,12 +16,15 @@ if kind ~= 'zset' and kind ~= 'none' then
 end
 local now = nowMs(ARGV[1])
 local out = {}
-for i = 2, #ARGV do
-  local until_ = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if until_ and tonumber(until_) > now then
-    out[#out + 1] = 1
+if #ARGV < 2 then
+  return out
+end
+local ends = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 2))
+for i = 1, #ARGV - 1 do
+  if ends[i] and tonumber(ends[i]) > now then
+    out[i] = 1
   else
-    out[#out + 1] = 0
+    out[i] = 0
   end
 end
 return out
