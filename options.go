@@ -242,8 +242,8 @@ func ReplyVia(r Replier) MountOption {
 // (at least once), but a key completed is not run again while its mark lives, window
 // from its completion. A key of "" is never deduplicated; a failure, a Drop or a dead
 // letter marks nothing. Two deliveries of one key running at the same time both run:
-// add ConcurrencyBy(key, 1) to exclude that. Each delivery costs one read of its mark
-// before it runs. Stream, ClaimingStream and ReliableList take it; refused on List and
+// add ConcurrencyBy(key, 1) to exclude that. Each delivery's mark is read before it
+// runs (the reads of deliveries starting together in one call). Stream, ClaimingStream and ReliableList take it; refused on List and
 // PubSub, whose messages leave Redis when read (there is no ack to write the mark with),
 // and on the inbox (not yet). window must be positive and key non-nil. Defaults to no
 // deduplication.
