@@ -61,7 +61,7 @@ func TestClusterListConformance(t *testing.T) {
 	t.Parallel()
 	t.Run("List", func(t *testing.T) {
 		t.Parallel()
-		sourcetest.Run(t, sourcetest.Features{LosesRetryWithoutCap: true, RunsQueuedAtStop: true}, func(t *testing.T) *sourcetest.Subject {
+		sourcetest.Run(t, sourcetest.Features{LosesRetryWithoutCap: true, NoDedupe: true, RunsQueuedAtStop: true}, func(t *testing.T) *sourcetest.Subject {
 			return newClusterListSubject(t, false)
 		})
 	})

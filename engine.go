@@ -23,17 +23,18 @@ import (
 
 // Log attribute keys: source's, shared by the engine, every transport and the inbox.
 const (
-	attrAction  = source.AttrAction
-	attrAttempt = source.AttrAttempt
-	attrDelay   = source.AttrDelay
-	attrError   = source.AttrError
-	attrGroup   = source.AttrGroup
-	attrKey     = source.AttrKey
-	attrMount   = source.AttrMount
-	attrMsgID   = source.AttrMsgID
-	attrMsgKey  = source.AttrMsgKey
-	attrOutcome = source.AttrOutcome
-	attrReason  = source.AttrReason
+	attrAction   = source.AttrAction
+	attrAttempt  = source.AttrAttempt
+	attrDedupKey = "dedup_key"
+	attrDelay    = source.AttrDelay
+	attrError    = source.AttrError
+	attrGroup    = source.AttrGroup
+	attrKey      = source.AttrKey
+	attrMount    = source.AttrMount
+	attrMsgID    = source.AttrMsgID
+	attrMsgKey   = source.AttrMsgKey
+	attrOutcome  = source.AttrOutcome
+	attrReason   = source.AttrReason
 )
 
 // Source is where a mount's deliveries come from: Stream, and the sources of settle's
@@ -105,9 +106,11 @@ type mount struct {
 	settleFailed atomic.Bool
 	settleOK     atomic.Bool
 
-	failures failedSettles     // deliveries whose settlement failed here, by id
-	keys     source.KeyChecker // the transport's key check (nil: it writes no other key)
-	keysSaid keyCheck          // the last answer of keys, reused for a second
+	dedup      source.Deduper    // the transport's completion marks when Dedupe is set, else nil
+	dedupReads dedupReads        // the mark reads of concurrent deliveries, batched
+	failures   failedSettles     // deliveries whose settlement failed here, by id
+	keys       source.KeyChecker // the transport's key check (nil: it writes no other key)
+	keysSaid   keyCheck          // the last answer of keys, reused for a second
 }
 
 // prepare builds the mount's transport and policy. It runs once per mount.
@@ -118,6 +121,7 @@ func (m *mount) prepare(e *engine) {
 	m.policy = source.Policy{
 		DeadLetter:       m.cfg.deadLetter,
 		DeadLetterMaxLen: m.cfg.deadLetterMaxLen,
+		DedupWindow:      m.cfg.dedupe.windowOf(),
 		Delay:            m.cfg.delay,
 		MaxAttempts:      m.cfg.maxAttempts,
 		ReplyTo:          m.cfg.replyTo,
@@ -142,6 +146,9 @@ func (m *mount) prepare(e *engine) {
 	m.info = m.transport.Info()
 	m.logger = e.logger.With(slog.String(attrMount, m.name))
 	m.keys, _ = m.transport.(source.KeyChecker)
+	if m.cfg.dedupe != nil {
+		m.dedup, _ = m.transport.(source.Deduper)
+	}
 	if _, ok := m.transport.(source.ReplicaWaiter); ok && m.cfg.replicas.set {
 		m.transport = replicaTransport{Transport: m.transport, w: m.cfg.replicas, logger: m.logger}
 	}
@@ -209,6 +216,9 @@ func (m *mount) validate() []error {
 	}
 	if m.cfg.delay == nil {
 		add("DelayIn(nil): give a strategy")
+	}
+	for _, p := range m.cfg.dedupe.problems(m.dedup != nil, m.info.Kind) {
+		add("%s", p)
 	}
 	for _, p := range m.cfg.replicas.problems(m.transport) {
 		add("%s", p)

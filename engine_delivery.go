@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/settlekit/settle/delayed"
@@ -52,17 +54,22 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		ctx = m.started(ctx, d)
 		w.observe(ctx)
 	}
-	msg := &Message{
-		Attempt:   d.Attempt,
-		Headers:   d.Headers,
-		ID:        d.ID,
-		Key:       d.Key,
-		Payload:   d.Payload,
-		codec:     m.cfg.codec,
-		noPayload: !d.HasPayload,
-		replyTo:   m.cfg.replyTo,
-		mount:     m,
-		takenOver: d.TakenOver,
+	msg := m.message(d)
+	var dedupKey string
+	if m.dedup != nil {
+		key, done, err := m.dedupCheck(ctx, msg)
+		if done || err != nil {
+			if !w.end() {
+				return true // settled by the watchdog meanwhile
+			}
+			if err != nil {
+				o := Outcome{Kind: OutcomeRetry, Err: err, Delay: m.backoff(d.Attempt, err)}
+				return m.apply(ctx, d, o, decide(o, d.Attempt, m.policy, m.info.Caps), acks, delays, time.Time{})
+			}
+			m.deduplicated(ctx, d, key, acks)
+			return false
+		}
+		dedupKey = key
 	}
 	err := callHandler(ctx, m.wrapped, msg)
 	if !w.end() {
@@ -76,6 +83,7 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 			slog.String(attrMsgID, d.ID), slog.Int(attrAttempt, d.Attempt), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
 	}
 	if err == nil && len(msg.outputs) > 0 {
+		d.DedupKey = dedupKey
 		return m.reply(ctx, d, msg.outputs, acks, delays, start)
 	}
 	o, plain := outcomeOf(err)
@@ -83,6 +91,9 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		o.Delay = m.backoff(d.Attempt, err)
 	}
 	s := decide(o, d.Attempt, m.policy, m.info.Caps)
+	if s.Action == ActionAck {
+		d.DedupKey = dedupKey // marked completed with the ack (Dedupe)
+	}
 	if s.Action == ActionAck && !m.logger.Enabled(ctx, slog.LevelDebug) {
 		// The common case, kept out of apply: its large frame would grow the stack of
 		// every handler goroutine.
@@ -90,6 +101,139 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		return
 	}
 	return m.apply(ctx, d, o, s, acks, delays, start)
+}
+
+// message is the Message a handler of d gets.
+func (m *mount) message(d *source.Delivery) *Message {
+	return &Message{
+		Attempt:   d.Attempt,
+		Headers:   d.Headers,
+		ID:        d.ID,
+		Key:       d.Key,
+		Payload:   d.Payload,
+		codec:     m.cfg.codec,
+		noPayload: !d.HasPayload,
+		replyTo:   m.cfg.replyTo,
+		mount:     m,
+		takenOver: d.TakenOver,
+	}
+}
+
+// dedupCheck returns msg's Dedupe key and whether it was completed within the window
+// (one read of the transport's marks; none for the key ""). An error (the key function
+// panicked, the marks could not be read) settles the delivery as a failure without
+// running its handler: a completed key is never run again on a guess.
+func (m *mount) dedupCheck(ctx context.Context, msg *Message) (key string, done bool, err error) {
+	if key, err = dedupKeyOf(m.cfg.dedupe.key, msg); err != nil || key == "" {
+		return key, false, err
+	}
+	done, err = m.dedupReads.read(ctx, m.dedup, key)
+	if err != nil {
+		return key, false, fmt.Errorf("settle: Dedupe: read the completion mark of %q: %w", key, err)
+	}
+	return key, done, nil
+}
+
+// dedupReads batches the mark reads of a mount's concurrent deliveries (Dedupe): one
+// Completed call answers every read queued while the last one was out, so that the
+// handlers that start together share a round trip. The first reader with none out makes
+// the call; once it is answered, a reader queued meanwhile is handed the next call.
+type dedupReads struct {
+	mu      sync.Mutex
+	queue   []dedupRead
+	running bool
+}
+
+// dedupRead is one queued mark read and where its answer goes.
+type dedupRead struct {
+	ans chan dedupAnswer
+	key string
+}
+
+// dedupAnswer answers a dedupRead, or hands its reader the next call (lead).
+type dedupAnswer struct {
+	done bool
+	err  error
+	lead bool
+}
+
+// maxDedupReads bounds the keys one Completed call reads.
+const maxDedupReads = 512
+
+// read returns whether key has a live mark, reading it with the marks of the other
+// deliveries that wait meanwhile.
+func (b *dedupReads) read(ctx context.Context, d source.Deduper, key string) (bool, error) {
+	r := dedupRead{ans: make(chan dedupAnswer, 1), key: key}
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	for {
+		if lead {
+			b.call(ctx, d)
+		}
+		a := <-r.ans
+		if !a.lead {
+			return a.done, a.err
+		}
+		lead = true
+	}
+}
+
+// call reads the queued keys in one Completed call, answers their readers, and hands
+// the next call to a reader queued meanwhile (none: no call is out).
+func (b *dedupReads) call(ctx context.Context, d source.Deduper) {
+	b.mu.Lock()
+	n := min(len(b.queue), maxDedupReads)
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	b.mu.Unlock()
+	keys := make([]string, len(batch))
+	for i, r := range batch {
+		keys[i] = r.key
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	seen, err := d.Completed(ctx, keys)
+	cancel()
+	if err == nil && len(seen) != len(keys) {
+		err = fmt.Errorf("%d answers for %d keys", len(seen), len(keys))
+	}
+	for i, r := range batch {
+		a := dedupAnswer{err: err}
+		if err == nil {
+			a.done = seen[i]
+		}
+		r.ans <- a
+	}
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		b.queue[0].ans <- dedupAnswer{lead: true}
+	} else {
+		b.running = false
+	}
+	b.mu.Unlock()
+}
+
+// dedupKeyOf runs a Dedupe key function, turning a panic into a *PanicError.
+func dedupKeyOf(f func(*Message) string, msg *Message) (key string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("settle: Dedupe: the key function panicked: %w", &PanicError{Value: r, Stack: debug.Stack()})
+		}
+	}()
+	return f(msg), nil
+}
+
+// deduplicated acks d without running its handler: its Dedupe key was completed within
+// the window. The ack writes no mark (the first completion's stands).
+func (m *mount) deduplicated(ctx context.Context, d *source.Delivery, key string, acks *acker) {
+	o := Outcome{Kind: OutcomeAck}
+	ev := m.event(ctx, d, o, ActionAck, time.Time{})
+	ev.Deduplicated = true
+	m.logSettlement(ctx, slog.LevelInfo, "settle: ack without running the handler: its dedup key was completed within the window (Dedupe)", d, o,
+		settlement{Action: ActionAck}, slog.String(attrDedupKey, key))
+	acks.add(d, ev)
 }
 
 // callHandler runs h, turning a panic into a *PanicError.

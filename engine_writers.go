@@ -427,6 +427,9 @@ func (m *mount) settleAgain(ctx context.Context, d *source.Delivery, f failedSet
 	} else if s = decide(o, again.Attempt, m.policy, m.info.Caps); s.Action != f.ev.Action {
 		return false, false
 	}
+	if m.dedup != nil && !f.ev.Deduplicated && (f.ev.Action == ActionAck || f.ev.Action == ActionReply) {
+		again.DedupKey, _ = dedupKeyOf(m.cfg.dedupe.key, m.message(&again)) // the mark goes with the ack written again
+	}
 	ctx = m.started(ctx, d)
 	if !w.end() {
 		return true, true // settled by the watchdog meanwhile

@@ -152,6 +152,9 @@ type Settled struct {
 	Action Action
 	// Attempt is the delivery's attempt, 1-based.
 	Attempt int
+	// Deduplicated: the delivery was acked without running its handler, as its Dedupe
+	// key was completed (acked, or replied) within the window.
+	Deduplicated bool
 	// Delay is the wait of a parked copy.
 	Delay time.Duration
 	// Due: this reports the write of an in-process delayed copy that came due; the

@@ -1,9 +1,11 @@
 package settle
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/source"
 )
 
 // MountOption configures one mount (App.Mount). Options never fail: App.Validate
@@ -18,6 +20,7 @@ type mountConfig struct {
 	concurrency      int
 	deadLetter       string
 	deadLetterMaxLen int64
+	dedupe           *dedupe
 	delay            delayed.Strategy
 	maxAttempts      int
 	maxAttemptsSet   bool // MaxAttempts was given: 0 is refused, not "no cap"
@@ -229,4 +232,57 @@ func ReplyTo(dest string) MountOption {
 // replies.
 func ReplyVia(r Replier) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.replier = r })
+}
+
+// Dedupe skips the deliveries of a message whose key, key(m), was completed (acked, or
+// replied) within window, by any process consuming the source: such a delivery is acked
+// without running the handler, and says so in its Settled event (Deduplicated) and its
+// log line. The completion's mark is written in the same atomic step as its ack or its
+// atomic reply (one script, in the source's hash slot): a crash may run a handler again
+// (at least once), but a key completed is not run again while its mark lives, window
+// from its completion. A key of "" is never deduplicated; a failure, a Drop or a dead
+// letter marks nothing. Two deliveries of one key running at the same time both run:
+// add ConcurrencyBy(key, 1) to exclude that. Each delivery's mark is read before it
+// runs (the reads of deliveries starting together in one call). Stream, ClaimingStream and ReliableList take it; refused on List and
+// PubSub, whose messages leave Redis when read (there is no ack to write the mark with),
+// and on the inbox (not yet). window must be positive and key non-nil. Defaults to no
+// deduplication.
+func Dedupe(window time.Duration, key func(m *Message) string) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.dedupe = &dedupe{key: key, window: window} })
+}
+
+// dedupe is a mount's Dedupe.
+type dedupe struct {
+	key    func(*Message) string
+	window time.Duration
+}
+
+// windowOf is the window of d, 0 for none (nil).
+func (d *dedupe) windowOf() time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.window
+}
+
+// problems returns the refusals of d on a transport of kind that keeps marks or not.
+func (d *dedupe) problems(marks bool, kind source.Kind) []string {
+	if d == nil {
+		return nil
+	}
+	var out []string
+	if d.window <= 0 {
+		out = append(out, fmt.Sprintf("Dedupe(%s, …): the window must be positive", d.window))
+	}
+	if d.key == nil {
+		out = append(out, "Dedupe(…, nil): give a key function (it returns a message's dedup key, \"\" for none)")
+	}
+	if !marks {
+		why := "it keeps no completion marks"
+		if kind == source.KindList || kind == source.KindChannel {
+			why = "its messages leave Redis when read, so there is no ack to write a completion mark with in one atomic step: a crash after the handler would run a completed key again; use ReliableList or a Stream"
+		}
+		out = append(out, fmt.Sprintf("Dedupe: a %s source cannot deduplicate: %s", kind, why))
+	}
+	return out
 }

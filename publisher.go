@@ -53,17 +53,19 @@ func (p *Publisher) Publish(ctx context.Context, key string, v any, opts ...Publ
 
 // PublishBytes appends payload, as it is, to the stream key. It returns the new entry's
 // id; a delayed publish (After, At with DelaySet) returns "" (the entry is written when
-// the delay set's sweep delivers it). It takes Header, Headers, After, At, DelaySet,
-// MaxLen and MinID. More than MaxHeaders headers are refused with ErrTooManyHeaders.
+// the delay set's sweep delivers it); with IdempotencyKey, a key published within its
+// window returns its first entry's id and writes nothing. It takes Header, Headers,
+// After, At, DelaySet, IdempotencyKey, IdempotencyWindow, Key, MaxLen and MinID. More
+// than MaxHeaders headers are refused with ErrTooManyHeaders.
 //
 // With Key(k), a publish to a partitioned stream (see PartitionedStream) goes to the
 // partition of k; one without Key is refused there with ErrNoKey.
 func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte, opts ...PublishOption) (string, error) {
 	c := publishOptions(opts)
-	if err := c.Refuse("a stream", "Header", "After", "At", "DelaySet", "Key", "MaxLen", "MinID"); err != nil {
+	if err := c.Refuse("a stream", "Header", "After", "At", "DelaySet", "IdempotencyKey", "IdempotencyWindow", "Key", "MaxLen", "MinID"); err != nil {
 		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
 	}
-	if err := checkStreamBounds(c); err != nil {
+	if err := errors.Join(checkStreamBounds(c), checkIdempotency(c)); err != nil {
 		return "", fmt.Errorf("settle: publish to %q: %w", key, err)
 	}
 	done := p.publishing(ctx, "stream", key, len(payload), &c)
@@ -83,6 +85,10 @@ func (p *Publisher) PublishBytes(ctx context.Context, key string, payload []byte
 	if c.Delayed() || c.DelaySet != nil {
 		member := wire.DelayMember(publishToken(), payload, c.Headers)
 		return "", published(done, "", p.delay(ctx, c, key, "stream", member))
+	}
+	if c.IdempotencyKey != "" {
+		id, err := p.publishOnce(ctx, key, payload, c)
+		return id, published(done, id, err)
 	}
 	args := &redis.XAddArgs{Stream: key, Values: wire.StreamValues(payload, c.Headers), MaxLen: c.MaxLen, MinID: c.MinID}
 	args.Approx = args.MaxLen > 0 // MinID trims exactly
@@ -435,6 +441,35 @@ func MinID(id string) PublishOption {
 	})
 }
 
+// IdempotencyKey makes a stream publish idempotent under key: the first publish of key
+// appends the entry and returns its id; another publish of key to the same stream
+// within the window (IdempotencyWindow, DefaultIdempotencyWindow unless given) writes
+// nothing and returns that first id. Checking, writing and remembering the id are one
+// script in the stream's hash slot, so two producers racing with one key write one
+// entry, and a producer that retries a publish whose answer it lost gets the first id
+// back. Streams only; not with a delay (the entry is written later, by the sweep). key
+// must not be empty. Defaults to none.
+func IdempotencyKey(key string) PublishOption {
+	return publishOptionFunc(func(c *publish.Config) {
+		c.Give("IdempotencyKey")
+		c.IdempotencyKey = key
+	})
+}
+
+// IdempotencyWindow sets how long an IdempotencyKey's first publish answers for the key,
+// from that publish: past it, the key publishes again. d must be positive; only with
+// IdempotencyKey. Defaults to DefaultIdempotencyWindow.
+func IdempotencyWindow(d time.Duration) PublishOption {
+	return publishOptionFunc(func(c *publish.Config) {
+		c.Give("IdempotencyWindow")
+		c.IdempotencyWindow = d
+	})
+}
+
+// DefaultIdempotencyWindow is how long an IdempotencyKey answers for its first publish
+// unless IdempotencyWindow says otherwise: a day, longer than a producer's retries last.
+const DefaultIdempotencyWindow = 24 * time.Hour
+
 // publishOptions applies opts.
 func publishOptions(opts []PublishOption) publish.Config { return publish.Apply(opts) }
 
@@ -512,6 +547,45 @@ func checkStreamBounds(c publish.Config) error {
 		return errors.New("option MaxLen or MinID with a delay: the entry is written later by the delay set's sweep, which does not trim; bound the stream with the mount's Trim")
 	}
 	return nil
+}
+
+// checkIdempotency returns the refusal of a publish's IdempotencyKey and
+// IdempotencyWindow: an empty key, a window without a key or not positive, a delay.
+func checkIdempotency(c publish.Config) error {
+	switch {
+	case c.Has("IdempotencyKey") && c.IdempotencyKey == "":
+		return errors.New(`IdempotencyKey(""): give a key`)
+	case c.Has("IdempotencyWindow") && !c.Has("IdempotencyKey"):
+		return errors.New("option IdempotencyWindow without IdempotencyKey: give the key")
+	case c.Has("IdempotencyWindow") && c.IdempotencyWindow <= 0:
+		return fmt.Errorf("IdempotencyWindow(%s): the window must be positive", c.IdempotencyWindow)
+	case c.Has("IdempotencyKey") && (c.Delayed() || c.Has("DelaySet")):
+		return errors.New("option IdempotencyKey with a delay: the entry is written later by the delay set's sweep, which keeps no idempotency key")
+	}
+	return nil
+}
+
+// publishOnce appends payload to the stream key unless c.IdempotencyKey was published
+// there within its window, in one script (script.IdempotentPublish), and returns the
+// id of the key's first entry.
+func (p *Publisher) publishOnce(ctx context.Context, key string, payload []byte, c publish.Config) (string, error) {
+	window := c.IdempotencyWindow
+	if window == 0 {
+		window = DefaultIdempotencyWindow
+	}
+	trim, arg := "", any("")
+	switch {
+	case c.MaxLen > 0:
+		trim, arg = "MAXLEN", c.MaxLen
+	case c.MinID != "":
+		trim, arg = "MINID", c.MinID
+	}
+	mark := keys.Derived(key, "idempotency:"+c.IdempotencyKey)
+	id, _, err := script.IdempotentPublish(ctx, p.rdb, key, mark, window, trim, arg, wire.StreamValues(payload, c.Headers))
+	if err != nil {
+		return "", fmt.Errorf("settle: publish to %q with IdempotencyKey(%q): %w", key, c.IdempotencyKey, err)
+	}
+	return id, nil
 }
 
 // publishToken is the id part of a delayed stream publish's member: unique, so two

@@ -38,6 +38,7 @@ type settleOpts struct {
 	otelSample  float64       // the root share of the user's sampler, ParentBased(TraceIDRatioBased); 0: the SDK's default, every delivery
 	batch       int           // a batch handler (settle.HandleBatch) of this size, its Concurrency the same; 0: a per-message handler
 	writeCost   time.Duration // how long each handler call (each batch, for a batch handler) waits, as a database write would; 0: none
+	dedupe      bool          // Dedupe(time.Hour, the message's id): every key new, so every handler runs (the check's and the mark's cost)
 }
 
 // batchLinger is the batch row's linger: at a drain, batches fill long before it.
@@ -53,6 +54,7 @@ func settleOptionRows(tuned int) []settleOpts {
 		{name: "default-otel-1pct", otel: true, otelSample: 0.01},
 		{name: "c1", concurrency: 1},
 		{name: "c8", concurrency: 8},
+		{name: "dedupe", dedupe: true},
 		{name: fmt.Sprintf("tuned-c%d", tuned), concurrency: tuned, perWorker: true},
 		{name: fmt.Sprintf("tuned-c%d-otel", tuned), concurrency: tuned, perWorker: true, otel: true},
 		{name: fmt.Sprintf("tuned-c%d-otel-1pct", tuned), concurrency: tuned, perWorker: true, otel: true, otelSample: 0.01},
@@ -79,6 +81,9 @@ func (o settleOpts) fits(kind settleKind, sc scenario) bool {
 		// plain stream, draining and retrying (the cost of the hooks, the metrics and a
 		// span per delivery).
 		return kind == settleStream && (sc.kind == kindDrain || sc.kind == kindRetry) && (o.perWorker || sc.workers > 1)
+	case o.dedupe:
+		// Beside the defaults, draining: the cost of the mark's read and write.
+		return kind != settleStreamZset && sc.kind == kindDrain && sc.workers > 1
 	case o.perWorker:
 		return true
 	case o.concurrency == 1:
@@ -113,6 +118,9 @@ func (o settleOpts) describe(kind settleKind, sc scenario) string {
 	}
 	if kind == settleStreamZset {
 		d += ", DelayIn(DurableZset)"
+	}
+	if o.dedupe {
+		d += ", Dedupe(1h, the message's id: every key new)"
 	}
 	switch {
 	case o.otel && o.otelSample > 0:
@@ -178,6 +186,9 @@ func runSettle(kind settleKind, o settleOpts) runFunc {
 			}
 			if o.perWorker {
 				opts = append(opts, settle.Name(fmt.Sprintf("w%d", w)))
+			}
+			if o.dedupe {
+				opts = append(opts, settle.Dedupe(time.Hour, func(m *settle.Message) string { return m.ID }))
 			}
 			if sc.kind == kindDLQ {
 				opts = append(opts, settle.MaxAttempts(3), settle.DeadLetter(dlq))

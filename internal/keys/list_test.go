@@ -27,3 +27,17 @@ func TestDerivedSharesTheSourceSlot(t *testing.T) {
 		})
 	}
 }
+
+func TestDedupSharesTheSourceSlotAndNamesTheGroup(t *testing.T) {
+	for _, key := range []string{"{orders}:in", "orders"} {
+		for _, group := range []string{"", "workers"} {
+			set := Dedup(key, group)
+			if err := SameSlot(key, set); err != nil {
+				t.Fatalf("Dedup(%q, %q) = %q: %v", key, group, set, err)
+			}
+		}
+	}
+	if Dedup("{o}", "a") == Dedup("{o}", "b") {
+		t.Fatal("two groups share one mark set")
+	}
+}

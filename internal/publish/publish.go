@@ -43,6 +43,11 @@ type Config struct {
 	Headers map[string]string
 	// Key is the message's key (Key), when Has("Key").
 	Key string
+	// IdempotencyKey is the publish's idempotency key (IdempotencyKey); "" for none.
+	IdempotencyKey string
+	// IdempotencyWindow is how long a key's first publish answers for it
+	// (IdempotencyWindow); 0: the default.
+	IdempotencyWindow time.Duration
 	// MaxLen bounds the stream (MaxLen), when positive.
 	MaxLen int64
 	// MinID trims the stream below it (MinID); "" for none.

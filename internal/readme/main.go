@@ -114,3 +114,11 @@ func publishSketch(ctx context.Context, app *settle.App, rdb redis.UniversalClie
 }
 
 var _ = publishSketch
+
+// dedupeSketch is the README's Deduplication sketch.
+func dedupeSketch(app *settle.App, rdb redis.UniversalClient, handler settle.Handler) {
+	app.Mount(settle.Stream(rdb, "{orders}", "billing"), handler,
+		settle.Dedupe(24*time.Hour, func(m *settle.Message) string { return m.Headers["order-id"] }))
+}
+
+var _ = dedupeSketch

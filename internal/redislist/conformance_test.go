@@ -15,7 +15,7 @@ import (
 func TestListConformance(t *testing.T) {
 	t.Parallel()
 	for _, reliable := range []bool{false, true} {
-		name, f := "List", sourcetest.Features{LosesRetryWithoutCap: true, RunsQueuedAtStop: true}
+		name, f := "List", sourcetest.Features{LosesRetryWithoutCap: true, NoDedupe: true, RunsQueuedAtStop: true}
 		if reliable {
 			name, f = "ReliableList", sourcetest.Features{PutsBackWithoutCap: true}
 		}

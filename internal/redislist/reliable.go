@@ -46,6 +46,7 @@ func NewReliable(env source.Env, c ReliableConfig) source.Transport {
 		reader:     redisbase.EnvelopeReader{Logger: env.Logger, Mount: env.Mount},
 	}
 	t.delays, t.parks = redisbase.DelaySetOf(env)
+	t.dedup = redisbase.DedupOf(env, c.Client, keys.Dedup(c.Key, ""))
 	return t
 }
 
@@ -58,6 +59,7 @@ type reliableTransport struct {
 	cfg        ReliableConfig
 	consumer   string
 	consumers  string             // the set of consumer names of the list
+	dedup      redisbase.Dedup    // settle.Dedupe's marks (keys.Dedup of the list)
 	delays     redisbase.DelaySet // the mount's durable delay set, when parks
 	env        source.Env
 	heartbeat  string // this consumer's heartbeat key
@@ -357,14 +359,14 @@ func (t *reliableTransport) sweepDelays(ctx context.Context, wait time.Duration)
 }
 
 // Ack removes the items from the processing list, in one list_done script call (see
-// script.ListDone).
+// script.ListDone) that also marks the dedup keys of those removed (settle.Dedupe).
 func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	t.unsettled.Add(-int64(len(ds)))
 	items := make([]string, len(ds))
 	for i, d := range ds {
 		items[i] = d.Raw.(string)
 	}
-	removed, err := script.ListDone(ctx, t.cfg.Client, t.processing, items)
+	removed, err := script.ListDone(ctx, t.cfg.Client, t.processing, items, t.dedup.Marks(ds))
 	t.settled(err, ds...)
 	if err != nil {
 		return fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
@@ -384,6 +386,16 @@ func (t *reliableTransport) Ack(ctx context.Context, ds []*source.Delivery) erro
 		return gone
 	}
 	return nil
+}
+
+// Completed reports which dedup keys the list's consumers completed within the mount's
+// window (source.Deduper).
+func (t *reliableTransport) Completed(ctx context.Context, keys []string) ([]bool, error) {
+	done, err := t.dedup.Completed(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("reliable list %q: %w", t.cfg.Key, err)
+	}
+	return done, nil
 }
 
 // maxListMoveBatch bounds how many moves one list_move script call carries.
@@ -521,10 +533,10 @@ func (t *reliableTransport) Paused(ctx context.Context) (bool, error) {
 	return redisbase.Paused(ctx, t.cfg.Client, t.cfg.Key, "")
 }
 
-// reply takes m's item out of the processing list and pushes its replies, each in
-// settle's envelope, to the mount's ReplyTo list, in one script (see list_reply.lua),
-// fenced on the item still being there.
+// reply takes m's item out of the processing list, pushes its replies, each in settle's
+// envelope, to the mount's ReplyTo list and marks its dedup key (settle.Dedupe), in one
+// script (see list_reply.lua), fenced on the item still being there.
 func (t *reliableTransport) reply(ctx context.Context, m source.Move) error {
 	replies := redisbase.EncodeOutputs(m.Outputs, wire.Envelope)
-	return script.ListReply(ctx, t.cfg.Client, t.processing, t.env.Policy.ReplyTo, m.Delivery.Raw.(string), replies)
+	return script.ListReply(ctx, t.cfg.Client, t.processing, t.env.Policy.ReplyTo, m.Delivery.Raw.(string), replies, t.dedup.Marks([]*source.Delivery{m.Delivery}))
 }

@@ -18,7 +18,7 @@ import (
 // set, on a real server; each on the wall clock and on a fake clock.
 func TestPubSubConformance(t *testing.T) {
 	t.Parallel()
-	f := sourcetest.Features{Ephemeral: true, LosesRetryWithoutCap: true, NeverPaused: true}
+	f := sourcetest.Features{Ephemeral: true, LosesRetryWithoutCap: true, NeverPaused: true, NoDedupe: true}
 	for _, pattern := range []bool{false, true} {
 		name := "Channel"
 		if pattern {

@@ -71,6 +71,7 @@ func newStream(env source.Env, c Config) *streamTransport {
 		rescan:   true,
 	}
 	t.delays, t.parks = redisbase.DelaySetOf(env)
+	t.dedup = redisbase.DedupOf(env, c.Client, keys.Dedup(c.Key, c.Group))
 	return t
 }
 
@@ -84,6 +85,7 @@ type streamTransport struct {
 	cfg         Config
 	claim       *claimer // takes idle pending entries over (Reclaim, ClaimingStream); nil: none
 	consumer    string
+	dedup       redisbase.Dedup    // settle.Dedupe's marks (keys.Dedup of the group)
 	delays      redisbase.DelaySet // the mount's durable delay set, when parks
 	env         source.Env
 	garbledOnce sync.Once
@@ -424,17 +426,34 @@ func (t *streamTransport) markRescan() {
 	t.mu.Unlock()
 }
 
+// Ack acknowledges the entries: one XACK, or, when some carry a dedup key
+// (settle.Dedupe), one stream_done script call that writes their marks too.
 func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	ids := make([]string, len(ds))
 	for i, d := range ds {
 		ids[i] = d.ID
 	}
-	err := t.cfg.Client.XAck(ctx, t.cfg.Key, t.cfg.Group, ids...).Err()
+	var err error
+	if marks := t.dedup.Marks(ds); marks != nil {
+		err = script.StreamDone(ctx, t.cfg.Client, t.cfg.Key, t.cfg.Group, ids, *marks)
+	} else {
+		err = t.cfg.Client.XAck(ctx, t.cfg.Key, t.cfg.Group, ids...).Err()
+	}
 	if err != nil {
 		err = fmt.Errorf("stream %q: xack: %w", t.cfg.Key, err)
 	}
 	t.settledIDs(err, ds...)
 	return err
+}
+
+// Completed reports which dedup keys the group completed within the mount's window
+// (source.Deduper).
+func (t *streamTransport) Completed(ctx context.Context, keys []string) ([]bool, error) {
+	done, err := t.dedup.Completed(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("stream %q: %w", t.cfg.Key, err)
+	}
+	return done, nil
 }
 
 func (t *streamTransport) Close(context.Context) error {

@@ -104,26 +104,38 @@ func ListTake(ctx context.Context, rdb Processor, list, processing string, n int
 //go:embed list_done.lua
 var listDoneSrc string
 
-var listDone = redis.NewScript(aclSrc + listDoneSrc)
+var listDone = redis.NewScript(aclSrc + nowSrc + expirySrc + dedupSrc + listDoneSrc)
 
 // maxListDone is the most items one list_done call takes out.
 const maxListDone = 1000
 
 // ListDone takes completed items out of a reliable list consumer's processing list,
 // each once (its first occurrence, byte for byte), in one script call per 1,000 items
-// (see list_done.lua). It returns, in order, whether each was there; an error when a
-// call failed (its items are then reported not removed, though the call may have run
-// and only its reply been lost).
-func ListDone(ctx context.Context, rdb redis.Scripter, processing string, items []string) ([]bool, error) {
+// (see list_done.lua), and, with marks (settle.Dedupe; nil: none), marks the dedup key
+// of each item removed in the same call. It returns, in order, whether each was there;
+// an error when a call failed (its items are then reported not removed, though the call
+// may have run and only its reply been lost).
+func ListDone(ctx context.Context, rdb redis.Scripter, processing string, items []string, marks *Marks) ([]bool, error) {
 	removed := make([]bool, len(items))
 	var firstErr error
 	for lo := 0; lo < len(items); lo += maxListDone {
-		chunk := items[lo:min(lo+maxListDone, len(items))]
-		args := make([]any, len(chunk))
-		for i, it := range chunk {
-			args[i] = it
+		hi := min(lo+maxListDone, len(items))
+		chunk := items[lo:hi]
+		keys := []string{processing}
+		args := make([]any, 0, 2+2*len(chunk))
+		if marks != nil {
+			keys = append(keys, marks.Set)
+			args = append(args, nowArg(marks.Now), windowMs(marks.Window))
 		}
-		replies, err := listDone.Run(ctx, rdb, []string{processing}, args...).Int64Slice()
+		for _, it := range chunk {
+			args = append(args, it)
+		}
+		if marks != nil {
+			for _, k := range marks.Keys[lo:hi] {
+				args = append(args, k)
+			}
+		}
+		replies, err := listDone.Run(ctx, rdb, keys, args...).Int64Slice()
 		if err == nil && len(replies) != len(chunk) {
 			err = fmt.Errorf("%d replies for %d items", len(replies), len(chunk))
 		}

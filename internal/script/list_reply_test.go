@@ -35,7 +35,7 @@ func TestListReply(t *testing.T) {
 	t.Run("TakesTheItemAndPushesEveryReplyInOrder", func(t *testing.T) {
 		t.Parallel()
 		r, processing, dest := setup(t)
-		if err := script.ListReply(ctx, r.Client, processing, dest, "item", [][]byte{[]byte("one"), []byte("two")}); err != nil {
+		if err := script.ListReply(ctx, r.Client, processing, dest, "item", [][]byte{[]byte("one"), []byte("two")}, nil); err != nil {
 			t.Fatal(err)
 		}
 		got, err := r.Client.LRange(ctx, dest, 0, -1).Result()
@@ -50,7 +50,7 @@ func TestListReply(t *testing.T) {
 	t.Run("RecoveredItemWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		r, processing, dest := setup(t)
-		err := script.ListReply(ctx, r.Client, processing, dest, "another", [][]byte{[]byte("one")})
+		err := script.ListReply(ctx, r.Client, processing, dest, "another", [][]byte{[]byte("one")}, nil)
 		if !errors.Is(err, script.ErrItemGone) {
 			t.Fatalf("err = %v, want ErrItemGone", err)
 		}
@@ -65,7 +65,7 @@ func TestListReply(t *testing.T) {
 		if err := r.Client.Set(ctx, dest, "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := script.ListReply(ctx, r.Client, processing, dest, "item", [][]byte{[]byte("one")}); err == nil {
+		if err := script.ListReply(ctx, r.Client, processing, dest, "item", [][]byte{[]byte("one")}, nil); err == nil {
 			t.Fatal("err = nil, want WRONGTYPE")
 		}
 		if n, err := r.Client.LLen(ctx, processing).Result(); err != nil || n != 1 {

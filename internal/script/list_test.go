@@ -295,7 +295,7 @@ func TestListDoneIsAnLREMPerItem(t *testing.T) {
 				want, wantLeft[i] = slices.Delete(want, k, k+1), true
 			}
 		}
-		removed, err := script.ListDone(ctx, r.Client, proc, items)
+		removed, err := script.ListDone(ctx, r.Client, proc, items, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,12 @@
 -- ARGV[1] -> the consumer group of KEYS[2]
 -- ARGV[2] -> the consumer settling the entry: it must still own it
 -- ARGV[3] -> the id of the entry of KEYS[2] to acknowledge
+-- KEYS[3] -> (settle.Dedupe only) the mark set, in KEYS[2]'s slot (dedup.lua)
 -- ARGV[4..] -> one reply after another, each: the count n of field/value arguments that
---              follow, then the reply entry's n field/value arguments, encoded by Go
+--              follow, then the reply entry's n field/value arguments, encoded by Go.
+--              With KEYS[3], ARGV[4..6] are first: "now" in ms (empty: the server's
+--              TIME), the window in ms and the entry's dedup key, marked completed
+--              with the acknowledgement.
 --
 -- Returns 1 once the replies are appended and the entry acknowledged; or an error reply,
 -- with nothing written: "NOTOWNER …" when the entry is no longer pending to ARGV[2]
@@ -23,7 +27,7 @@
 -- list of field/values: they cannot fail) and the XACK (the group and the entry were
 -- found by XPENDING on the same key) run with nothing left that can raise.
 --
--- Preludes: acl.lua; prepended by script.go.
+-- Preludes: acl.lua, now.lua, expiry.lua, dedup.lua; prepended by script.go.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'stream' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a stream')
@@ -35,6 +39,9 @@ if #pending == 0 then
 end
 local replies = {}
 local i = 4
+if KEYS[3] then
+  i = 7
+end
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   if n == nil or n < 2 or n % 2 ~= 0 or i + n > #ARGV then
@@ -50,6 +57,9 @@ for _, r in ipairs(replies) do
   end
 end
 local denied = refusedAny({{'XADD', KEYS[1], '*', 'f', 'v'}, {'XACK', KEYS[2], group, id}})
+if KEYS[3] then
+  denied = denied or refusedMarks(KEYS[3], tonumber(ARGV[5]))
+end
 if denied then
   return denied
 end
@@ -57,4 +67,7 @@ for _, r in ipairs(replies) do
   redis.call('XADD', KEYS[1], '*', unpack(ARGV, r[1], r[2]))
 end
 redis.call('XACK', KEYS[2], group, id)
+if KEYS[3] then
+  markDone(KEYS[3], nowMs(ARGV[4]), tonumber(ARGV[5]), {ARGV[6]})
+end
 return 1

@@ -36,7 +36,7 @@ func TestStreamReply(t *testing.T) {
 		id := b.pending(t)
 		dest := b.r.Key("replies")
 		replies := [][]any{{"payload", "one", "h", "1"}, {"payload", "two"}}
-		if err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, replies); err != nil {
+		if err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, replies, nil); err != nil {
 			t.Fatal(err)
 		}
 		got, err := b.r.Client.XRange(b.ctx, dest, "-", "+").Result()
@@ -53,7 +53,7 @@ func TestStreamReply(t *testing.T) {
 		b := setupMove(t)
 		id := b.pending(t)
 		dest := b.r.Key("replies")
-		err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "other", id, [][]any{{"payload", "one"}})
+		err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "other", id, [][]any{{"payload", "one"}}, nil)
 		if !errors.Is(err, script.ErrNotOwner) {
 			t.Fatalf("err = %v, want ErrNotOwner", err)
 		}
@@ -68,7 +68,7 @@ func TestStreamReply(t *testing.T) {
 		if err := b.r.Client.Set(b.ctx, dest, "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, [][]any{{"payload", "one"}}); err == nil {
+		if err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, [][]any{{"payload", "one"}}, nil); err == nil {
 			t.Fatal("err = nil, want WRONGTYPE")
 		}
 		if n := pendingCount(t, b); n != 1 {
@@ -81,7 +81,7 @@ func TestStreamReply(t *testing.T) {
 		b := setupMove(t)
 		id := b.pending(t)
 		dest := b.r.Key("replies")
-		err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, [][]any{{"payload", "one"}, {"payload"}})
+		err := script.StreamReply(b.ctx, b.r.Client, dest, b.stream, "g", "c", id, [][]any{{"payload", "one"}, {"payload"}}, nil)
 		if err == nil {
 			t.Fatal("err = nil, want BADREPLY")
 		}

@@ -215,6 +215,10 @@ type Delivery struct {
 	// Attempt counts deliveries of this message, the first included (1-based); where the
 	// transport counts unsettled deliveries (Caps.CountsUnsettled), those too.
 	Attempt int
+	// DedupKey, set by the engine (settle.Dedupe) on a delivery it completes by an ack or
+	// a reply, is the key the transport marks completed for Policy.DedupWindow in the
+	// same atomic step as the completion (see Deduper); "" for none.
+	DedupKey string
 	// Headers are the message's headers as they arrived (never nil).
 	Headers map[string]string
 	// HasPayload is false when the message arrived with no payload (a foreign stream
@@ -302,6 +306,9 @@ type Policy struct {
 	DeadLetter string
 	// DeadLetterMaxLen bounds a dead-letter stream (approximate trimming); 0: unbounded.
 	DeadLetterMaxLen int64
+	// DedupWindow is how long a completion mark lives (settle.Dedupe): positive only on
+	// a transport that is a Deduper; 0: no marks.
+	DedupWindow time.Duration
 	// Delay is where RetryAfter delays wait (never nil once the App has prepared the
 	// mount).
 	Delay delayed.Strategy
@@ -374,6 +381,20 @@ type Env struct {
 	// a transport whose "now" comes from its server (Redis TIME, the database clock)
 	// uses it instead when set.
 	TestClock clock.Clock
+}
+
+// Deduper is a transport that keeps settle.Dedupe's completion marks beside its source
+// (a sorted set in the source's hash slot, a table of the inbox's database): the engine
+// refuses Dedupe on a transport that is not one. Its Ack, and its ActionReply where it
+// has Caps.Replies, mark each delivery's DedupKey completed for Policy.DedupWindow in
+// the same atomic step as the completion, and only if the completion applied: a crash
+// may leave a key unmarked and its handler run again (at least once), never marked and
+// its message not completed.
+type Deduper interface {
+	// Completed reports, for each of keys in order, whether a mark of it written within
+	// the window still lives ("now" from the transport's server, or Env.TestClock). It
+	// writes nothing.
+	Completed(ctx context.Context, keys []string) ([]bool, error)
 }
 
 // AckErrors is the error of a Transport.Ack call that failed for some of its deliveries

@@ -43,6 +43,10 @@ type Features struct {
 	// UsesDeliveryCounter: attempts come from the transport's own counter and a retry
 	// leaves the message pending until its min-idle passes (ClaimingStream).
 	UsesDeliveryCounter bool
+	// NoDedupe: the transport keeps no completion marks (settle.Dedupe): List and
+	// PubSub, whose messages leave Redis when read; the suite checks that Dedupe stops
+	// startup.
+	NoDedupe bool
 	// NeverPaused: the transport cannot be paused (PubSub: Redis keeps nothing for a
 	// subscriber, so a pause would only lose what is published meanwhile); the pause
 	// scenarios are skipped.

@@ -39,6 +39,10 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"BatchSettlesEachMessageOnItsOwn", testBatchSettlesEachMessageOnItsOwn},
 		{"BatchPanicChargesOnlyThePanickingMessage", testBatchPanicChargesOnlyThePanickingMessage},
 		{"BatchNeverExceedsItsSize", testBatchNeverExceedsItsSize},
+		{"DedupeSkipsAKeyCompletedWithinTheWindow", testDedupeSkipsAKeyCompletedWithinTheWindow},
+		{"DedupeMarksOnlyCompletions", testDedupeMarksOnlyCompletions},
+		{"DedupeMarksAReply", testDedupeMarksAReply},
+		{"DedupeRefusesBadValues", testDedupeRefusesBadValues},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 // conformance are the differences the suite allows a table inbox: no headers, Retry
 // without a cap puts the row back in place, and a cap and a dead letter come together.
-var conformance = sourcetest.Features{CapNeedsDeadLetter: true, NoHeaders: true, PutsBackWithoutCap: true}
+var conformance = sourcetest.Features{CapNeedsDeadLetter: true, NoDedupe: true, NoHeaders: true, PutsBackWithoutCap: true}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
