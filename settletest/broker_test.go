@@ -183,7 +183,15 @@ func TestBrokerWithoutDelaysPublishesACopyBackToTheTopicWhenDue(t *testing.T) {
 		t.Fatalf("the broker parked %d, want 0: it cannot delay", n)
 	}
 	b.h.Advance(time.Second)
-	evs := b.h.WaitAction(settle.ActionAck, 1)
+	// The copy's own event may be reported after the copy was read and acked: wait for both.
+	evs := b.h.WaitFor("the copy and its ack", func(evs []settle.Settled) bool {
+		var c, a bool
+		for _, e := range evs {
+			c = c || e.Action == settle.ActionCopy
+			a = a || e.Action == settle.ActionAck
+		}
+		return c && a
+	})
 	var copied, acked settle.Settled
 	for _, e := range evs {
 		switch e.Action {
