@@ -46,22 +46,24 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		}
 		return m.apply(ctx, &spent, o, s, acks, delays, time.Time{})
 	}
+	if gate := m.gate.Load(); gate != nil {
+		t, ok := gate.Admit(ctx, d)
+		if !ok {
+			// Not started: it waits in the gate, holding no slot (see internal/flow).
+			return !w.end()
+		}
+		defer gate.Done(context.WithoutCancel(ctx), t)
+		if t.Reason != "" {
+			AddLogAttrs(ctx, slog.String("waited_for", t.Reason), slog.Duration("waited", t.Waited))
+		}
+	}
 	var start time.Time
 	if m.eng.observed() {
 		start = m.eng.clock.Now()
 		ctx = m.started(ctx, d)
 		w.observe(ctx)
 	}
-	msg := &Message{
-		Attempt:   d.Attempt,
-		Headers:   d.Headers,
-		ID:        d.ID,
-		Key:       d.Key,
-		Payload:   d.Payload,
-		codec:     m.cfg.codec,
-		noPayload: !d.HasPayload,
-		replyTo:   m.cfg.replyTo,
-	}
+	msg := m.message(d)
 	err := callHandler(ctx, m.wrapped, msg)
 	if !w.end() {
 		// The watchdog settled the delivery at its timeout (and owns its slot).
@@ -88,6 +90,20 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		return
 	}
 	return m.apply(ctx, d, o, s, acks, delays, start)
+}
+
+// message is the Message a handler (or a flow limit's key function) is given for d.
+func (m *mount) message(d *source.Delivery) *Message {
+	return &Message{
+		Attempt:   d.Attempt,
+		Headers:   d.Headers,
+		ID:        d.ID,
+		Key:       d.Key,
+		Payload:   d.Payload,
+		codec:     m.cfg.codec,
+		noPayload: !d.HasPayload,
+		replyTo:   m.cfg.replyTo,
+	}
 }
 
 // callHandler runs h, turning a panic into a *PanicError.

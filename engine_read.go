@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
@@ -121,6 +122,20 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			}
 		}
 	}
+	var gate *flow.Gate
+	if len(m.cfg.limits) > 0 {
+		gate = m.newGate(ctx, func(d *source.Delivery) bool {
+			// A waiting delivery that may try again takes a slot as a read would.
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return false
+			}
+			work.push([]*source.Delivery{d}, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
+			return true
+		})
+		m.gate.Store(gate)
+	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
 	var pause pauseState
 
@@ -133,6 +148,9 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			m.waitPaused(ctx)
 			m.waitingPaused.Store(false)
 			continue
+		}
+		if gate != nil && !gate.Room(ctx) {
+			continue // what waits for its flow limits fills the mount: read nothing new
 		}
 		n := 0
 	room:
@@ -211,8 +229,12 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			})
 		}
 	}
+	var waiting []*source.Delivery
+	if gate != nil {
+		waiting = gate.Stop() // no delivery is pushed once it returns
+	}
 	if m.info.Caps.Releases {
-		m.release(ctx, work.takeQueued())
+		m.release(ctx, append(work.takeQueued(), waiting...))
 	}
 	work.close()
 
@@ -227,6 +249,12 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		<-drained
 	}
 	t.Stop()
+	if gate != nil {
+		gate.Close() // no handler runs: the slots' leases need no renewal
+		if late := gate.TakeWaiting(); len(late) > 0 && m.info.Caps.Releases {
+			m.release(ctx, late) // refused by their limits while the mount stopped
+		}
+	}
 	watch.stop()
 	acks.close()
 	m.copies.close()

@@ -36,6 +36,11 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"ReplyIsWrittenWithTheCompletion", testReplyIsWrittenWithTheCompletion},
 		{"FailedHandlerWritesNoReply", testFailedHandlerWritesNoReply},
 		{"HooksFollowOneMessage", testHooksFollowOneMessage},
+		{"BadLimitsRefusedAtStartup", testBadLimitsRefusedAtStartup},
+		{"LimitsRefusedWhereTheyCannotWait", testLimitsRefusedWhereTheyCannotWait},
+		{"RateLimitSpacesStartsAndSpendsNoAttempt", testRateLimitSpacesStartsAndSpendsNoAttempt},
+		{"HotKeyAtItsLimitDoesNotHoldUpOtherKeys", testHotKeyAtItsLimitDoesNotHoldUpOtherKeys},
+		{"ConcurrencyByOneIsExclusiveAcrossApps", testConcurrencyByOneIsExclusiveAcrossApps},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
