@@ -149,8 +149,8 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			m.waitingPaused.Store(false)
 			continue
 		}
-		if gate != nil && !gate.Room(ctx) {
-			continue // what waits for its flow limits fills the mount: read nothing new
+		if gate != nil && (!gate.Resumed(ctx) || !gate.Room(ctx)) {
+			continue // what waits for its flow limits starts first, or fills the mount: read nothing new
 		}
 		n := 0
 	room:
@@ -231,7 +231,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	}
 	var waiting []*source.Delivery
 	if gate != nil {
-		waiting = gate.Stop() // no delivery is pushed once it returns
+		waiting = gate.Stop(m.writes.get()) // no delivery is pushed once it returns
 	}
 	if m.info.Caps.Releases {
 		m.release(ctx, append(work.takeQueued(), waiting...))
@@ -251,7 +251,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	t.Stop()
 	if gate != nil {
 		gate.Close() // no handler runs: the slots' leases need no renewal
-		if late := gate.TakeWaiting(); len(late) > 0 && m.info.Caps.Releases {
+		if late := gate.TakeWaiting(m.writes.get()); len(late) > 0 && m.info.Caps.Releases {
 			m.release(ctx, late) // refused by their limits while the mount stopped
 		}
 	}

@@ -283,9 +283,10 @@ func LimitBurst(b int) LimitOption {
 // the same starts (GCRA is a token bucket seen as a time), but GCRA keeps one number per
 // limit (the theoretical arrival time of the next start) where a bucket keeps two (its
 // tokens and when it was refilled), so a take is one GET and one SET with an expiry in
-// one script, the key expires by itself once the limit is idle, and a refusal says
-// exactly when the next start is due, which is when the waiting delivery tries again:
-// no polling. n and per must be positive.
+// one script, the key expires by itself once the limit is idle, and a take can reserve
+// an exact future start: a delivery due within a second takes its place at once and
+// starts then, without polling and without every waiting delivery asking at once. n
+// and per must be positive.
 func RateLimit(n int, per time.Duration, opts ...LimitOption) MountOption {
 	return newFlowLimit("RateLimit", nil, true, n, per, opts)
 }

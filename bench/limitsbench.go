@@ -29,6 +29,8 @@ import (
 //     most deliveries of one key seen running at once, and the throughput;
 //   - cost: drain of n messages by one App at Concurrency(8) with no option, with
 //     RateLimit(10⁷, time.Second) and with ConcurrencyBy over 1,000 keys: msgs/s.
+//
+// -only names the rows to run (rate, hot key, slots, cost).
 func runLimits(ctx context.Context, cfg config, d time.Duration) error {
 	srv, admin, done, err := redisServer(ctx, cfg)
 	if err != nil {
@@ -46,6 +48,9 @@ func runLimits(ctx context.Context, cfg config, d time.Duration) error {
 		{"cost", limitCost},
 	}
 	for _, r := range rows {
+		if len(cfg.only) > 0 && !slices.Contains(cfg.only, r.name) {
+			continue
+		}
 		out, err := r.run(ctx, srv, admin, cfg, d)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.name, err)

@@ -8,9 +8,10 @@
 // here instead of to its handler and it waits where the transport keeps it (a stream
 // entry pending to this consumer and heartbeated, a list item in the processing list),
 // holding no worker and no read slot, so that the mount reads on and the deliveries of
-// other keys start without it. It tries again when its limit says it may (a rate
-// limit's next start), when a slot of its key is freed in this process, or after
-// SlotPoll when a slot is held elsewhere.
+// other keys start without it. A delivery whose rate limits let it start within
+// Horizon reserves that start and begins then without asking again; otherwise it asks
+// again when its limit says it may, when a slot of its key is freed in this process, or
+// after SlotPoll when a slot is held elsewhere.
 package flow
 
 import (
@@ -32,6 +33,13 @@ import (
 // SlotPoll is the longest a delivery waiting for a concurrency slot held in another
 // process waits before it asks again (a slot freed in this process wakes it at once).
 const SlotPoll = 50 * time.Millisecond
+
+// Horizon is how far ahead a delivery waiting for a rate limit reserves its start: one
+// whose start is due within it takes its place at once and starts then without asking
+// again, so that the deliveries waiting for one limit do not all ask at once when it
+// comes due; one due later asks again once its start is within the horizon. A process
+// that stops or crashes loses at most Horizon of its limits' starts.
+const Horizon = time.Second
 
 // ErrorWait is how long a delivery waits when its limits' state could not be read (the
 // server is away): it never starts unchecked.
@@ -91,7 +99,10 @@ type Gate struct {
 	waiting  map[*source.Delivery]*waiter    // deliveries waiting to try again
 	byValue  map[string]map[*waiter]struct{} // slot waiters by limit and value
 	roomFree chan struct{}                   // closed when the waiting set falls below MaxWaiting
+	resuming int                             // deliveries handed to Resume that it has not taken yet
+	resumed  chan struct{}                   // closed when resuming falls to 0
 	waited   map[*source.Delivery]waitRecord // deliveries that waited, until they start
+	reserved map[*source.Delivery]*Ticket    // deliveries whose start is reserved, with their tickets
 	stopped  bool                            // Stop was called: parked deliveries wait for TakeWaiting
 }
 
@@ -121,17 +132,18 @@ func New(c Config) *Gate {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	g := &Gate{
-		cfg:     c,
-		q:       timerq.New(c.Clock),
-		prefix:  hex.EncodeToString(b[:]) + "-",
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		quit:    make(chan struct{}),
-		closed:  make(chan struct{}),
-		held:    map[*Ticket]struct{}{},
-		waiting: map[*source.Delivery]*waiter{},
-		byValue: map[string]map[*waiter]struct{}{},
-		waited:  map[*source.Delivery]waitRecord{},
+		cfg:      c,
+		q:        timerq.New(c.Clock),
+		prefix:   hex.EncodeToString(b[:]) + "-",
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		quit:     make(chan struct{}),
+		closed:   make(chan struct{}),
+		held:     map[*Ticket]struct{}{},
+		waiting:  map[*source.Delivery]*waiter{},
+		byValue:  map[string]map[*waiter]struct{}{},
+		waited:   map[*source.Delivery]waitRecord{},
+		reserved: map[*source.Delivery]*Ticket{},
 	}
 	count := map[string]int{}
 	for _, l := range c.Limits {
@@ -166,28 +178,37 @@ func (g *Gate) Close() {
 
 // Stop ends the waits and returns the deliveries still waiting, for the engine to hand
 // back: none of them started. Once it returns, Resume is not called again.
-func (g *Gate) Stop() []*source.Delivery {
+func (g *Gate) Stop(ctx context.Context) []*source.Delivery {
 	close(g.stop)
 	<-g.done
 	g.mu.Lock()
 	g.stopped = true
 	g.mu.Unlock()
-	return g.TakeWaiting()
+	return g.TakeWaiting(ctx)
 }
 
 // TakeWaiting returns the deliveries waiting now and forgets them: after Stop, those
 // that a worker parked since (its Admit refused while the mount stopped), for the
-// engine to hand back once its workers have returned.
-func (g *Gate) TakeWaiting() []*source.Delivery {
+// engine to hand back once its workers have returned. The slots of those whose start
+// was reserved are freed (their rate limits' reserved starts are not given back).
+func (g *Gate) TakeWaiting(ctx context.Context) []*source.Delivery {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	ds := make([]*source.Delivery, 0, len(g.waiting))
+	var tickets []*Ticket
 	for d := range g.waiting {
 		ds = append(ds, d)
+		if t, ok := g.reserved[d]; ok {
+			tickets = append(tickets, t)
+			delete(g.reserved, d)
+		}
 	}
 	clear(g.waiting)
 	clear(g.byValue)
 	g.freeRoom()
+	g.mu.Unlock()
+	for _, t := range tickets {
+		g.Done(ctx, t)
+	}
 	return ds
 }
 
@@ -224,6 +245,28 @@ func (g *Gate) Room(ctx context.Context) bool {
 	}
 }
 
+// Resumed blocks while a delivery whose wait ended waits for the room to start: the
+// read loop then reads nothing, so that what a limit let through (a reserved start)
+// starts on time rather than behind new reads. It returns false if ctx ended first.
+func (g *Gate) Resumed(ctx context.Context) bool {
+	g.mu.Lock()
+	if g.resuming == 0 {
+		g.mu.Unlock()
+		return true
+	}
+	if g.resumed == nil {
+		g.resumed = make(chan struct{})
+	}
+	ch := g.resumed
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // freeRoom wakes Room when the waiting set has room. g.mu is held.
 func (g *Gate) freeRoom() {
 	if g.roomFree != nil && len(g.waiting) < g.cfg.MaxWaiting {
@@ -236,6 +279,14 @@ func (g *Gate) freeRoom() {
 // runs (give it to Done), or parks d to try again later and returns false: then d is
 // the gate's until Resume is called with it.
 func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
+	g.mu.Lock()
+	if t, ok := g.reserved[d]; ok {
+		delete(g.reserved, d)
+		g.started(d, t)
+		g.mu.Unlock()
+		return t, true
+	}
+	g.mu.Unlock()
 	gates := make([]source.Gate, len(g.cfg.Limits))
 	for i, l := range g.cfg.Limits {
 		gt := source.Gate{Name: g.names[i]}
@@ -250,43 +301,55 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 		gates[i] = gt
 	}
 	token := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
-	wait, which, err := g.cfg.Store.LimitTake(ctx, gates, token)
+	take, err := g.cfg.Store.LimitTake(ctx, gates, token, Horizon)
 	if err != nil {
 		g.cfg.Logger.WarnContext(ctx, "settle: could not read the mount's flow limits; the delivery waits and asks again",
 			slog.String(source.AttrMsgID, d.ID), slog.Any(source.AttrError, err), slog.Duration("wait", ErrorWait))
 		g.park(ctx, d, ErrorWait, "flow limits unreachable", nil)
 		return nil, false
 	}
-	if wait > 0 {
-		gt := gates[which]
-		var slot []string
-		reason := fmt.Sprintf("%s limit %s", kindOf(gt), g.names[which])
-		if gt.Value != "" {
-			reason += fmt.Sprintf(" key %q", gt.Value)
-		}
-		if gt.Slots > 0 {
-			wait = min(wait, SlotPoll)
-			slot = []string{g.names[which] + "\x00" + gt.Value}
-		}
-		g.park(ctx, d, wait, reason, slot)
-		return nil, false
-	}
 	t := &Ticket{}
-	for _, gt := range gates {
-		if gt.Slots > 0 {
-			t.held = append(t.held, source.Held{Name: gt.Name, Token: token, Value: gt.Value})
+	if take.Wait == 0 || take.Reserved {
+		for _, gt := range gates {
+			if gt.Slots > 0 {
+				t.held = append(t.held, source.Held{Name: gt.Name, Token: token, Value: gt.Value})
+			}
 		}
+		g.mu.Lock()
+		if len(t.held) > 0 {
+			g.held[t] = struct{}{} // renewed while it waits for its reserved start, and runs
+		}
+		if take.Wait == 0 {
+			g.started(d, t)
+			g.mu.Unlock()
+			return t, true
+		}
+		g.reserved[d] = t
+		g.mu.Unlock()
 	}
-	g.mu.Lock()
+	gt := gates[take.Which]
+	var slot []string
+	reason := fmt.Sprintf("%s limit %s", kindOf(gt), g.names[take.Which])
+	if gt.Value != "" {
+		reason += fmt.Sprintf(" key %q", gt.Value)
+	}
+	// The wait counts from the answer's arrival: a reserved start may begin a round trip
+	// late, never early.
+	wait := take.Wait
+	if gt.Slots > 0 {
+		wait = min(wait, SlotPoll)
+		slot = []string{g.names[take.Which] + "\x00" + gt.Value}
+	}
+	g.park(ctx, d, wait, reason, slot)
+	return nil, false
+}
+
+// started fills t's wait from d's record, once d starts. g.mu is held.
+func (g *Gate) started(d *source.Delivery, t *Ticket) {
 	if r, ok := g.waited[d]; ok {
 		delete(g.waited, d)
 		t.Reason, t.Waited = r.reason, g.cfg.Clock.Now().Sub(r.since)
 	}
-	if len(t.held) > 0 {
-		g.held[t] = struct{}{}
-	}
-	g.mu.Unlock()
-	return t, true
 }
 
 // kindOf names a gate's kind for a wait's reason.
@@ -338,12 +401,19 @@ func (g *Gate) wake(w *waiter) {
 		}
 	}
 	g.freeRoom()
+	g.resuming++
 	g.mu.Unlock()
-	if !g.cfg.Resume(w.d) {
-		g.mu.Lock()
-		g.waiting[w.d] = w // handed back at the stop
-		g.mu.Unlock()
+	ok := g.cfg.Resume(w.d)
+	g.mu.Lock()
+	g.resuming--
+	if g.resuming == 0 && g.resumed != nil {
+		close(g.resumed)
+		g.resumed = nil
 	}
+	if !ok {
+		g.waiting[w.d] = w // handed back at the stop
+	}
+	g.mu.Unlock()
 }
 
 // Done frees t's slots (nil: nothing held) and wakes a delivery of this process

@@ -19,18 +19,18 @@ type slotStore struct {
 	owner map[string]string
 }
 
-func (s *slotStore) LimitTake(_ context.Context, gates []source.Gate, token string) (time.Duration, int, error) {
+func (s *slotStore) LimitTake(_ context.Context, gates []source.Gate, token string, _ time.Duration) (source.Take, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, g := range gates {
 		if _, ok := s.owner[g.Value]; ok {
-			return time.Hour, i, nil
+			return source.Take{Wait: time.Hour, Which: i}, nil
 		}
 	}
 	for _, g := range gates {
 		s.owner[g.Value] = token
 	}
-	return 0, -1, nil
+	return source.Take{Which: -1}, nil
 }
 
 func (s *slotStore) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
@@ -94,7 +94,7 @@ func TestDoneWakesAWaiterOfItsKeyAtOnceWithoutWaitingForThePoll(t *testing.T) {
 	if _, ok := b.gate.Admit(ctx, second); !ok {
 		t.Fatal("the resumed delivery cannot take the freed slot")
 	}
-	b.gate.Stop()
+	b.gate.Stop(ctx)
 }
 
 func TestStopHandsBackEveryWaitingDeliveryAndRoomBlocksAtTheBound(t *testing.T) {
@@ -111,7 +111,7 @@ func TestStopHandsBackEveryWaitingDeliveryAndRoomBlocksAtTheBound(t *testing.T) 
 	if b.gate.Room(short) {
 		t.Fatal("Room let the mount read with MaxWaiting deliveries waiting")
 	}
-	if got := len(b.gate.Stop()); got != 2 {
+	if got := len(b.gate.Stop(ctx)); got != 2 {
 		t.Fatalf("Stop handed back %d deliveries, want the 2 waiting", got)
 	}
 	if !b.gate.Room(ctx) {

@@ -36,7 +36,7 @@ func (l Limits) now() int64 {
 }
 
 // LimitTake runs limit_take.lua over gates' keys.
-func (l Limits) LimitTake(ctx context.Context, gates []source.Gate, token string) (time.Duration, int, error) {
+func (l Limits) LimitTake(ctx context.Context, gates []source.Gate, token string, horizon time.Duration) (source.Take, error) {
 	ls := make([]script.Limit, len(gates))
 	for i, g := range gates {
 		kind := "rate"
@@ -45,7 +45,8 @@ func (l Limits) LimitTake(ctx context.Context, gates []source.Gate, token string
 		}
 		ls[i] = script.Limit{Key: keys.Limit(l.Key, l.Group, kind+":"+g.Name, g.Value), Slots: g.Slots, Lease: g.Lease, Interval: g.Interval, Burst: g.Burst}
 	}
-	return script.LimitTake(ctx, l.Client, ls, token, l.now())
+	t, err := script.LimitTake(ctx, l.Client, ls, token, horizon, l.now())
+	return source.Take{Reserved: t.Reserved, Wait: t.Wait, Which: t.Which}, err
 }
 
 // LimitRenew runs limit_renew.lua over held's keys.

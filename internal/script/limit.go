@@ -19,7 +19,7 @@ var (
 	//go:embed limit_release.lua
 	limitReleaseSrc string
 
-	limitTake    = redis.NewScript(nowSrc + limitTakeSrc)
+	limitTake    = redis.NewScript(limitTakeSrc)
 	limitRenew   = redis.NewScript(nowSrc + limitRenewSrc)
 	limitRelease = redis.NewScript(limitReleaseSrc)
 )
@@ -41,13 +41,25 @@ type Limit struct {
 	Burst int
 }
 
-// LimitTake lets a delivery start under limits, its slots held by token, or returns
-// how long it must wait and the index of the limit that asks it (see limit_take.lua).
-// now is the time in ms since the epoch, or -1 for the server's TIME.
-func LimitTake(ctx context.Context, rdb redis.Scripter, limits []Limit, token string, now int64) (wait time.Duration, which int, err error) {
+// Take is LimitTake's answer.
+type Take struct {
+	// Wait is how long the delivery waits: 0, it starts now; else it starts then
+	// (Reserved) or asks again then.
+	Wait time.Duration
+	// Which is the index of the limit that asks the wait (-1: none).
+	Which int
+	// Reserved: the delivery took its place (its rate limits moved on, its slots
+	// leased) and starts once Wait has passed, without asking again.
+	Reserved bool
+}
+
+// LimitTake lets a delivery start under limits, its slots held by token, now or (within
+// horizon) at a time it reserves, or says how long it must wait (see limit_take.lua).
+// now is the time in ms since the epoch, or -1 for the server's TIME (in µs).
+func LimitTake(ctx context.Context, rdb redis.Scripter, limits []Limit, token string, horizon time.Duration, now int64) (Take, error) {
 	ks := make([]string, len(limits))
-	args := make([]any, 0, 2+4*len(limits))
-	args = append(args, nowArg(now), token)
+	args := make([]any, 0, 3+4*len(limits))
+	args = append(args, nowArg(now), token, horizon.Microseconds())
 	for i, l := range limits {
 		ks[i] = l.Key
 		if l.Slots > 0 {
@@ -59,14 +71,15 @@ func LimitTake(ctx context.Context, rdb redis.Scripter, limits []Limit, token st
 	}
 	res, err := limitTake.Run(ctx, rdb, ks, args...).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("limit take script: %w", err)
+		return Take{}, fmt.Errorf("limit take script: %w", err)
 	}
-	if pair, ok := res.([]any); ok && len(pair) == 2 {
-		ms, _ := pair[0].(int64)
-		i, _ := pair[1].(int64)
-		return time.Duration(ms) * time.Millisecond, int(i) - 1, nil
+	if r, ok := res.([]any); ok && len(r) == 3 {
+		us, _ := r[0].(int64)
+		i, _ := r[1].(int64)
+		reserved, _ := r[2].(int64)
+		return Take{Wait: time.Duration(us) * time.Microsecond, Which: int(i) - 1, Reserved: reserved == 1}, nil
 	}
-	return 0, -1, nil
+	return Take{Which: -1}, nil
 }
 
 // LimitRenew extends the leases of the slots (keys[i] held by tokens[i]) by lease from

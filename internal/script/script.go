@@ -105,7 +105,7 @@ func Sources() map[string]string {
 		"delay_publish":   aclSrc + nowSrc + expirySrc + delayPublishSrc,
 		"limit_release":   limitReleaseSrc,
 		"limit_renew":     nowSrc + limitRenewSrc,
-		"limit_take":      nowSrc + limitTakeSrc,
+		"limit_take":      limitTakeSrc,
 		"list_done":       aclSrc + listDoneSrc,
 		"list_move":       aclSrc + listMoveSrc,
 		"list_recover":    aclSrc + listRecoverSrc,

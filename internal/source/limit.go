@@ -13,14 +13,26 @@ import (
 // transport that is not a Limiter is refused at startup.
 type Limiter interface {
 	// LimitTake lets one delivery start under gates, holding its slots by token, all
-	// or nothing: it returns wait 0 when the delivery may start, else how long it must
-	// wait and the index of the gate that asks it.
-	LimitTake(ctx context.Context, gates []Gate, token string) (wait time.Duration, which int, err error)
+	// or nothing: now, or at a start it reserves when its rate limits let it start
+	// within horizon, or it says how long the delivery must wait before it asks again.
+	LimitTake(ctx context.Context, gates []Gate, token string, horizon time.Duration) (Take, error)
 	// LimitRenew extends the leases of held slots by lease and returns the indexes of
 	// those whose lease had ended (lost: another delivery may hold them now).
 	LimitRenew(ctx context.Context, held []Held, lease time.Duration) (lost []int, err error)
 	// LimitRelease frees held slots, each only if its token still holds it.
 	LimitRelease(ctx context.Context, held []Held) error
+}
+
+// Take is a LimitTake's answer.
+type Take struct {
+	// Reserved: the delivery took its place (its rate limits moved on, its slots
+	// leased) and starts once Wait has passed, without asking again.
+	Reserved bool
+	// Wait is how long the delivery waits: 0, it starts now; else it starts then
+	// (Reserved) or asks again then.
+	Wait time.Duration
+	// Which is the index of the gate that asks the wait (-1: none).
+	Which int
 }
 
 // Gate is one limit a delivery must pass: a rate limit (Slots 0) or a concurrency

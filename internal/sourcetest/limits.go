@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +14,14 @@ import (
 // The flow limits' scenarios (settle.RateLimit, RateLimitBy, ConcurrencyBy): run where
 // Features.TakesLimits, refused at startup elsewhere.
 
+// limitSeq tells the scenarios' messages apart: a list holds values, and two equal
+// items are one value twice.
+var limitSeq atomic.Int64
+
 // limitMessage publishes one message whose "k" header is key.
 func limitMessage(t *testing.T, s *Subject, key string) {
 	t.Helper()
-	payload, err := settle.Msgpack.Marshal(map[string]any{"k": key})
+	payload, err := settle.Msgpack.Marshal(map[string]any{"k": key, "seq": limitSeq.Add(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +78,7 @@ func limitPeriod(s *Subject) time.Duration {
 	if s.Advance != nil {
 		return time.Second
 	}
-	return 200 * time.Millisecond
+	return 500 * time.Millisecond
 }
 
 func testRateLimitSpacesStartsAndSpendsNoAttempt(t *testing.T, f Features, s *Subject) {
