@@ -18,6 +18,7 @@ import (
 
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -111,6 +112,8 @@ type mount struct {
 	failures   failedSettles     // deliveries whose settlement failed here, by id
 	keys       source.KeyChecker // the transport's key check (nil: it writes no other key)
 	keysSaid   keyCheck          // the last answer of keys, reused for a second
+
+	gate atomic.Pointer[flow.Gate] // the mount's flow limits while run runs; nil: none
 }
 
 // prepare builds the mount's transport and policy. It runs once per mount.
@@ -173,6 +176,33 @@ func nilHandler(h Handler) bool {
 	return false
 }
 
+// newGate starts the gate of the mount's flow limits; resume hands it back a waiting
+// delivery that may try again.
+func (m *mount) newGate(ctx context.Context, resume func(d *source.Delivery) bool) *flow.Gate {
+	limits := make([]flow.Limit, len(m.cfg.limits))
+	for i, l := range m.cfg.limits {
+		limits[i] = flow.Limit{Burst: l.burst, N: l.n, Per: l.per}
+		if key := l.key; key != nil {
+			limits[i].KeyFunc = func(d *source.Delivery) (v string) {
+				defer func() {
+					if r := recover(); r != nil {
+						// Bad input must not crash the worker: the message is limited with
+						// the values that have none.
+						m.logger.WarnContext(ctx, "settle: a flow limit's key function panicked; the delivery is limited under the empty key",
+							slog.String("limit", l.name), slog.String(attrMsgID, d.ID), slog.Any("panic", r))
+						v = ""
+					}
+				}()
+				return key(m.message(d))
+			}
+		}
+	}
+	g := flow.New(flow.Config{Clock: m.eng.clock, Lease: SlotLease, Limits: limits, Logger: m.logger,
+		MaxWaiting: MaxWaiting, Resume: resume, Store: m.transport.(source.Limiter)})
+	g.Start(context.WithoutCancel(ctx))
+	return g
+}
+
 // validate returns every refusal of the mount.
 func (m *mount) validate() []error {
 	if m.src == nil {
@@ -218,6 +248,9 @@ func (m *mount) validate() []error {
 		add("DelayIn(nil): give a strategy")
 	}
 	for _, p := range m.cfg.dedupe.problems(m.dedup != nil, m.info.Kind) {
+		add("%s", p)
+	}
+	for _, p := range m.limitProblems() {
 		add("%s", p)
 	}
 	for _, p := range m.cfg.replicas.problems(m.transport) {

@@ -48,6 +48,17 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		}
 		return m.apply(ctx, &spent, o, s, acks, delays, time.Time{})
 	}
+	if gate := m.gate.Load(); gate != nil {
+		t, ok := gate.Admit(ctx, d)
+		if !ok {
+			// Not started: it waits in the gate, holding no slot (see internal/flow).
+			return !w.end()
+		}
+		defer gate.Done(context.WithoutCancel(ctx), t)
+		if t.Reason != "" {
+			AddLogAttrs(ctx, slog.String("waited_for", t.Reason), slog.Duration("waited", t.Waited))
+		}
+	}
 	var start time.Time
 	if m.eng.observed() {
 		start = m.eng.clock.Now()
@@ -103,7 +114,7 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 	return m.apply(ctx, d, o, s, acks, delays, start)
 }
 
-// message is the Message a handler of d gets.
+// message is the Message a handler (or a flow limit's key function) is given for d.
 func (m *mount) message(d *source.Delivery) *Message {
 	return &Message{
 		Attempt:   d.Attempt,

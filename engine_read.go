@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
@@ -128,6 +129,20 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	push := func(ds []*source.Delivery) {
 		work.push(ds, min(len(slots), m.cfg.concurrency)+int(watch.hung.Load()), &inflight, startWorker)
 	}
+	var gate *flow.Gate
+	if len(m.cfg.limits) > 0 {
+		gate = m.newGate(ctx, func(d *source.Delivery) bool {
+			// A waiting delivery that may try again takes a slot as a read would.
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return false
+			}
+			push([]*source.Delivery{d})
+			return true
+		})
+		m.gate.Store(gate)
+	}
 	aheadDone := m.startReadsAhead(ctx, readCtx, slots, readSize, push)
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
 	var pause pauseState
@@ -143,6 +158,9 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			m.waitingPaused.Store(false)
 			m.ahead.paused.Store(false)
 			continue
+		}
+		if gate != nil && (!gate.Resumed(ctx) || !gate.Room(ctx)) {
+			continue // what waits for its flow limits starts first, or fills the mount: read nothing new
 		}
 		n := m.takeRoom(ctx, slots, readSize)
 		if n < readSize {
@@ -214,8 +232,12 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		}
 	}
 	aheadDone()
+	var waiting []*source.Delivery
+	if gate != nil {
+		waiting = gate.Stop(m.writes.get()) // no delivery is pushed once it returns
+	}
 	if m.info.Caps.Releases {
-		m.release(ctx, work.takeQueued())
+		m.release(ctx, append(work.takeQueued(), waiting...))
 	}
 	work.close()
 
@@ -230,6 +252,12 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		<-drained
 	}
 	t.Stop()
+	if gate != nil {
+		gate.Close() // no handler runs: the slots' leases need no renewal
+		if late := gate.TakeWaiting(m.writes.get()); len(late) > 0 && m.info.Caps.Releases {
+			m.release(ctx, late) // refused by their limits while the mount stopped
+		}
+	}
 	watch.stop()
 	acks.close()
 	m.copies.close()
@@ -417,6 +445,11 @@ func (m *mount) startReadsAhead(ctx, readCtx context.Context, slots chan struct{
 	if m.cfg.concurrency < 2 {
 		// One handler takes the deliveries in the order they were read: a read ahead
 		// could hand newer ones over before the read loop's.
+		return func() {}
+	}
+	if len(m.cfg.limits) > 0 {
+		// With flow limits the read loop asks the gate before each read (what waits
+		// starts first, MaxWaiting bounds what waits): a read ahead would not.
 		return func() {}
 	}
 	ra, ok := m.transport.(source.ReadAhead)

@@ -22,6 +22,7 @@ type mountConfig struct {
 	deadLetterMaxLen int64
 	dedupe           *dedupe
 	delay            delayed.Strategy
+	limits           []flowLimit // RateLimit, RateLimitBy, ConcurrencyBy, GlobalConcurrency, in order
 	maxAttempts      int
 	maxAttemptsSet   bool // MaxAttempts was given: 0 is refused, not "no cap"
 	middleware       []Middleware
@@ -285,4 +286,143 @@ func (d *dedupe) problems(marks bool, kind source.Kind) []string {
 		out = append(out, fmt.Sprintf("Dedupe: a %s source cannot deduplicate: %s", kind, why))
 	}
 	return out
+}
+
+// Flow limits (RateLimit, RateLimitBy, ConcurrencyBy, GlobalConcurrency) hold across
+// every process reading the same source (and, on a stream, the same group): their state
+// lives beside the source, in keys of its hash slot, and "now" is Redis TIME. A delivery
+// that must wait is not started and spends no attempt; it waits where its transport
+// keeps it (a stream entry pending to this consumer and heartbeated, a reliable list
+// item in the processing list), holding no handler slot and no read room, so the mount
+// reads on and other keys' deliveries start without it. It tries again when its limit
+// lets it, and its settlement's log line says what it waited for (waited_for, waited).
+// At most MaxWaiting deliveries of a mount wait at once; beyond that the mount reads
+// nothing new until some start. At a graceful stop, waiting deliveries are handed back
+// without an attempt spent.
+//
+// They are taken by Stream, ClaimingStream and ReliableList. A List or PubSub mount
+// with one is refused: a delivery waiting there would be lost with its process. The
+// processes of one source declare its limits alike (the same kinds in the same order):
+// a limit's state is named by its kind and rank.
+
+// MaxWaiting is the most deliveries of one mount that wait for their flow limits at
+// once.
+const MaxWaiting = 10_000
+
+// SlotLease is how long a concurrency slot (ConcurrencyBy, GlobalConcurrency) stays
+// held without a renewal: the process holding it renews it every third of it while the
+// delivery runs, so the slots of a process that crashed come free within SlotLease.
+const SlotLease = DefaultHeartbeat
+
+// LimitOption refines a rate limit (see LimitBurst).
+type LimitOption interface {
+	applyLimit(*flowLimit)
+}
+
+type limitOptionFunc func(*flowLimit)
+
+func (f limitOptionFunc) applyLimit(l *flowLimit) { f(l) }
+
+// LimitBurst lets a rate limit start up to b deliveries at once after an idle time,
+// the rate still holding over any longer window: at most b + n·t/per starts in any
+// window t. b must be at least 1. Defaults to 1: starts are spaced evenly, per/n apart.
+func LimitBurst(b int) LimitOption {
+	return limitOptionFunc(func(l *flowLimit) { l.burst = b })
+}
+
+// RateLimit starts at most n of the mount's deliveries per period per, across every
+// process reading its source, plus the burst LimitBurst allows.
+//
+// The limit is GCRA (the generic cell rate algorithm), not a token bucket: both admit
+// the same starts (GCRA is a token bucket seen as a time), but GCRA keeps one number per
+// limit (the theoretical arrival time of the next start) where a bucket keeps two (its
+// tokens and when it was refilled), so a take is one GET and one SET with an expiry in
+// one script, the key expires by itself once the limit is idle, and a take can reserve
+// an exact future start: a delivery due within a second takes its place at once and
+// starts then, without polling and without every waiting delivery asking at once. n
+// and per must be positive.
+func RateLimit(n int, per time.Duration, opts ...LimitOption) MountOption {
+	return newFlowLimit("RateLimit", nil, true, n, per, opts)
+}
+
+// RateLimitBy starts at most n deliveries per period per for each value key returns
+// (an account, a tenant, a provider), across every process, for any number of values:
+// a value's state expires once it is idle. A value at its limit never delays the
+// deliveries of other values. See RateLimit for the algorithm and LimitBurst. key must
+// not be nil, and is called on the message before its handler runs (its Payload and
+// Headers as they arrived; Decode works).
+func RateLimitBy(key func(*Message) string, n int, per time.Duration, opts ...LimitOption) MountOption {
+	return newFlowLimit("RateLimitBy", key, key != nil, n, per, opts)
+}
+
+// ConcurrencyBy runs at most n deliveries of each value key returns at once, across
+// every process: n = 1 makes a value's deliveries mutually exclusive. A slot is leased
+// for SlotLease and renewed while its delivery runs, and fenced: it is held by a token
+// of its own, so that a process whose lease ended (it stalled past it) cannot free the
+// slot another delivery took since. A value's state expires once no slot of it is
+// held. key must not be nil; n must be positive.
+func ConcurrencyBy(key func(*Message) string, n int) MountOption {
+	return newFlowLimit("ConcurrencyBy", key, key != nil, n, 0, nil)
+}
+
+// GlobalConcurrency runs at most n of the mount's deliveries at once across every
+// process (Concurrency bounds one process): ConcurrencyBy with one value for all.
+func GlobalConcurrency(n int) MountOption {
+	return newFlowLimit("GlobalConcurrency", nil, true, n, 0, nil)
+}
+
+// flowLimit is one flow limit as declared.
+type flowLimit struct {
+	burst  int
+	hasKey bool // false: a nil key func given to a …By option
+	key    func(*Message) string
+	n      int
+	name   string // the option's name, for refusals
+	per    time.Duration
+	slots  bool
+}
+
+func newFlowLimit(name string, key func(*Message) string, hasKey bool, n int, per time.Duration, opts []LimitOption) MountOption {
+	l := flowLimit{burst: 1, hasKey: hasKey, key: key, n: n, name: name, per: per, slots: per == 0 && (name == "ConcurrencyBy" || name == "GlobalConcurrency")}
+	for _, o := range opts {
+		if o != nil {
+			o.applyLimit(&l)
+		}
+	}
+	return mountOptionFunc(func(c *mountConfig) { c.limits = append(c.limits, l) })
+}
+
+// limitProblems returns the refusals of a mount's flow limits.
+func (m *mount) limitProblems() []string {
+	var ps []string
+	for _, l := range m.cfg.limits {
+		if !l.hasKey {
+			ps = append(ps, fmt.Sprintf("%s(nil, …): give a key function", l.name))
+		}
+		if l.n <= 0 {
+			ps = append(ps, fmt.Sprintf("%s: n is %d; it must be at least 1", l.name, l.n))
+		}
+		if !l.slots && l.per <= 0 {
+			ps = append(ps, fmt.Sprintf("%s: the period is %s; it must be positive", l.name, l.per))
+		}
+		if !l.slots && l.burst < 1 {
+			ps = append(ps, fmt.Sprintf("%s: LimitBurst(%d): the burst must be at least 1", l.name, l.burst))
+		}
+	}
+	if len(m.cfg.limits) == 0 {
+		return ps
+	}
+	if _, ok := m.transport.(source.Limiter); !ok || !m.info.Caps.Releases {
+		why := "it cannot keep a delivery that must wait safely (a message held in memory is lost if the process dies)"
+		switch m.info.Kind {
+		case source.KindList:
+			why += ": use ReliableList"
+		case source.KindChannel:
+			why += ": read a Stream instead"
+		case source.KindTable:
+			why = "the inbox does not take flow limits yet"
+		}
+		ps = append(ps, fmt.Sprintf("%s: refused on a %s source: %s", m.cfg.limits[0].name, m.info.Kind, why))
+	}
+	return ps
 }

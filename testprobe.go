@@ -131,6 +131,9 @@ func (p *TestProbe) busy(ms []*mount, delays *timerq.Queue) []string {
 		case st.acks.pending.Load() > 0:
 			busy = append(busy, fmt.Sprintf("mount %s has %d acks to write", m.name, st.acks.pending.Load()))
 		}
+		if g := m.gate.Load(); g != nil && g.Due() {
+			busy = append(busy, fmt.Sprintf("mount %s has deliveries whose flow limit lets them try again now", m.name))
+		}
 	}
 	if delays != nil && delays.Due() {
 		busy = append(busy, "in-process delays due now")

@@ -9,6 +9,7 @@
 //	cd bench && go run . -n 2000 -runs 1 -only 'raw,settle-stream-*' -scenarios drain-8
 //	cd bench && go run . -only 'settle-inbox,river-*' -scenarios 'sql-*'   # PostgreSQL only
 //	cd bench && go run . -spawn -idle 60s -idlemounts 1,100   # what idle mounts cost
+//	cd bench && go run . -spawn -limits 30s -n 50000          # the flow limits' rows
 //
 // Every Redis run uses keys of its own (a unique token in every name) and deletes them
 // after; nothing is flushed, so a shared server is safe, but other clients' commands and
@@ -200,6 +201,7 @@ func main() {
 		verbose     = flag.Bool("v", false, "print each run and its commands per message")
 		idle        = flag.Duration("idle", 0, "instead of the scenarios, watch idle mounts of each transport (-only: stream, claiming-stream, list, reliable-list, pubsub, pubsub-pattern) for this long (see -idlemounts)")
 		idleMounts  = flag.String("idlemounts", "1,100", "comma-separated numbers of idle mounts in one App (with -idle)")
+		limits      = flag.Duration("limits", 0, "instead of the scenarios, measure the flow limits (RateLimit, RateLimitBy, ConcurrencyBy), each row for about this long")
 	)
 	flag.Parse()
 	conc, err := ints(*sqlConc)
@@ -217,10 +219,13 @@ func main() {
 		pg: *pg, pgConns: *pgConns, sqlN: *sqlN, sqlRuns: *sqlRuns, sqlCap: *sqlCap, sqlConc: conc,
 		only: split(*only), scenarios: split(*scens), cpuprofile: *cpuprofile, memprofile: *memprofile, timeout: *timeout, verbose: *verbose,
 	}
-	if *idle > 0 {
+	switch {
+	case *limits > 0:
+		err = runLimits(ctx, cfg, *limits)
+	case *idle > 0:
 		counts, _ := ints(*idleMounts)
 		err = runIdle(ctx, cfg, *idle, counts)
-	} else {
+	default:
 		err = run(ctx, cfg)
 	}
 	if err != nil {

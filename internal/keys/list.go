@@ -31,3 +31,11 @@ func ListHeartbeat(key, consumer string) string {
 func ListConsumers(key string) string {
 	return Derived(key, "consumers")
 }
+
+// Limit is the state of one flow limit of the mounts reading key (group: a stream's
+// consumer group, "" for a list): kind names the limit ("rate", "slots"), value the key
+// value a RateLimitBy or ConcurrencyBy computed ("" for a mount-wide limit). It hashes
+// to key's cluster slot whatever value holds: "{orders}:limit:workers:rate:acct-7".
+func Limit(key, group, kind, value string) string {
+	return Derived(key, "limit:"+group+":"+kind+":"+value)
+}

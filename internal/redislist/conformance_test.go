@@ -17,7 +17,7 @@ func TestListConformance(t *testing.T) {
 	for _, reliable := range []bool{false, true} {
 		name, f := "List", sourcetest.Features{LosesRetryWithoutCap: true, NoDedupe: true, RunsQueuedAtStop: true}
 		if reliable {
-			name, f = "ReliableList", sourcetest.Features{PutsBackWithoutCap: true}
+			name, f = "ReliableList", sourcetest.Features{PutsBackWithoutCap: true, TakesLimits: true}
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -34,6 +34,7 @@ func NewReliable(env source.Env, c ReliableConfig) source.Transport {
 		consumer = redisbase.DefaultConsumerName()
 	}
 	t := &reliableTransport{
+		Limits:     redisbase.Limits{Client: c.Client, Key: c.Key, TestClock: env.TestClock},
 		cfg:        c,
 		consumer:   consumer,
 		consumers:  keys.ListConsumers(c.Key),
@@ -56,6 +57,8 @@ var errItemGone = script.ErrItemGone
 
 // reliableTransport is one mount's consumer on a reliable list.
 type reliableTransport struct {
+	redisbase.Limits // the mount's flow limits, beside the list (source.Limiter)
+
 	cfg        ReliableConfig
 	consumer   string
 	consumers  string             // the set of consumer names of the list

@@ -17,7 +17,7 @@ import (
 // that also moves miniredis's clock it is 30s, which the suite's advances pass at once.
 func TestClaimingStreamConformance(t *testing.T) {
 	t.Parallel()
-	features := sourcetest.Features{UsesDeliveryCounter: true}
+	features := sourcetest.Features{TakesLimits: true, UsesDeliveryCounter: true}
 
 	t.Run("RealClock", func(t *testing.T) {
 		t.Parallel()

@@ -18,13 +18,13 @@ func TestStreamConformance(t *testing.T) {
 
 	t.Run("RealClock", func(t *testing.T) {
 		t.Parallel()
-		sourcetest.Run(t, sourcetest.Features{}, func(t *testing.T) *sourcetest.Subject {
+		sourcetest.Run(t, sourcetest.Features{TakesLimits: true}, func(t *testing.T) *sourcetest.Subject {
 			return newStreamSubject(t, nil)
 		})
 	})
 	t.Run("FakeClock", func(t *testing.T) {
 		t.Parallel()
-		sourcetest.Run(t, sourcetest.Features{}, func(t *testing.T) *sourcetest.Subject {
+		sourcetest.Run(t, sourcetest.Features{TakesLimits: true}, func(t *testing.T) *sourcetest.Subject {
 			return newStreamSubject(t, sourcetest.NewClock())
 		})
 	})

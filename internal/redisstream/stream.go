@@ -70,6 +70,7 @@ func newStream(env source.Env, c Config) *streamTransport {
 		inflight: map[string]bool{},
 		rescan:   true,
 	}
+	t.Limits = redisbase.Limits{Client: c.Client, Group: c.Group, Key: c.Key, TestClock: env.TestClock}
 	t.delays, t.parks = redisbase.DelaySetOf(env)
 	t.dedup = redisbase.DedupOf(env, c.Client, keys.Dedup(c.Key, c.Group))
 	return t
@@ -82,6 +83,8 @@ func (t *streamTransport) claimStream() claimStream {
 
 // streamTransport is one mount's consumer on a stream.
 type streamTransport struct {
+	redisbase.Limits // the mount's flow limits, beside the stream (source.Limiter)
+
 	cfg         Config
 	claim       *claimer // takes idle pending entries over (Reclaim, ClaimingStream); nil: none
 	consumer    string

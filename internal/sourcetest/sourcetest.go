@@ -51,6 +51,11 @@ type Features struct {
 	// subscriber, so a pause would only lose what is published meanwhile); the pause
 	// scenarios are skipped.
 	NeverPaused bool
+	// TakesLimits: the transport takes the flow limits (settle.RateLimit, RateLimitBy,
+	// ConcurrencyBy): a delivery can wait safely there and the limits' state lives
+	// beside the source (Stream, ClaimingStream, ReliableList). Elsewhere the suite
+	// checks that they are refused at startup.
+	TakesLimits bool
 }
 
 // Subject is one fresh transport under test, with keys or a table of its own.

@@ -43,6 +43,11 @@ func Run(t *testing.T, f Features, newSubject func(t *testing.T) *Subject) {
 		{"DedupeMarksOnlyCompletions", testDedupeMarksOnlyCompletions},
 		{"DedupeMarksAReply", testDedupeMarksAReply},
 		{"DedupeRefusesBadValues", testDedupeRefusesBadValues},
+		{"BadLimitsRefusedAtStartup", testBadLimitsRefusedAtStartup},
+		{"LimitsRefusedWhereTheyCannotWait", testLimitsRefusedWhereTheyCannotWait},
+		{"RateLimitSpacesStartsAndSpendsNoAttempt", testRateLimitSpacesStartsAndSpendsNoAttempt},
+		{"HotKeyAtItsLimitDoesNotHoldUpOtherKeys", testHotKeyAtItsLimitDoesNotHoldUpOtherKeys},
+		{"ConcurrencyByOneIsExclusiveAcrossApps", testConcurrencyByOneIsExclusiveAcrossApps},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

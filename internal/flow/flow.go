@@ -1,0 +1,481 @@
+// Package flow is the engine's gate for a mount's flow limits (settle.RateLimit,
+// RateLimitBy, ConcurrencyBy): whether a delivery may start now, where it waits when
+// it may not, and the leases of the concurrency slots it holds while it runs. The
+// decisions are here; the state lives beside the source, shared by every process that
+// reads it, behind the transport's source.Limiter.
+//
+// A delivery that must wait is not started and spends no attempt: the engine hands it
+// here instead of to its handler and it waits where the transport keeps it (a stream
+// entry pending to this consumer and heartbeated, a list item in the processing list),
+// holding no worker and no read slot, so that the mount reads on and the deliveries of
+// other keys start without it. A delivery whose rate limits let it start within
+// Horizon reserves that start and begins then without asking again; otherwise it asks
+// again when its limit says it may, when a slot of its key is freed in this process, or
+// after SlotPoll when a slot is held elsewhere.
+package flow
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/settlekit/settle/internal/clock"
+	"github.com/settlekit/settle/internal/source"
+	"github.com/settlekit/settle/internal/timerq"
+)
+
+// SlotPoll is the longest a delivery waiting for a concurrency slot held in another
+// process waits before it asks again (a slot freed in this process wakes it at once).
+const SlotPoll = 50 * time.Millisecond
+
+// Horizon is how far ahead a delivery waiting for a rate limit reserves its start: one
+// whose start is due within it takes its place at once and starts then without asking
+// again, so that the deliveries waiting for one limit do not all ask at once when it
+// comes due; one due later asks again once its start is within the horizon. A process
+// that stops or crashes loses at most Horizon of its limits' starts.
+const Horizon = time.Second
+
+// ErrorWait is how long a delivery waits when its limits' state could not be read (the
+// server is away): it never starts unchecked.
+const ErrorWait = time.Second
+
+// Limit is one flow limit of a mount.
+type Limit struct {
+	// Burst is how many starts a rate limit lets through at once (at least 1).
+	Burst int
+	// KeyFunc gives a delivery's key value; nil for a mount-wide limit.
+	KeyFunc func(d *source.Delivery) string
+	// N is a rate limit's starts per Per, or a concurrency limit's slots.
+	N int
+	// Per is a rate limit's period; 0 makes it a concurrency limit.
+	Per time.Duration
+}
+
+// Slots reports whether l is a concurrency limit.
+func (l Limit) Slots() bool { return l.Per == 0 }
+
+// Config is a Gate's.
+type Config struct {
+	// Clock is the App's clock: waits and lease renewals run on it.
+	Clock clock.Clock
+	// Lease is how long a concurrency slot is held without a renewal: a crashed
+	// process's slots come free within it. Renewed every Lease/3.
+	Lease time.Duration
+	// Limits are the mount's limits, in the order declared.
+	Limits []Limit
+	// Logger logs waits (Debug) and lost slots (Warn).
+	Logger *slog.Logger
+	// MaxWaiting bounds the deliveries waiting at once; Room blocks the read loop
+	// while that many wait.
+	MaxWaiting int
+	// Resume is called, from the gate's goroutine, with a waiting delivery once it may
+	// try again; it returns false when the mount stops first (the delivery is then
+	// handed back by Stop's caller).
+	Resume func(d *source.Delivery) bool
+	// Store keeps the limits' state.
+	Store source.Limiter
+}
+
+// Gate decides, for one mount, whether deliveries may start under its limits.
+type Gate struct {
+	cfg    Config
+	names  []string
+	q      *timerq.Queue
+	seq    atomic.Uint64
+	prefix string
+	stop   chan struct{} // closed by Stop: waits end
+	done   chan struct{} // closed once the waits' goroutine returned
+	quit   chan struct{} // closed by Close: renewals end
+	closed chan struct{} // closed once the renewals' goroutine returned
+
+	mu       sync.Mutex
+	held     map[*Ticket]struct{}            // tickets whose slots are renewed
+	waiting  map[*source.Delivery]*waiter    // deliveries waiting to try again
+	byValue  map[string]map[*waiter]struct{} // slot waiters by limit and value
+	roomFree chan struct{}                   // closed when the waiting set falls below MaxWaiting
+	resuming int                             // deliveries handed to Resume that it has not taken yet
+	resumed  chan struct{}                   // closed when resuming falls to 0
+	waited   map[*source.Delivery]waitRecord // deliveries that waited, until they start
+	reserved map[*source.Delivery]*Ticket    // deliveries whose start is reserved, with their tickets
+	stopped  bool                            // Stop was called: parked deliveries wait for TakeWaiting
+}
+
+// waiter is one waiting delivery.
+type waiter struct {
+	d     *source.Delivery
+	slots []string // byValue keys it is in
+}
+
+// waitRecord is why and since when a delivery waited: its log line says so.
+type waitRecord struct {
+	reason string
+	since  time.Time
+}
+
+// Ticket is what a started delivery holds: its concurrency slots, freed by Done.
+type Ticket struct {
+	held []source.Held
+	// Reason and Waited say why and how long the delivery waited before it started ("",
+	// 0: it did not).
+	Reason string
+	Waited time.Duration
+}
+
+// New returns a gate; Start runs it.
+func New(c Config) *Gate {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	g := &Gate{
+		cfg:      c,
+		q:        timerq.New(c.Clock),
+		prefix:   hex.EncodeToString(b[:]) + "-",
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		quit:     make(chan struct{}),
+		closed:   make(chan struct{}),
+		held:     map[*Ticket]struct{}{},
+		waiting:  map[*source.Delivery]*waiter{},
+		byValue:  map[string]map[*waiter]struct{}{},
+		waited:   map[*source.Delivery]waitRecord{},
+		reserved: map[*source.Delivery]*Ticket{},
+	}
+	count := map[string]int{}
+	for _, l := range c.Limits {
+		kind := "slots"
+		if !l.Slots() {
+			kind = "rate"
+			if l.KeyFunc != nil {
+				kind = "rateby"
+			}
+		}
+		count[kind]++
+		if count[kind] > 1 {
+			kind += strconv.Itoa(count[kind])
+		}
+		g.names = append(g.names, kind)
+	}
+	return g
+}
+
+// Start runs the gate's waits until Stop and its lease renewals, under ctx, until
+// Close.
+func (g *Gate) Start(ctx context.Context) {
+	go func() { defer close(g.done); g.q.Run(g.stop) }()
+	go func() { defer close(g.closed); g.renewLoop(ctx) }()
+}
+
+// Close ends the lease renewals, once no delivery of the mount runs.
+func (g *Gate) Close() {
+	close(g.quit)
+	<-g.closed
+}
+
+// Stop ends the waits and returns the deliveries still waiting, for the engine to hand
+// back: none of them started. Once it returns, Resume is not called again.
+func (g *Gate) Stop(ctx context.Context) []*source.Delivery {
+	close(g.stop)
+	<-g.done
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	return g.TakeWaiting(ctx)
+}
+
+// TakeWaiting returns the deliveries waiting now and forgets them: after Stop, those
+// that a worker parked since (its Admit refused while the mount stopped), for the
+// engine to hand back once its workers have returned. The slots of those whose start
+// was reserved are freed (their rate limits' reserved starts are not given back).
+func (g *Gate) TakeWaiting(ctx context.Context) []*source.Delivery {
+	g.mu.Lock()
+	ds := make([]*source.Delivery, 0, len(g.waiting))
+	var tickets []*Ticket
+	for d := range g.waiting {
+		ds = append(ds, d)
+		if t, ok := g.reserved[d]; ok {
+			tickets = append(tickets, t)
+			delete(g.reserved, d)
+		}
+	}
+	clear(g.waiting)
+	clear(g.byValue)
+	g.freeRoom()
+	g.mu.Unlock()
+	for _, t := range tickets {
+		g.Done(ctx, t)
+	}
+	return ds
+}
+
+// Due reports whether a waiting delivery may try again at the clock's now and has not
+// been handed back to the engine yet (a test's probe of idleness asks it).
+func (g *Gate) Due() bool { return g.q.Due() }
+
+// Waiting returns how many deliveries wait.
+func (g *Gate) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting)
+}
+
+// Room blocks while MaxWaiting deliveries wait (the read loop then reads nothing), and
+// returns false if ctx ended first.
+func (g *Gate) Room(ctx context.Context) bool {
+	for {
+		g.mu.Lock()
+		if len(g.waiting) < g.cfg.MaxWaiting {
+			g.mu.Unlock()
+			return true
+		}
+		if g.roomFree == nil {
+			g.roomFree = make(chan struct{})
+		}
+		ch := g.roomFree
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// Resumed blocks while a delivery whose wait ended waits for the room to start: the
+// read loop then reads nothing, so that what a limit let through (a reserved start)
+// starts on time rather than behind new reads. It returns false if ctx ended first.
+func (g *Gate) Resumed(ctx context.Context) bool {
+	g.mu.Lock()
+	if g.resuming == 0 {
+		g.mu.Unlock()
+		return true
+	}
+	if g.resumed == nil {
+		g.resumed = make(chan struct{})
+	}
+	ch := g.resumed
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// freeRoom wakes Room when the waiting set has room. g.mu is held.
+func (g *Gate) freeRoom() {
+	if g.roomFree != nil && len(g.waiting) < g.cfg.MaxWaiting {
+		close(g.roomFree)
+		g.roomFree = nil
+	}
+}
+
+// Admit lets d start under the mount's limits, returning the ticket it holds while it
+// runs (give it to Done), or parks d to try again later and returns false: then d is
+// the gate's until Resume is called with it.
+func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
+	g.mu.Lock()
+	if t, ok := g.reserved[d]; ok {
+		delete(g.reserved, d)
+		g.started(d, t)
+		g.mu.Unlock()
+		return t, true
+	}
+	g.mu.Unlock()
+	gates := make([]source.Gate, len(g.cfg.Limits))
+	for i, l := range g.cfg.Limits {
+		gt := source.Gate{Name: g.names[i]}
+		if l.KeyFunc != nil {
+			gt.Value = l.KeyFunc(d)
+		}
+		if l.Slots() {
+			gt.Slots, gt.Lease = l.N, g.cfg.Lease
+		} else {
+			gt.Interval, gt.Burst = l.Per/time.Duration(l.N), max(l.Burst, 1)
+		}
+		gates[i] = gt
+	}
+	token := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
+	take, err := g.cfg.Store.LimitTake(ctx, gates, token, Horizon)
+	if err != nil {
+		g.cfg.Logger.WarnContext(ctx, "settle: could not read the mount's flow limits; the delivery waits and asks again",
+			slog.String(source.AttrMsgID, d.ID), slog.Any(source.AttrError, err), slog.Duration("wait", ErrorWait))
+		g.park(ctx, d, ErrorWait, "flow limits unreachable", nil)
+		return nil, false
+	}
+	t := &Ticket{}
+	if take.Wait == 0 || take.Reserved {
+		for _, gt := range gates {
+			if gt.Slots > 0 {
+				t.held = append(t.held, source.Held{Name: gt.Name, Token: token, Value: gt.Value})
+			}
+		}
+		g.mu.Lock()
+		if len(t.held) > 0 {
+			g.held[t] = struct{}{} // renewed while it waits for its reserved start, and runs
+		}
+		if take.Wait == 0 {
+			g.started(d, t)
+			g.mu.Unlock()
+			return t, true
+		}
+		g.reserved[d] = t
+		g.mu.Unlock()
+	}
+	gt := gates[take.Which]
+	var slot []string
+	reason := fmt.Sprintf("%s limit %s", kindOf(gt), g.names[take.Which])
+	if gt.Value != "" {
+		reason += fmt.Sprintf(" key %q", gt.Value)
+	}
+	// The wait counts from the answer's arrival: a reserved start may begin a round trip
+	// late, never early.
+	wait := take.Wait
+	if gt.Slots > 0 {
+		wait = min(wait, SlotPoll)
+		slot = []string{g.names[take.Which] + "\x00" + gt.Value}
+	}
+	g.park(ctx, d, wait, reason, slot)
+	return nil, false
+}
+
+// started fills t's wait from d's record, once d starts. g.mu is held.
+func (g *Gate) started(d *source.Delivery, t *Ticket) {
+	if r, ok := g.waited[d]; ok {
+		delete(g.waited, d)
+		t.Reason, t.Waited = r.reason, g.cfg.Clock.Now().Sub(r.since)
+	}
+}
+
+// kindOf names a gate's kind for a wait's reason.
+func kindOf(gt source.Gate) string {
+	if gt.Slots > 0 {
+		return "concurrency"
+	}
+	return "rate"
+}
+
+// park keeps d waiting for wait (or, for a slot, until one is freed here), for reason.
+func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration, reason string, slots []string) {
+	w := &waiter{d: d, slots: slots}
+	g.mu.Lock()
+	if _, ok := g.waited[d]; !ok {
+		g.waited[d] = waitRecord{reason: reason, since: g.cfg.Clock.Now()}
+		if g.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+			g.cfg.Logger.DebugContext(ctx, "settle: delivery waits for its flow limit; it is not started and spends no attempt",
+				slog.String(source.AttrMsgID, d.ID), slog.String("wait_reason", reason), slog.Duration("wait", wait))
+		}
+	}
+	g.waiting[d] = w
+	if g.stopped {
+		g.mu.Unlock()
+		return // nothing wakes it: the engine hands it back
+	}
+	for _, s := range slots {
+		if g.byValue[s] == nil {
+			g.byValue[s] = map[*waiter]struct{}{}
+		}
+		g.byValue[s][w] = struct{}{}
+	}
+	g.mu.Unlock()
+	g.q.Schedule(wait, func() { g.wake(w) })
+}
+
+// wake hands w's delivery back to the engine, unless it was woken already.
+func (g *Gate) wake(w *waiter) {
+	g.mu.Lock()
+	if g.waiting[w.d] != w {
+		g.mu.Unlock()
+		return
+	}
+	delete(g.waiting, w.d)
+	for _, s := range w.slots {
+		delete(g.byValue[s], w)
+		if len(g.byValue[s]) == 0 {
+			delete(g.byValue, s)
+		}
+	}
+	g.freeRoom()
+	g.resuming++
+	g.mu.Unlock()
+	ok := g.cfg.Resume(w.d)
+	g.mu.Lock()
+	g.resuming--
+	if g.resuming == 0 && g.resumed != nil {
+		close(g.resumed)
+		g.resumed = nil
+	}
+	if !ok {
+		g.waiting[w.d] = w // handed back at the stop
+	}
+	g.mu.Unlock()
+}
+
+// Done frees t's slots (nil: nothing held) and wakes a delivery of this process
+// waiting for each of them.
+func (g *Gate) Done(ctx context.Context, t *Ticket) {
+	if t == nil || len(t.held) == 0 {
+		return
+	}
+	g.mu.Lock()
+	delete(g.held, t)
+	g.mu.Unlock()
+	if err := g.cfg.Store.LimitRelease(ctx, t.held); err != nil {
+		g.cfg.Logger.WarnContext(ctx, "settle: could not free a concurrency slot; it comes free when its lease ends",
+			slog.Any(source.AttrError, err), slog.Duration("lease", g.cfg.Lease))
+	}
+	var next []*waiter
+	g.mu.Lock()
+	for _, h := range t.held {
+		for w := range g.byValue[h.Name+"\x00"+h.Value] {
+			next = append(next, w)
+			break
+		}
+	}
+	g.mu.Unlock()
+	for _, w := range next {
+		g.q.Schedule(0, func() { g.wake(w) })
+	}
+}
+
+// renewLoop renews the held slots' leases every Lease/3 until Stop.
+func (g *Gate) renewLoop(ctx context.Context) {
+	for {
+		t := g.cfg.Clock.NewTimer(g.cfg.Lease / 3)
+		select {
+		case <-g.quit:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		g.renew(ctx)
+	}
+}
+
+// renew extends the leases of every slot held now, and warns of those lost.
+func (g *Gate) renew(ctx context.Context) {
+	g.mu.Lock()
+	var held []source.Held
+	for t := range g.held {
+		held = append(held, t.held...)
+	}
+	g.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	lost, err := g.cfg.Store.LimitRenew(ctx, held, g.cfg.Lease)
+	if err != nil {
+		g.cfg.Logger.WarnContext(ctx, "settle: could not renew the leases of running deliveries' concurrency slots; they come free if no renewal succeeds within the lease",
+			slog.Any(source.AttrError, err), slog.Duration("lease", g.cfg.Lease))
+		return
+	}
+	for _, i := range lost {
+		g.cfg.Logger.WarnContext(ctx, "settle: a running delivery lost its concurrency slot (its lease ended before a renewal): another delivery of its key may run beside it",
+			slog.String("limit", held[i].Name), slog.String("limit_key", held[i].Value))
+	}
+}

@@ -1,0 +1,146 @@
+package script_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/settlekit/settle/internal/redistest"
+	"github.com/settlekit/settle/internal/script"
+)
+
+const limitT0 = int64(1_700_000_000_000) // a fixed "now" in ms: the scripts take it as ARGV
+
+// take runs LimitTake with no reservation horizon: a delivery that cannot start now is
+// told when to ask again, and takes nothing.
+func take(t *testing.T, r *redistest.Redis, limits []script.Limit, token string, now int64) (time.Duration, int, error) {
+	t.Helper()
+	res, err := script.LimitTake(context.Background(), r.Client, limits, token, 0, now)
+	if res.Reserved {
+		t.Fatalf("take %s reserved with no horizon", token)
+	}
+	return res.Wait, res.Which, err
+}
+
+func TestLimitTakeRateSpacesStartsByTheIntervalAfterTheBurst(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	rate := script.Limit{Key: r.Key("rate"), Interval: 100 * time.Millisecond, Burst: 3}
+	var got []string
+	for i := range 5 {
+		wait, which, err := take(t, r, []script.Limit{rate}, fmt.Sprint(i), limitT0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%v/%d", wait, which))
+	}
+	// Three at once (the burst), then each waits until the tolerance lets one more in.
+	if want := "[0s/-1 0s/-1 0s/-1 100ms/0 100ms/0]"; fmt.Sprint(got) != want {
+		t.Fatalf("takes at one instant: got %v, want %s", got, want)
+	}
+	if wait, _, _ := take(t, r, []script.Limit{rate}, "x", limitT0+100); wait != 0 {
+		t.Fatalf("after one interval: wait %v, want a start", wait)
+	}
+	if wait, _, _ := take(t, r, []script.Limit{rate}, "y", limitT0+100); wait != 100*time.Millisecond {
+		t.Fatalf("second take after one interval: wait %v, want 100ms", wait)
+	}
+}
+
+func TestLimitTakeRateKeyExpiresOnceIdle(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	rate := script.Limit{Key: r.Key("rate"), Interval: time.Second, Burst: 1}
+	if _, _, err := take(t, r, []script.Limit{rate}, "a", limitT0); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := r.Client.PTTL(ctx, rate.Key).Result()
+	if err != nil || ttl <= 0 || ttl > time.Second+time.Millisecond {
+		t.Fatalf("rate key ttl %v (%v), want at most one interval", ttl, err)
+	}
+}
+
+func TestLimitTakeRefusedTakesNothingOfItsOtherLimits(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	slots := script.Limit{Key: r.Key("slots"), Slots: 1, Lease: time.Minute}
+	rate := script.Limit{Key: r.Key("rate"), Interval: time.Hour, Burst: 1}
+	if wait, _, err := take(t, r, []script.Limit{rate}, "first", limitT0); err != nil || wait != 0 {
+		t.Fatalf("first take: %v %v", wait, err)
+	}
+	wait, which, err := take(t, r, []script.Limit{slots, rate}, "second", limitT0)
+	if err != nil || wait != time.Hour || which != 1 {
+		t.Fatalf("take under a spent rate: wait %v which %d (%v), want 1h by limit 1", wait, which, err)
+	}
+	if n, _ := r.Client.ZCard(ctx, slots.Key).Result(); n != 0 {
+		t.Fatalf("a refused take leased %d slots, want none", n)
+	}
+}
+
+func TestLimitSlotsOfACrashedHolderComeFreeWhenTheLeaseEnds(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	slots := script.Limit{Key: r.Key("slots"), Slots: 1, Lease: 30 * time.Second}
+	if wait, _, _ := take(t, r, []script.Limit{slots}, "crashed", limitT0); wait != 0 {
+		t.Fatalf("first take waits %v", wait)
+	}
+	wait, _, _ := take(t, r, []script.Limit{slots}, "other", limitT0+10_000)
+	if wait != 20*time.Second {
+		t.Fatalf("take while leased: wait %v, want the lease's end (20s)", wait)
+	}
+	if wait, _, _ := take(t, r, []script.Limit{slots}, "other", limitT0+30_000); wait != 0 {
+		t.Fatalf("take once the lease ended: wait %v, want a start", wait)
+	}
+}
+
+func TestLimitHolderThatLostItsSlotCannotReleaseOrRenewAnothers(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	slots := script.Limit{Key: r.Key("slots"), Slots: 1, Lease: 30 * time.Second}
+	take(t, r, []script.Limit{slots}, "stalled", limitT0)
+	if wait, _, _ := take(t, r, []script.Limit{slots}, "next", limitT0+31_000); wait != 0 {
+		t.Fatalf("take after the stalled lease ended: wait %v", wait)
+	}
+	lost, err := script.LimitRenew(ctx, r.Client, []string{slots.Key}, []string{"stalled"}, 30*time.Second, limitT0+32_000)
+	if err != nil || fmt.Sprint(lost) != "[0]" {
+		t.Fatalf("renew of a lost slot: lost %v (%v), want [0]", lost, err)
+	}
+	if n, err := script.LimitRelease(ctx, r.Client, []string{slots.Key}, []string{"stalled"}); err != nil || n != 0 {
+		t.Fatalf("release by the stalled holder freed %d (%v), want 0", n, err)
+	}
+	if wait, _, _ := take(t, r, []script.Limit{slots}, "third", limitT0+32_000); wait == 0 {
+		t.Fatal("the next holder's slot was freed by the stalled one")
+	}
+	if lost, _ := script.LimitRenew(ctx, r.Client, []string{slots.Key}, []string{"next"}, 30*time.Second, limitT0+50_000); len(lost) != 0 {
+		t.Fatalf("renew of a held slot lost %v", lost)
+	}
+	if wait, _, _ := take(t, r, []script.Limit{slots}, "third", limitT0+70_000); wait == 0 {
+		t.Fatal("a renewed lease ended at its old end")
+	}
+	if n, _ := script.LimitRelease(ctx, r.Client, []string{slots.Key}, []string{"next"}); n != 1 {
+		t.Fatalf("release by the holder freed %d, want 1", n)
+	}
+}
+
+func TestLimitTakeReservesAStartWithinTheHorizonAndRefusesBeyondIt(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	rate := script.Limit{Key: r.Key("rate"), Interval: 100 * time.Millisecond, Burst: 1}
+	var got []string
+	for i := range 5 {
+		res, err := script.LimitTake(ctx, r.Client, []script.Limit{rate}, fmt.Sprint(i), 250*time.Millisecond, limitT0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%v/%v", res.Wait, res.Reserved))
+	}
+	// Now, then reserved 100ms and 200ms ahead; the next start (300ms) is past the
+	// horizon: ask again once it is within it (50ms), having taken nothing.
+	if want := "[0s/false 100ms/true 200ms/true 50ms/false 50ms/false]"; fmt.Sprint(got) != want {
+		t.Fatalf("takes at one instant: got %v, want %s", got, want)
+	}
+}
