@@ -174,6 +174,15 @@ func (t *reliableTransport) Fetch(ctx context.Context, max int, wait time.Durati
 	t.mu.Unlock()
 	if rescan {
 		vals, err := t.readOwnProcessing(ctx, max)
+		if err == nil && len(vals) > 0 && len(vals) < max {
+			// New items come with it: an item whose settlement keeps failing is read
+			// again at every rescan, and must not keep the list's other items waiting.
+			more, merr := t.moveMany(ctx, max-len(vals))
+			if merr != nil {
+				t.markRescan()
+			}
+			vals = append(vals, more...)
+		}
 		if err != nil || len(vals) > 0 {
 			return t.deliveries(ctx, vals), err
 		}
