@@ -188,7 +188,9 @@ func testConcurrencyByOneIsExclusiveAcrossApps(t *testing.T, f Features, s *Subj
 	limitMessage(t, s, "other")
 	stop := func() {}
 	if s.Advance != nil {
-		stop = nudgeUntil(s.Advance, 10*time.Millisecond)
+		// Small steps: the waiting delivery asks again every flow.SlotPoll, while a slow
+		// run must not carry the fake clock past the Apps' heartbeats (a takeover).
+		stop = nudgeUntil(s.Advance, time.Millisecond)
 	}
 	waitSignal(t, waitTimeout, func() {}, func() (bool, <-chan struct{}) {
 		return len(one.Recorder.Events())+len(two.Recorder.Events()) >= 3, nil
