@@ -246,7 +246,7 @@ func ReplyVia(r Replier) MountOption {
 // add ConcurrencyBy(key, 1) to exclude that. Each delivery's mark is read before it
 // runs (the reads of deliveries starting together in one call). Stream, ClaimingStream and ReliableList take it; refused on List and
 // PubSub, whose messages leave Redis when read (there is no ack to write the mark with),
-// and on the inbox (not yet). window must be positive and key non-nil. Defaults to no
+// and on the inbox and a PartitionedStream (not yet). window must be positive and key non-nil. Defaults to no
 // deduplication.
 func Dedupe(window time.Duration, key func(m *Message) string) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.dedupe = &dedupe{key: key, window: window} })
