@@ -58,11 +58,16 @@ func newListSubject(t *testing.T, reliable bool, c *sourcetest.Clock) *sourcetes
 	sourcetest.PauseByKey(s, r.Client, in, "")
 	if reliable {
 		s.Source = settle.ReliableList(r.Client, in, settle.Consumer("c"))
+		s.Peer = settle.ReliableList(r.Client, in, settle.Consumer("c2"))
 		s.Pending = func(t testing.TB) int64 {
 			t.Helper()
-			n, err := r.Client.LLen(context.Background(), settle.ProcessingList(in, "c")).Result()
-			if err != nil {
-				t.Fatalf("llen: %v", err)
+			var n int64
+			for _, consumer := range []string{"c", "c2"} {
+				k, err := r.Client.LLen(context.Background(), settle.ProcessingList(in, consumer)).Result()
+				if err != nil {
+					t.Fatalf("llen: %v", err)
+				}
+				n += k
 			}
 			return n
 		}

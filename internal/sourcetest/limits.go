@@ -176,7 +176,11 @@ func testConcurrencyByOneIsExclusiveAcrossApps(t *testing.T, f Features, s *Subj
 	})
 	opt := settle.ConcurrencyBy(byHeader, 1)
 	one := Start(t, s, h, opt)
-	two := Start(t, s, h, opt)
+	peer := *s
+	if s.Peer != nil {
+		peer.Source = s.Peer // two processes read under two consumer names
+	}
+	two := Start(t, &peer, h, opt)
 	limitMessage(t, s, "acct")
 	limitMessage(t, s, "acct")
 	c.waitN(t, 1, 0)

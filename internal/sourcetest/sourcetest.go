@@ -82,6 +82,10 @@ type Subject struct {
 	// Source is the source to mount. The suite may mount it on a second App after the
 	// first has returned (a restart).
 	Source settle.Source
+	// Peer, when set, is a second source on the same store read under another consumer
+	// name, for a scenario that runs two Apps at once (as two processes would); nil:
+	// Source serves both (a transport whose consumers share nothing by name).
+	Peer settle.Source
 	// Pause and Resume pause and resume the mounts of Source from outside the App, as
 	// an operator does (settle/admin's Pause, the inbox's): a control key or row.
 	// Required unless Features.NeverPaused.
