@@ -27,7 +27,7 @@ func TestClusterStreamConformance(t *testing.T) {
 	t.Parallel()
 	t.Run("RealClock", func(t *testing.T) {
 		t.Parallel()
-		sourcetest.Run(t, sourcetest.Features{}, func(t *testing.T) *sourcetest.Subject {
+		sourcetest.Run(t, sourcetest.Features{TakesLimits: true}, func(t *testing.T) *sourcetest.Subject {
 			return newClusterStreamSubject(t, nil, func(rdb redis.UniversalClient, in, group string) settle.Source {
 				return settle.Stream(rdb, in, group, settle.Block(50*time.Millisecond))
 			})
@@ -35,7 +35,7 @@ func TestClusterStreamConformance(t *testing.T) {
 	})
 	t.Run("FakeClock", func(t *testing.T) {
 		t.Parallel()
-		sourcetest.Run(t, sourcetest.Features{}, func(t *testing.T) *sourcetest.Subject {
+		sourcetest.Run(t, sourcetest.Features{TakesLimits: true}, func(t *testing.T) *sourcetest.Subject {
 			return newClusterStreamSubject(t, sourcetest.NewClock(), func(rdb redis.UniversalClient, in, group string) settle.Source {
 				return settle.Stream(rdb, in, group, settle.Block(50*time.Millisecond))
 			})
@@ -47,7 +47,7 @@ func TestClusterStreamConformance(t *testing.T) {
 // (XAUTOCLAIM in a Lua script) over a *redis.ClusterClient, on the wall clock.
 func TestClusterClaimingStreamConformance(t *testing.T) {
 	t.Parallel()
-	sourcetest.Run(t, sourcetest.Features{UsesDeliveryCounter: true}, func(t *testing.T) *sourcetest.Subject {
+	sourcetest.Run(t, sourcetest.Features{TakesLimits: true, UsesDeliveryCounter: true}, func(t *testing.T) *sourcetest.Subject {
 		return newClusterStreamSubject(t, nil, func(rdb redis.UniversalClient, in, group string) settle.Source {
 			return settle.ClaimingStream(rdb, in, group, 100*time.Millisecond, settle.Block(50*time.Millisecond))
 		})
@@ -67,7 +67,7 @@ func TestClusterListConformance(t *testing.T) {
 	})
 	t.Run("ReliableList", func(t *testing.T) {
 		t.Parallel()
-		sourcetest.Run(t, sourcetest.Features{PutsBackWithoutCap: true}, func(t *testing.T) *sourcetest.Subject {
+		sourcetest.Run(t, sourcetest.Features{PutsBackWithoutCap: true, TakesLimits: true}, func(t *testing.T) *sourcetest.Subject {
 			return newClusterListSubject(t, true)
 		})
 	})
@@ -243,11 +243,16 @@ func newClusterListSubject(t *testing.T, reliable bool) *sourcetest.Subject {
 			t.Helper()
 			return sourcetest.ReadListDead(t, r.Client, r.Key("replies"))
 		}
+		s.Peer = settle.ReliableList(r.Client, in, settle.Consumer("c2"))
 		s.Pending = func(t testing.TB) int64 {
 			t.Helper()
-			n, err := r.Client.LLen(context.Background(), settle.ProcessingList(in, "c")).Result()
-			if err != nil {
-				t.Fatalf("llen: %v", err)
+			var n int64
+			for _, consumer := range []string{"c", "c2"} {
+				k, err := r.Client.LLen(context.Background(), settle.ProcessingList(in, consumer)).Result()
+				if err != nil {
+					t.Fatalf("llen: %v", err)
+				}
+				n += k
 			}
 			return n
 		}
