@@ -43,16 +43,26 @@ func (t *transport) Fetch(ctx context.Context, max int, wait time.Duration) ([]*
 	}
 }
 
+// nextDueRetry is how soon an idle queue claims again when it could not learn when its
+// next waiting row comes due (the query failed: a database refusing connections under
+// load, say): soon, rather than a whole poll later, which could strand a row retried
+// after a short delay on a queue that polls rarely.
+const nextDueRetry = time.Second
+
 // nextDue returns when the queue's earliest row waiting for its retry_after comes due,
 // by the database's clock, as a wall-clock time (zero: none waits, the table has no
-// retry_after column, the query failed, or a test clock decides what is due).
+// retry_after column, or a test clock decides what is due; nextDueRetry from now when
+// the query failed).
 func (t *transport) nextDue(ctx context.Context) time.Time {
 	if t.s.nextDue.text == "" || t.env.TestClock != nil {
 		return time.Time{}
 	}
 	var micros sql.NullInt64
 	vals := map[string]any{"skew": t.d.skewArg(t.skew()), "group": t.q.group}
-	if err := t.q.ib.db.QueryRowContext(ctx, t.s.nextDue.text, t.s.nextDue.bind(vals)...).Scan(&micros); err != nil || !micros.Valid {
+	if err := t.q.ib.db.QueryRowContext(ctx, t.s.nextDue.text, t.s.nextDue.bind(vals)...).Scan(&micros); err != nil {
+		return time.Now().Add(nextDueRetry)
+	}
+	if !micros.Valid {
 		return time.Time{}
 	}
 	return time.Now().Add(time.Duration(max(micros.Int64, 0)) * time.Microsecond)
