@@ -140,7 +140,7 @@ Exit codes:
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(a.dlqCommand(), a.pendingCommand(), a.delayedCommand(), a.statsCommand(), a.inboxCommand())
 	root.AddCommand(a.consumersCommand(), a.seekCommand(), a.listCommand())
-	root.AddCommand(a.pauseCommand(), a.resumeCommand(), a.webCommand(), a.findCommand())
+	root.AddCommand(a.pauseCommand(), a.resumeCommand(), a.webCommand(), a.findCommand(), a.partitionsCommand())
 	return root
 }
 
