@@ -88,7 +88,7 @@ func TestPartitionedStreamShowsEachPartitionsOwnerBacklogAndDeadLetters(t *testi
 		length += p.Length
 		dead += p.DeadLetters
 	}
-		if length != total || dead != 4 {
+	if length != total || dead != 4 {
 		t.Fatalf("partitions hold %d entries and %d dead letters, want %d and 4 (customer-0's)", length, dead, total)
 	}
 
