@@ -97,7 +97,7 @@ func (t *transport) writeMarks(ctx context.Context, tx txn, keys []string) error
 // whose lease still holds, so that only what is deleted is marked. It returns how many
 // rows it deleted.
 func (t *transport) ackMarked(ctx context.Context, hs []*held, keys []string) (int64, error) {
-	tx, err := t.d.begin(ctx, t.q.ib.db)
+	tx, err := t.beginFlow(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -149,7 +149,7 @@ func (t *transport) ackRows(ctx context.Context, hs []*held, keys []string) (int
 	if keys != nil {
 		n, err := retry(ctx, t.d, db, func() (int64, error) { return t.ackMarked(ctx, hs, keys) })
 		if err == nil && t.markOps.Add(1)%flowCleanupEvery == 1 {
-			t.flowCleanup(ctx, t.markTable(), "mark", 0)
+			t.flowCleanup(ctx, t.markTable(), []string{"mark"}, 0)
 		}
 		return n, err
 	}

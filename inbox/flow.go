@@ -56,25 +56,20 @@ type flowSQL struct {
 	insertIgnore, ignoreSuffix string
 	// upsert ends an INSERT of marks that overwrites the end of an existing mark.
 	upsert string
-	// deleteSome deletes at most 100 rows of table matching cond (key: its key columns).
-	deleteSome func(table, key, cond string) string
 	// integer is the type a CAST to a 64-bit integer names.
 	integer string
 }
 
 // flowSQLOf returns d's flow statements' differences.
 func flowSQLOf(d dialect) flowSQL {
-	rowIn := func(table, key, cond string) string {
-		return fmt.Sprintf("DELETE FROM %[1]s WHERE (%[2]s) IN (SELECT %[2]s FROM %[1]s WHERE %[3]s LIMIT 100)", table, key, cond)
-	}
 	switch d.(type) {
 	case postgres:
 		return flowSQL{
 			style: dollarNumbered, quote: '"', forUpdate: " FOR UPDATE",
 			now:          "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
 			insertIgnore: "INSERT INTO", ignoreSuffix: " ON CONFLICT DO NOTHING",
-			upsert:     " ON CONFLICT (mark) DO UPDATE SET until_us = EXCLUDED.until_us",
-			deleteSome: rowIn, integer: "BIGINT",
+			upsert:  " ON CONFLICT (mark) DO UPDATE SET until_us = EXCLUDED.until_us",
+			integer: "BIGINT",
 		}
 	case mysql:
 		return flowSQL{
@@ -82,10 +77,7 @@ func flowSQLOf(d dialect) flowSQL {
 			now:          "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)",
 			insertIgnore: "INSERT IGNORE INTO",
 			upsert:       " ON DUPLICATE KEY UPDATE until_us = VALUES(until_us)",
-			deleteSome: func(table, _, cond string) string {
-				return fmt.Sprintf("DELETE FROM %s WHERE %s LIMIT 100", table, cond)
-			},
-			integer: "SIGNED",
+			integer:      "SIGNED",
 		}
 	default:
 		return flowSQL{
@@ -93,7 +85,6 @@ func flowSQLOf(d dialect) flowSQL {
 			now:          "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
 			insertIgnore: "INSERT OR IGNORE INTO",
 			upsert:       " ON CONFLICT (mark) DO UPDATE SET until_us = excluded.until_us",
-			deleteSome:   rowIn,
 			integer:      "INTEGER",
 		}
 	}
@@ -195,15 +186,24 @@ func (t *transport) LimitTake(ctx context.Context, gates []source.Gate, token st
 		return source.Take{}, fmt.Errorf("inbox: flow limits in table %s: %w", t.limitTable(), err)
 	}
 	if t.limitOps.Add(1)%flowCleanupEvery == 1 {
-		t.flowCleanup(ctx, t.limitTable(), "lim, slot", flowGrace)
+		t.flowCleanup(ctx, t.limitTable(), []string{"lim", "slot"}, flowGrace)
 	}
 	return take, nil
+}
+
+// beginFlow begins a flow transaction: on MySQL/MariaDB at READ COMMITTED, so that its
+// locking reads take no gap lock another take or a cleanup waits for (as the claims).
+func (t *transport) beginFlow(ctx context.Context) (txn, error) {
+	if _, ok := t.d.(mysql); ok {
+		return t.q.ib.db.BeginTx(ctx, readCommitted)
+	}
+	return t.d.begin(ctx, t.q.ib.db)
 }
 
 // limitTake is one try of LimitTake.
 func (t *transport) limitTake(ctx context.Context, gates []source.Gate, lims []string, token string, horizon time.Duration) (source.Take, error) {
 	f, table := flowSQLOf(t.d), t.limitTable()
-	tx, err := t.d.begin(ctx, t.q.ib.db)
+	tx, err := t.beginFlow(ctx)
 	if err != nil {
 		return source.Take{}, err
 	}
@@ -367,21 +367,46 @@ func (t *transport) LimitRelease(ctx context.Context, held []source.Held) error 
 	return nil
 }
 
-// flowCleanup deletes up to 100 rows of table (key: its key columns) that ended more
+// flowCleanup deletes up to 100 rows of table (keys: its key columns) that ended more
 // than grace ago, best effort: a row left is deleted by a later cleanup, and one that
-// ended is the same state as none (a failure is logged at Debug).
-func (t *transport) flowCleanup(ctx context.Context, table, key string, grace time.Duration) {
+// ended is the same state as none (a failure is logged at Debug). It reads them first,
+// without a lock, then deletes them by key, asking again whether each ended: a row a
+// take moved on meanwhile is kept, and the DELETE locks rows in the order a take does
+// (by key), never a range of the until_us index a take's UPDATE would wait for
+// (MariaDB deadlocked on it).
+func (t *transport) flowCleanup(ctx context.Context, table string, keys []string, grace time.Duration) {
 	f := flowSQLOf(t.d)
 	nowExpr, vals := t.flowClock(f)
-	nowSt := compile("SELECT "+nowExpr, f.style)
 	db := t.q.ib.db
-	var now int64
-	err := db.QueryRowContext(ctx, nowSt.text, nowSt.bind(vals)...).Scan(&now)
-	if err == nil {
-		st := compile(f.deleteSome(table, key, "until_us < :cut"), f.style)
-		args := st.bind(map[string]any{"cut": now - grace.Microseconds()})
-		_, err = retry(ctx, t.d, db, func() (sql.Result, error) { return db.ExecContext(ctx, st.text, args...) })
-	}
+	err := func() error {
+		nowSt := compile("SELECT "+nowExpr, f.style)
+		var now int64
+		if err := db.QueryRowContext(ctx, nowSt.text, nowSt.bind(vals)...).Scan(&now); err != nil {
+			return err
+		}
+		del := map[string]any{"cut": now - grace.Microseconds()}
+		sel := compile(fmt.Sprintf("SELECT %s FROM %s WHERE until_us < :cut LIMIT 100", strings.Join(keys, ", "), table), f.style)
+		var tuples []string
+		row := make([]string, len(keys))
+		dest := make([]any, len(keys))
+		for i := range row {
+			dest[i] = &row[i]
+		}
+		err := queryEach(ctx, db, sel.text, sel.bind(del), dest, func() {
+			names := make([]string, len(keys))
+			for i, v := range row {
+				names[i] = fmt.Sprintf(":k%d_%d", len(tuples), i)
+				del[names[i][1:]] = v
+			}
+			tuples = append(tuples, "("+strings.Join(names, ", ")+")")
+		})
+		if err != nil || len(tuples) == 0 {
+			return err
+		}
+		st := compile(fmt.Sprintf("DELETE FROM %s WHERE until_us < :cut AND (%s) IN (%s)", table, strings.Join(keys, ", "), strings.Join(tuples, ", ")), f.style)
+		_, err = retry(ctx, t.d, db, func() (sql.Result, error) { return db.ExecContext(ctx, st.text, st.bind(del)...) })
+		return err
+	}()
 	if err != nil {
 		t.env.Logger.DebugContext(ctx, "settle: inbox: could not delete the rows that ended of a flow table; a later take or ack tries again",
 			slog.String(source.AttrMount, t.env.Mount), slog.String(source.AttrKey, table), slog.Any(source.AttrError, err))

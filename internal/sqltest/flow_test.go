@@ -3,6 +3,7 @@ package sqltest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -285,4 +286,63 @@ func limiter(t *testing.T, b backend) func(clk clock.Clock) source.Limiter {
 		}
 		return lim
 	}
+}
+
+// TestAnAckWhoseLeaseWasLostWritesNoDedupeMark: the mark is written in the transaction
+// that deletes the row, and only for a row it deleted: a row whose lease was taken over
+// is neither deleted nor marked (ErrLeaseLost), while the row acked beside it is both.
+func TestAnAckWhoseLeaseWasLostWritesNoDedupeMark(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		x := setup(t, b, cols{})
+		ib := inbox.New(x.db, b.d, x.tb, flowTables(t, b, x.db).opts()...)
+		x.publish(t, "jobs", "kept", "taken")
+		p := source.Policy{DedupWindow: time.Hour}
+		tr := ib.Queue("jobs").Transport(source.Env{Clock: newFakeClock(), Logger: quietLogger(t), Mount: "marks", Policy: p, TestClock: x.clock})
+		ctx := context.Background()
+		if err := tr.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tr.Close(ctx) })
+		ds, err := tr.Fetch(ctx, 2, 0)
+		if err != nil || len(ds) != 2 {
+			t.Fatalf("fetch: %d deliveries, err %v; want 2", len(ds), err)
+		}
+		var taken *source.Delivery
+		for _, d := range ds {
+			d.DedupKey = "key-" + string(d.Payload)
+			if string(d.Payload) == "taken" {
+				taken = d
+			}
+		}
+		// Another worker's lease on the taken row (as a takeover writes one).
+		q := quoteFor(b.d)
+		if _, err := x.db.ExecContext(ctx, "UPDATE "+q(x.tb.Name)+" SET locked_until = "+futureTime(b.d)+" WHERE id = "+taken.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Ack(ctx, ds); !errors.Is(err, inbox.ErrLeaseLost) {
+			t.Fatalf("ack: %v, want ErrLeaseLost for the taken row", err)
+		}
+		seen, err := tr.(source.Deduper).Completed(ctx, []string{"key-kept", "key-taken"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !seen[0] || seen[1] {
+			t.Fatalf("marks (kept, taken) = %v, want (true, false): only the row deleted is marked", seen)
+		}
+		if rs := readRows(t, b, x.db, x.tb); len(rs) != 1 || rs[0].payload != "taken" {
+			t.Fatalf("rows %+v, want the taken row only", rs)
+		}
+	})
+}
+
+// futureTime is a time literal of b's lease column a year ahead.
+func futureTime(d inbox.Dialect) string {
+	switch d {
+	case inbox.Postgres:
+		return "now() + interval '1 year'"
+	case inbox.MySQL:
+		return "NOW(6) + INTERVAL 1 YEAR"
+	}
+	return "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+1 year')"
 }
