@@ -126,6 +126,7 @@ func (m *mount) prepare(e *engine) {
 		DeadLetterMaxLen: m.cfg.deadLetterMaxLen,
 		DedupWindow:      m.cfg.dedupe.windowOf(),
 		Delay:            m.cfg.delay,
+		FlowLimits:       len(m.cfg.limits) > 0,
 		MaxAttempts:      m.cfg.maxAttempts,
 		ReplyTo:          m.cfg.replyTo,
 	}

@@ -244,9 +244,11 @@ func ReplyVia(r Replier) MountOption {
 // from its completion. A key of "" is never deduplicated; a failure, a Drop or a dead
 // letter marks nothing. Two deliveries of one key running at the same time both run:
 // add ConcurrencyBy(key, 1) to exclude that. Each delivery's mark is read before it
-// runs (the reads of deliveries starting together in one call). Stream, ClaimingStream and ReliableList take it; refused on List and
+// runs (the reads of deliveries starting together in one call). Stream, ClaimingStream,
+// ReliableList and the inbox take it (the inbox keeps its marks in a table of its
+// database, written in the transaction that deletes the row); refused on List and
 // PubSub, whose messages leave Redis when read (there is no ack to write the mark with),
-// and on the inbox and a PartitionedStream (not yet). window must be positive and key non-nil. Defaults to no
+// and on a PartitionedStream (not yet). window must be positive and key non-nil. Defaults to no
 // deduplication.
 func Dedupe(window time.Duration, key func(m *Message) string) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.dedupe = &dedupe{key: key, window: window} })
@@ -290,17 +292,18 @@ func (d *dedupe) problems(marks bool, kind source.Kind) []string {
 
 // Flow limits (RateLimit, RateLimitBy, ConcurrencyBy, GlobalConcurrency) hold across
 // every process reading the same source (and, on a stream, the same group): their state
-// lives beside the source, in keys of its hash slot, and "now" is Redis TIME. A delivery
-// that must wait is not started and spends no attempt; it waits where its transport
-// keeps it (a stream entry pending to this consumer and heartbeated, a reliable list
-// item in the processing list), holding no handler slot and no read room, so the mount
+// lives beside the source, in keys of its hash slot, and "now" is Redis TIME (on the
+// inbox: a table of its database, and its clock). A delivery that must wait is not
+// started and spends no attempt; it waits where its transport keeps it (a stream entry
+// pending to this consumer and heartbeated, a reliable list item in the processing
+// list, an inbox row leased and heartbeated), holding no handler slot and no read room, so the mount
 // reads on and other keys' deliveries start without it. It tries again when its limit
 // lets it, and its settlement's log line says what it waited for (waited_for, waited).
 // At most MaxWaiting deliveries of a mount wait at once; beyond that the mount reads
 // nothing new until some start. At a graceful stop, waiting deliveries are handed back
 // without an attempt spent.
 //
-// They are taken by Stream, ClaimingStream and ReliableList. A List or PubSub mount
+// They are taken by Stream, ClaimingStream, ReliableList and the inbox. A List or PubSub mount
 // with one is refused: a delivery waiting there would be lost with its process. The
 // processes of one source declare its limits alike (the same kinds in the same order):
 // a limit's state is named by its kind and rank.
@@ -419,8 +422,6 @@ func (m *mount) limitProblems() []string {
 			why += ": use ReliableList"
 		case source.KindChannel:
 			why += ": read a Stream instead"
-		case source.KindTable:
-			why = "the inbox does not take flow limits yet"
 		}
 		ps = append(ps, fmt.Sprintf("%s: refused on a %s source: %s", m.cfg.limits[0].name, m.info.Kind, why))
 	}

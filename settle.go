@@ -161,6 +161,20 @@ func (a *App) Validate() error {
 // be reached, Run logs it and tries again with a backoff
 // until it can, or ctx is done.
 // An App runs once: a second Run returns ErrAppClosed.
+// stoppedWhileOpening reports whether every error of the mounts' opens is ctx's own
+// ending (Run's context ended while a transport opened): a stop, not a refusal.
+func stoppedWhileOpening(ctx context.Context, errs []error) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	for _, err := range errs {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			return false
+		}
+	}
+	return true
+}
+
 func (a *App) Run(ctx context.Context) error {
 	if !a.ran.CompareAndSwap(false, true) {
 		return ErrAppClosed
@@ -180,6 +194,9 @@ func (a *App) Run(ctx context.Context) error {
 	if len(openErrs) > 0 {
 		for _, o := range opened {
 			_ = o.transport.Close(context.WithoutCancel(ctx))
+		}
+		if stoppedWhileOpening(ctx, openErrs) {
+			return nil // a graceful stop asked for before the mounts were open
 		}
 		return errors.Join(openErrs...)
 	}

@@ -79,6 +79,16 @@
 // (retry_after by the database's clock). [WithPublishHook] gives them a
 // settle.PublishHook, as a Redis Publisher takes one (settleotel's, for traces).
 //
+// # Flow limits and Dedupe
+//
+// A queue takes settle.RateLimit, RateLimitBy, ConcurrencyBy, GlobalConcurrency and
+// settle.Dedupe, their state in two tables of the inbox's database that the user's
+// schema creates (the README's "Flow limits and Dedupe on the inbox";
+// [DefaultLimitTable] and [DefaultMarkTable] unless [WithLimitTable] and [WithMarkTable]
+// name others): a take is one transaction by the database's clock, a delivery that
+// waits stays leased and heartbeated, and a completion's mark is written in the
+// transaction that deletes its row.
+//
 // # Dialects
 //
 // [SQLite], [Postgres] and [MySQL] (MySQL 8 and MariaDB 10.6+). The package depends on
@@ -107,6 +117,9 @@ type Inbox struct {
 	dialect Dialect
 	hook    settle.PublishHook // see WithPublishHook
 	table   Table
+
+	limitTable string // see WithLimitTable ("": DefaultLimitTable)
+	markTable  string // see WithMarkTable ("": DefaultMarkTable)
 
 	once  sync.Once // builds stmts, the statements of Publish and Resend
 	stmts *statements

@@ -12,8 +12,8 @@ import (
 // each with its headers where the table has a headers column) of the ReplyTo group of
 // the same table, or, for a table without a group column, of the ReplyTo table (same
 // columns, as a dead-letter table), and deletes the row they answer, in one transaction
-// that first locks the row by its lease: a row whose lease was taken over writes nothing
-// and fails with ErrLeaseLost.
+// that first locks the row by its lease (a row whose lease was taken over writes nothing
+// and fails with ErrLeaseLost) and marks its settle.Dedupe key, if any, completed.
 func (t *transport) reply(ctx context.Context, m source.Move) error {
 	dest, group := t.env.Policy.ReplyTo, t.env.Policy.ReplyTo
 	s, what := t.s, fmt.Sprintf("reply to group %q of", dest)
@@ -28,7 +28,12 @@ func (t *transport) reply(ctx context.Context, m source.Move) error {
 					return false, fmt.Errorf("insert reply: %w", err)
 				}
 			}
-			return affectedOne(tx.ExecContext(ctx, t.s.ackN(1), h.id, h.token))
+			ok, err := affectedOne(tx.ExecContext(ctx, t.s.ackN(1), h.id, h.token))
+			if err != nil || !ok {
+				return ok, err
+			}
+			// Dedupe: the key completes with its replies, in their transaction.
+			return true, t.writeMarks(ctx, tx, t.dedupKeys([]*source.Delivery{m.Delivery}))
 		})
 	})
 	if err == nil && group != "" {

@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/settlekit/settle"
@@ -33,6 +33,8 @@ type transport struct {
 	attemptMax   int64        // from Open: the attempt column's largest value (see attempt.go)
 	maxOnce      sync.Once    // logs the first row claimed at attemptMax (see atMax)
 	warnOnce     sync.Once
+	limitOps     atomic.Uint64 // flow limit takes, toward the next cleanup (see flowCleanupEvery)
+	markOps      atomic.Uint64 // acks that wrote Dedupe marks, toward the next cleanup
 }
 
 // newTransport returns the transport of q for the mount of env.
@@ -110,6 +112,7 @@ func (t *transport) Validate(p source.Policy) []error {
 		}
 	}
 	errs = append(errs, t.replyProblems(p)...)
+	errs = append(errs, t.flowProblems(p)...)
 	if q.cfg.batch < 1 {
 		errs = append(errs, fmt.Errorf("inbox: Batch(%d): must be at least 1", q.cfg.batch))
 	}
@@ -178,6 +181,7 @@ func (t *transport) open(ctx context.Context) error {
 	if err := t.d.checkServer(ctx, t.q.ib.db); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, t.checkFlowTables(ctx, t.env.Policy)...)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -325,13 +329,7 @@ func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
 			h.mu.Unlock()
 		}
 	}()
-	args := make([]any, 0, 2*len(hs))
-	for _, h := range hs {
-		args = append(args, h.id, h.token)
-	}
-	text := t.s.ackN(len(hs))
-	db := t.q.ib.db
-	res, err := retry(ctx, t.d, db, func() (sql.Result, error) { return db.ExecContext(ctx, text, args...) })
+	n, err := t.ackRows(ctx, hs, t.dedupKeys(ds))
 	if err != nil {
 		kept = map[*held]bool{}
 		for i, h := range hs {
@@ -340,10 +338,6 @@ func (t *transport) ackBatch(ctx context.Context, ds []*source.Delivery) error {
 				t.redo.ack(ds[i])
 			}
 		}
-		return fmt.Errorf("inbox: table %s: delete %d rows: %w", t.q.ib.table.Name, len(hs), err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
 		return fmt.Errorf("inbox: table %s: delete %d rows: %w", t.q.ib.table.Name, len(hs), err)
 	}
 	if int(n) != len(hs) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/delayed"
@@ -42,6 +43,9 @@ func TestValidateRefusesWhatCannotRun(t *testing.T) {
 		{name: "NoDialect", src: New(db, nil, full).Queue("emails"), want: []string{"no dialect"}},
 		{name: "DurableZsetDelayIsRefused", src: New(db, SQLite, full).Queue("emails"),
 			opts: []settle.MountOption{settle.DelayIn(delayed.DurableZset{Key: "emails.delayed"})}, want: []string{"retry_after column"}},
+		{name: "FlowTableNamesWithAQuote", src: New(db, SQLite, full, WithLimitTable(`lim"its`), WithMarkTable("marks;")).Queue("emails"),
+			opts: []settle.MountOption{settle.RateLimit(1, time.Second), settle.Dedupe(time.Hour, func(*settle.Message) string { return "" })},
+			want: []string{`WithLimitTable("lim\"its")`, `WithMarkTable("marks;")`}},
 		{name: "BadOptions", src: New(db, SQLite, full).Queue("emails", Batch(0), Lease(0), Poll(0)),
 			want: []string{"Batch(0)", "Lease(0s)", "Poll(0s)"}},
 	}

@@ -312,6 +312,10 @@ type Policy struct {
 	// Delay is where RetryAfter delays wait (never nil once the App has prepared the
 	// mount).
 	Delay delayed.Strategy
+	// FlowLimits: the mount has flow limits (settle.RateLimit, RateLimitBy,
+	// ConcurrencyBy, GlobalConcurrency), so a Limiter checks at Open that it can keep
+	// their state (the inbox: its limit table).
+	FlowLimits bool
 	// MaxAttempts caps deliveries, the first included; 0 means no cap.
 	MaxAttempts int
 	// ReplyTo is where replies go (ActionReply); empty means nowhere. A transport with

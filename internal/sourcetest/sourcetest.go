@@ -53,7 +53,7 @@ type Features struct {
 	NeverPaused bool
 	// TakesLimits: the transport takes the flow limits (settle.RateLimit, RateLimitBy,
 	// ConcurrencyBy): a delivery can wait safely there and the limits' state lives
-	// beside the source (Stream, ClaimingStream, ReliableList). Elsewhere the suite
+	// beside the source (Stream, ClaimingStream, ReliableList, the inbox). Elsewhere the suite
 	// checks that they are refused at startup.
 	TakesLimits bool
 }

@@ -12,7 +12,8 @@ import (
 
 // conformance are the differences the suite allows a table inbox: no headers, Retry
 // without a cap puts the row back in place, and a cap and a dead letter come together.
-var conformance = sourcetest.Features{CapNeedsDeadLetter: true, NoDedupe: true, NoHeaders: true, PutsBackWithoutCap: true}
+// It takes the flow limits and Dedupe, their state in the README's flow tables.
+var conformance = sourcetest.Features{CapNeedsDeadLetter: true, NoHeaders: true, PutsBackWithoutCap: true, TakesLimits: true}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -31,8 +32,10 @@ func TestConformance(t *testing.T) {
 // subject is a fresh table on b, read as the group "jobs", dead letters in "jobs.dead".
 func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 	db := b.open(t)
-	tb := createTable(t, b, db, cols{})
-	ib := inbox.New(db, b.d, tb)
+	// A headers column carries the flow limits' scenarios' key ("k"): the suite's
+	// header checks stay off (NoHeaders), the column being optional.
+	tb := createTable(t, b, db, cols{headers: true})
+	ib := inbox.New(db, b.d, tb, flowTables(t, b, db).opts()...)
 	// rowsOf reads the payloads of the rows of group, as the suite reads a destination.
 	rowsOf := func(t testing.TB, group string) []sourcetest.Dead {
 		var out []sourcetest.Dead
@@ -58,8 +61,12 @@ func subject(t *testing.T, b backend, fake bool) *sourcetest.Subject {
 			}
 			return n
 		},
-		Publish: func(t testing.TB, payload []byte, _ map[string]string) {
-			if _, err := ib.PublishBytes(context.Background(), "jobs", payload); err != nil {
+		Publish: func(t testing.TB, payload []byte, headers map[string]string) {
+			var opts []settle.PublishOption
+			for k, v := range headers {
+				opts = append(opts, settle.Header(k, v))
+			}
+			if _, err := ib.PublishBytes(context.Background(), "jobs", payload, opts...); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 		},

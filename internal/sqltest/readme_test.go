@@ -20,26 +20,42 @@ import (
 // comments dropped, with table replacing mail_jobs.
 func readmeSQL(t *testing.T, table string) (schema map[inbox.Dialect][]string, trigger []string) {
 	t.Helper()
+	blocks := readmeBlocks(t, "Schema", 2)
+	for i := range blocks {
+		blocks[i] = strings.ReplaceAll(blocks[i], "mail_jobs", table)
+	}
+	return byDialect(blocks[0]), statements(blocks[1])
+}
+
+// readmeBlocks returns the first n ```sql blocks of the README after its "### heading".
+func readmeBlocks(t testing.TB, heading string, n int) []string {
+	t.Helper()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n### Schema\n")
+	_, section, ok := strings.Cut(string(readme), "\n### "+heading+"\n")
 	if !ok {
-		t.Fatal("README.md has no ### Schema section")
+		t.Fatalf("README.md has no ### %s section", heading)
 	}
 	var blocks []string
-	for len(blocks) < 2 {
+	for len(blocks) < n {
 		_, rest, ok := strings.Cut(section, "```sql\n")
 		if !ok {
-			t.Fatalf("README.md's schema section has %d ```sql blocks, want 2", len(blocks))
+			t.Fatalf("README.md's %s section has %d ```sql blocks, want %d", heading, len(blocks), n)
 		}
 		block, after, _ := strings.Cut(rest, "```")
-		blocks, section = append(blocks, strings.ReplaceAll(block, "mail_jobs", table)), after
+		blocks, section = append(blocks, block), after
 	}
-	schema = map[inbox.Dialect][]string{}
+	return blocks
+}
+
+// byDialect splits a ```sql block of the README into its statements per dialect (its
+// "-- PostgreSQL", "-- MySQL …" and "-- SQLite …" parts).
+func byDialect(block string) map[inbox.Dialect][]string {
+	schema := map[inbox.Dialect][]string{}
 	var d inbox.Dialect
-	for _, line := range strings.SplitAfter(blocks[0], "\n") {
+	for _, line := range strings.SplitAfter(block, "\n") {
 		switch {
 		case strings.HasPrefix(line, "-- PostgreSQL"):
 			d = inbox.Postgres
@@ -55,7 +71,40 @@ func readmeSQL(t *testing.T, table string) (schema map[inbox.Dialect][]string, t
 	for d, lines := range schema {
 		schema[d] = statements(strings.Join(lines, ""))
 	}
-	return schema, statements(blocks[1])
+	return schema
+}
+
+// flowNames are the names of a test's flow tables.
+type flowNames struct{ limits, marks string }
+
+// opts are the inbox options that name them.
+func (n flowNames) opts() []inbox.InboxOption {
+	return []inbox.InboxOption{inbox.WithLimitTable(n.limits), inbox.WithMarkTable(n.marks)}
+}
+
+// flowTables creates, on b, the README's flow tables ("Flow limits and Dedupe on the
+// inbox": the limit and mark tables, indexes included) under unique names, drops them
+// after the test, and returns their names.
+func flowTables(t testing.TB, b backend, db *sql.DB) flowNames {
+	t.Helper()
+	block := readmeBlocks(t, "Flow limits and Dedupe on the inbox", 1)[0]
+	limits, marks := uniqueName("settle_limits"), uniqueName("settle_marks")
+	block = strings.NewReplacer(inbox.DefaultLimitTable, limits, inbox.DefaultMarkTable, marks).Replace(block)
+	ctx := context.Background()
+	q := quoteFor(b.d)
+	for _, st := range byDialect(block)[b.d] {
+		if _, err := db.ExecContext(ctx, st); err != nil {
+			t.Fatalf("the README's flow tables: %v\n%s", err, st)
+		}
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{limits, marks} {
+			if _, err := db.ExecContext(ctx, "DROP TABLE "+q(name)); err != nil {
+				t.Errorf("drop table %s: %v", name, err)
+			}
+		}
+	})
+	return flowNames{limits: limits, marks: marks}
 }
 
 // statements splits SQL text into its statements, dropping -- comments: a ';' ends a
