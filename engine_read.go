@@ -53,6 +53,14 @@ func (m *mount) pushAlone(ctx context.Context, ds []*source.Delivery, acks *acke
 		push(ds)
 		return
 	}
+	// Ordered: what shares a key with a taken-over delivery was read after it, so it
+	// follows it (see ordering).
+	rest, after := m.order.behind(rest, taken)
+	defer func() {
+		if len(after) > 0 {
+			push(after)
+		}
+	}()
 	if len(rest) > 0 {
 		push(rest)
 	}
@@ -144,6 +152,11 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		m.gate.Store(gate)
 	}
 	aheadDone := m.startReadsAhead(ctx, readCtx, slots, readSize, push)
+	feed := push // what a read hands to the workers
+	if m.cfg.ordered {
+		m.order = newOrdering(m, push)
+		feed = m.order.admit
+	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
 	var pause pauseState
 
@@ -225,7 +238,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		// Every delivery holds a slot until it is handled: with a worker per slot held (up
 		// to Concurrency), a delivery queued here always finds a worker to take it.
 		if len(ds) > 0 {
-			m.pushAlone(ctx, ds, acks, push)
+			m.pushAlone(ctx, ds, acks, feed)
 		}
 		if len(ds) == n {
 			m.ahead.wakeAll() // a full read, pushed: more is likely waiting
@@ -235,6 +248,15 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	var waiting []*source.Delivery
 	if gate != nil {
 		waiting = gate.Stop(m.writes.get()) // no delivery is pushed once it returns
+	}
+	if m.order != nil {
+		// What waits behind its key never ran: handed back. A retry waiting in place
+		// ran: its entry stays pending, read again by the key's next reader.
+		behind, again := m.order.stop()
+		waiting = append(waiting, behind...)
+		for range again {
+			<-slots
+		}
 	}
 	if m.info.Caps.Releases {
 		m.release(ctx, append(work.takeQueued(), waiting...))
@@ -442,6 +464,11 @@ func (m *mount) takeRoom(ctx context.Context, slots chan struct{}, n int) int {
 // each pushing what it reads with push; the returned func waits until they have ended
 // (once ctx is done).
 func (m *mount) startReadsAhead(ctx, readCtx context.Context, slots chan struct{}, readSize int, push func([]*source.Delivery)) func() {
+	if m.cfg.ordered {
+		// Ordered keeps a key's deliveries in read order: a read ahead could hand
+		// newer ones over before the read loop's.
+		return func() {}
+	}
 	if m.cfg.concurrency < 2 {
 		// One handler takes the deliveries in the order they were read: a read ahead
 		// could hand newer ones over before the read loop's.
