@@ -176,7 +176,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			continue // what waits for its flow limits starts first, or fills the mount: read nothing new
 		}
 		n := m.takeRoom(ctx, slots, readSize)
-		if n < readSize {
+		if n < readSize && (m.order == nil || n == 0 || ctx.Err() != nil) {
 			for range n {
 				<-slots
 			}
@@ -444,16 +444,28 @@ func (a *readsAhead) wakeAll() {
 	}
 }
 
-// takeRoom takes a read's room, n slots (fewer only when ctx ended first), one read at
+// takeRoom takes a read's room, n slots (fewer only when ctx ended first, or under
+// Ordered while a key's head waits to be read again: then at least one), one read at
 // a time.
 func (m *mount) takeRoom(ctx context.Context, slots chan struct{}, n int) int {
 	m.ahead.room.Lock()
 	defer m.ahead.room.Unlock()
-	for i := range n {
+	var short <-chan struct{} // nil unless Ordered: never ready
+	if m.order != nil {
+		short = m.order.keys.Short
+	}
+	for i := 0; i < n; {
+		if i > 0 && short != nil && m.order.keys.Awaiting() {
+			// What waits behind a head whose settlement failed holds its room until the
+			// head is read again: read what fits, else no read would ever fit.
+			return i
+		}
 		select {
 		case slots <- struct{}{}:
+			i++
 		case <-ctx.Done():
 			return i
+		case <-short:
 		}
 	}
 	return n

@@ -2,11 +2,18 @@ package settle_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/redistest"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
 
@@ -61,5 +68,107 @@ func TestOrderedIsRefusedWhereItCannotHold(t *testing.T) {
 		if got[ok] != "" {
 			t.Errorf("mount %s: Ordered refused (%s), want it taken", ok, got[ok])
 		}
+	}
+}
+
+// failFirstXAck is a go-redis hook whose first XACK fails (a settlement write that
+// does not reach Redis).
+type failFirstXAck struct{ done atomic.Bool }
+
+func (h *failFirstXAck) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failFirstXAck) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "xack" && h.done.CompareAndSwap(false, true) {
+			err := errors.New("injected: xack lost")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failFirstXAck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestOrderedHeadWhoseAckFailedKeepsItsKeyAndIsReadAgainWhileItsKeyFillsTheMount: the
+// first ack of a key's head fails while its later messages fill every other slot of
+// the mount; the head keeps its key, is read again (a read of what fits: its own slot)
+// and settled, then the later messages run in order. Without the short read the mount
+// would wait for a full read's room forever.
+func TestOrderedHeadWhoseAckFailedKeepsItsKeyAndIsReadAgainWhileItsKeyFillsTheMount(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	rdb := r.Hooked(t, &failFirstXAck{})
+	in, group := r.Key("in"), "workers"
+	if err := r.Client.XGroupCreateMkStream(context.Background(), in, group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pub := settle.NewPublisher(r.Client)
+	want := []string{"a1", "a2", "a3", "a4", "a5", "a6"}
+	for _, p := range want {
+		if _, err := pub.PublishBytes(context.Background(), in, []byte(p), settle.Key("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var started []string
+	settledIDs := map[string]bool{}
+	ids := map[string]string{} // payload -> id
+	bad := ""
+	rec := sourcetest.NewRecorder()
+	app, err := settle.New(settle.Config{OnSettled: func(ctx context.Context, ev settle.Settled) {
+		if ev.Err == nil && ev.Final() {
+			mu.Lock()
+			settledIDs[ev.ID] = true
+			mu.Unlock()
+		}
+		rec.OnSettled(ctx, ev)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Mount(settle.Stream(rdb, in, group, settle.Consumer("c1"), settle.Batch(4), settle.Block(50*time.Millisecond)),
+		settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			p := string(m.Payload)
+			if i := slices.Index(want, p); i > 0 && !settledIDs[ids[want[i-1]]] {
+				bad += p + " started before " + want[i-1] + " had settled; "
+			}
+			ids[p] = m.ID
+			started = append(started, p)
+			return nil
+		}), settle.Ordered(), settle.Concurrency(2), settle.Prefetch(2))
+	stop := sourcetest.StartApp(t, app)
+	rec.WaitFor(t, sourcetest.WaitTimeout, "every message acked", func(evs []settle.Settled) bool {
+		n := 0
+		for _, e := range evs {
+			if e.Final() && e.Err == nil {
+				n++
+			}
+		}
+		return n == len(want)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if bad != "" {
+		t.Fatalf("out of order: %s", bad)
+	}
+	if !slices.Equal(started, want) {
+		t.Fatalf("handler starts %v, want each once in order (the head's failed ack written again without running it)", started)
+	}
+	failed := 0
+	for _, e := range rec.Events() {
+		if e.Err != nil {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d failed settlements, want the injected one", failed)
 	}
 }

@@ -9,9 +9,13 @@ import "sync"
 // Queue holds, per key, the deliveries read behind the one that runs (the key's head).
 // Its zero value is not usable: make one with New. It is safe for concurrent use.
 type Queue[T comparable] struct {
-	mu      sync.Mutex
-	keys    map[string]*line[T]
-	stopped bool
+	mu       sync.Mutex
+	keys     map[string]*line[T]
+	awaiting int // lines whose head awaits its id
+	stopped  bool
+	// Short receives (without blocking) each time a head's settlement fails: a reader
+	// waiting for room to read may read what fits now (see Awaiting).
+	Short chan struct{}
 }
 
 // line is one key's deliveries: head runs (or waits to be read again after a failed
@@ -24,7 +28,7 @@ type line[T comparable] struct {
 
 // New returns an empty Queue.
 func New[T comparable]() *Queue[T] {
-	return &Queue[T]{keys: map[string]*line[T]{}}
+	return &Queue[T]{keys: map[string]*line[T]{}, Short: make(chan struct{}, 1)}
 }
 
 // Admit takes one read's deliveries in read order and returns those that run now: each
@@ -48,6 +52,7 @@ func (q *Queue[T]) Admit(ds []T, keyOf func(T) (key, id string)) []T {
 			run = append(run, d)
 		case l.awaiting != "" && l.awaiting == id:
 			l.head, l.awaiting = d, ""
+			q.awaiting--
 			run = append(run, d)
 		default:
 			l.waiting = append(l.waiting, d)
@@ -66,13 +71,16 @@ func (q *Queue[T]) Settled(key string) (next T, ok bool) {
 		return next, false
 	}
 	if len(l.waiting) == 0 {
-		delete(q.keys, key)
+		q.forget(key, l)
 		return next, false
 	}
 	next = l.waiting[0]
 	var zero T
 	l.waiting[0] = zero
 	l.waiting = l.waiting[1:]
+	if l.awaiting != "" {
+		q.awaiting--
+	}
 	l.head, l.awaiting = next, ""
 	return next, true
 }
@@ -84,8 +92,33 @@ func (q *Queue[T]) Failed(key, id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if l := q.keys[key]; l != nil && key != "" {
+		if l.awaiting == "" {
+			q.awaiting++
+		}
 		l.awaiting = id
 	}
+	select {
+	case q.Short <- struct{}{}:
+	default:
+	}
+}
+
+// Awaiting reports whether some key's head waits to be read again after its
+// settlement failed. Its key's later deliveries hold their room meanwhile, so a reader
+// that waits for a full read's room must read what fits instead: the head's own room,
+// freed by its failed settlement, is enough.
+func (q *Queue[T]) Awaiting() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.awaiting > 0
+}
+
+// forget removes key's line. q.mu is held.
+func (q *Queue[T]) forget(key string, l *line[T]) {
+	if l.awaiting != "" {
+		q.awaiting--
+	}
+	delete(q.keys, key)
 }
 
 // Drop frees key and returns the deliveries that waited behind its head, in read
@@ -97,7 +130,7 @@ func (q *Queue[T]) Drop(key string) []T {
 	if l == nil {
 		return nil
 	}
-	delete(q.keys, key)
+	q.forget(key, l)
 	return l.waiting
 }
 
@@ -110,7 +143,7 @@ func (q *Queue[T]) Stop() []T {
 	var out []T
 	for k, l := range q.keys {
 		out = append(out, l.waiting...)
-		delete(q.keys, k)
+		q.forget(k, l)
 	}
 	return out
 }

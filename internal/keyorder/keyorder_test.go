@@ -48,9 +48,20 @@ func TestAHeadWhoseSettlementFailedKeepsItsKeyUntilItComesBack(t *testing.T) {
 	a1, a2 := &msg{"a", "1"}, &msg{"a", "2"}
 	q.Admit([]*msg{a1, a2}, keyOf)
 	q.Failed("a", "1")
+	if !q.Awaiting() {
+		t.Fatal("Awaiting = false after a failed head")
+	}
+	select {
+	case <-q.Short:
+	default:
+		t.Fatal("no signal on Short after a failed head")
+	}
 	again := &msg{"a", "1"}
 	if run := q.Admit([]*msg{again}, keyOf); !slices.Equal(run, []*msg{again}) {
 		t.Fatalf("run %v, want a1 read again, ahead of a2", run)
+	}
+	if q.Awaiting() {
+		t.Fatal("Awaiting = true once the head came back")
 	}
 	if next, ok := q.Settled("a"); !ok || next != a2 {
 		t.Fatalf("after a1: %v %v, want a2", next, ok)
