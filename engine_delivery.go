@@ -605,11 +605,11 @@ func (o *ordering) hand(ds []*source.Delivery) {
 	}
 }
 
-// behind splits rest, read with the taken-over deliveries taken (which run alone, after
-// rest): what shares a key with one of them goes after, so that it follows it.
-func (o *ordering) behind(rest, taken []*source.Delivery) (now, after []*source.Delivery) {
+// sharesKey reports whether a delivery of rest has the key of one of taken (the
+// taken-over deliveries of its read); false when not Ordered.
+func (o *ordering) sharesKey(rest, taken []*source.Delivery) bool {
 	if o == nil {
-		return rest, nil
+		return false
 	}
 	keys := map[string]bool{}
 	for _, d := range taken {
@@ -619,12 +619,10 @@ func (o *ordering) behind(rest, taken []*source.Delivery) (now, after []*source.
 	}
 	for _, d := range rest {
 		if k, _ := orderKey(d); keys[k] {
-			after = append(after, d)
-		} else {
-			now = append(now, d)
+			return true
 		}
 	}
-	return now, after
+	return false
 }
 
 // settled frees d's key for its next delivery once d's settlement is written; a failed

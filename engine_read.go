@@ -53,14 +53,13 @@ func (m *mount) pushAlone(ctx context.Context, ds []*source.Delivery, acks *acke
 		push(ds)
 		return
 	}
-	// Ordered: what shares a key with a taken-over delivery was read after it, so it
-	// follows it (see ordering).
-	rest, after := m.order.behind(rest, taken)
-	defer func() {
-		if len(after) > 0 {
-			push(after)
-		}
-	}()
+	if m.order.sharesKey(rest, taken) {
+		// Ordered: what shares a key with a taken-over delivery was read after it and
+		// must follow it, yet would hold its room while the taken-over one waited for the
+		// mount to hold nothing else: the read runs in read order instead, not alone.
+		push(ds)
+		return
+	}
 	if len(rest) > 0 {
 		push(rest)
 	}

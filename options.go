@@ -397,10 +397,12 @@ func newFlowLimit(name string, key func(*Message) string, hasKey bool, n int, pe
 // header) one at a time, in stream order, and different keys in parallel up to
 // Concurrency: a key's later messages wait in memory until the one before has settled
 // (its settlement written). A retry of a key's head, or its RetryAfter delay, is run in
-// place, by this consumer, after its backoff or delay, its entry left pending meanwhile,
-// not copied behind the key's later messages, which keep waiting; its dead letter (or
-// any other final settlement) releases the key. A message without a key is not ordered.
-// Read ahead is off: one read at a time, handed over in read order.
+// place, by this consumer, after its backoff or delay, its entry left pending meanwhile
+// (reported with ActionLeave), not copied behind the key's later messages, which keep
+// waiting; its dead letter (or any other final settlement) releases the key. A message
+// without a key is not ordered. Read ahead is off: one read at a time, handed over in
+// read order. A handler past its Timeout is settled as a failure and retried in place
+// after its backoff: one that ignores its context may still run then.
 //
 // Order holds while one consumer reads a key. On a PartitionedStream that is the
 // partition's owner, whose new owner takes the partition's pending entries first, in

@@ -3,6 +3,7 @@ package settle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -170,5 +171,56 @@ func TestOrderedHeadWhoseAckFailedKeepsItsKeyAndIsReadAgainWhileItsKeyFillsTheMo
 	}
 	if failed != 1 {
 		t.Fatalf("%d failed settlements, want the injected one", failed)
+	}
+}
+
+// TestOrderedStreamTakesOverAnotherNamesEntryWithoutStalling: under Ordered, an entry
+// another consumer name left pending (the documented exception: a second name read the
+// stream) is reclaimed and runs alone while the key's later messages are held behind
+// heads here; the mount neither stalls nor loses any.
+func TestOrderedStreamTakesOverAnotherNamesEntryWithoutStalling(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	in, group := r.Key("in"), "workers"
+	ctx := context.Background()
+	if err := r.Client.XGroupCreateMkStream(ctx, in, group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pub := settle.NewPublisher(r.Client)
+	publish := func(p string) {
+		if _, err := pub.PublishBytes(ctx, in, []byte(p), settle.Key("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("a1")
+	sourcetest.CrashRead(t, r.Client, in, group, "old", 1)
+	for _, p := range []string{"a2", "a3", "a4"} {
+		publish(p)
+	}
+	rec := sourcetest.NewRecorder()
+	app, err := settle.New(settle.Config{OnSettled: rec.OnSettled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var started []string
+	app.Mount(settle.Stream(r.Client, in, group, settle.Consumer("c1"), settle.Reclaim(time.Millisecond), settle.Block(50*time.Millisecond)),
+		settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			mu.Lock()
+			started = append(started, fmt.Sprintf("%s#%d", m.Payload, m.Attempt))
+			mu.Unlock()
+			return nil
+		}), settle.Ordered(), settle.Concurrency(2))
+	stop := sourcetest.StartApp(t, app)
+	rec.WaitFor(t, sourcetest.WaitTimeout, "every message acked", func(evs []settle.Settled) bool {
+		return sourcetest.Finals(evs) == 4
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(started, "a1#2") || len(started) != 4 {
+		t.Fatalf("starts %v, want a1 taken over (attempt 2) and a2..a4 once each", started)
 	}
 }
