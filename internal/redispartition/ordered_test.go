@@ -2,10 +2,15 @@ package redispartition_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/logtest"
 	"github.com/settlekit/settle/internal/sourcetest"
 )
 
@@ -39,4 +44,106 @@ func TestOrderedPartitionedStream(t *testing.T) {
 			Before: b.source(t, settle.Consumer("m1")),
 		}
 	})
+}
+
+// TestOrderedKeysStayInOrderWhileAMemberJoinsAndPartitionsMove: 300 messages over 10
+// keys, read with Ordered by one member and then two, a second member joining mid-run
+// (partitions drain from the first, once what waits behind their keys' heads has
+// settled, and move): each message is handled once, and none starts before the one
+// before it of its key has settled, whichever member runs it.
+func TestOrderedKeysStayInOrderWhileAMemberJoinsAndPartitionsMove(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	const n, nkeys = 300, 10
+	var mu sync.Mutex
+	runs := map[int]int{}     // message -> handler runs
+	settled := map[int]bool{} // message -> settled finally
+	ids := map[string]int{}   // stream key and id -> message
+	var bad []string
+	handled := make(chan struct{}, n)
+	handle := func(m *settle.Message) error {
+		i, _ := strconv.Atoi(string(m.Payload))
+		mu.Lock()
+		if i >= nkeys && !settled[i-nkeys] {
+			bad = append(bad, fmt.Sprintf("%d started before %d (its key's previous) had settled", i, i-nkeys))
+		}
+		runs[i]++
+		ids[m.Key+" "+m.ID] = i
+		mu.Unlock()
+		return nil
+	}
+	byB := 0 // messages b ran
+	handler := func(member string) settle.Handler {
+		return settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+			mu.Lock()
+			if member == "b" {
+				byB++
+			}
+			mu.Unlock()
+			return handle(m)
+		})
+	}
+	mount := func(member string, sink *logtest.Sink) *sourcetest.Running {
+		s := &sourcetest.Subject{Source: b.source(t, settle.Consumer(member), settle.LeaseTTL(300*time.Millisecond))}
+		s.Config.Logger = sink.Logger()
+		s.Config.OnSettled = func(_ context.Context, ev settle.Settled) {
+			if !ev.Final() || ev.Err != nil {
+				return
+			}
+			mu.Lock()
+			i, ok := ids[ev.Key+" "+ev.ID]
+			settled[i] = settled[i] || ok
+			mu.Unlock()
+			if ok {
+				handled <- struct{}{}
+			}
+		}
+		return sourcetest.Start(t, s, handler(member), settle.Ordered(), settle.Concurrency(4))
+	}
+	pub := settle.NewPublisher(b.r.Client)
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := pub.PublishBytes(ctx, b.name, []byte(strconv.Itoa(i)), settle.Key(fmt.Sprintf("customer-%d", i%nkeys))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wait := func(k int) {
+		t.Helper()
+		for range k {
+			select {
+			case <-handled:
+			case <-time.After(sourcetest.WaitTimeout):
+				t.Fatal("messages stopped settling")
+			}
+		}
+	}
+	runA := mount("a", logtest.New())
+	publish(0, n/2)
+	wait(n / 10)
+	sinkB := logtest.New("settle: partition taken")
+	runB := mount("b", sinkB) // joins: partitions drain from a (what waits behind its keys' heads settles first) and move
+	select {
+	case <-sinkB.Seen("settle: partition taken"):
+	case <-time.After(sourcetest.WaitTimeout):
+		t.Fatal("b took no partition")
+	}
+	publish(n/2, n)
+	wait(n - n/10)
+	runB.Stop(t)
+	runA.Stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("out of order: %v", bad)
+	}
+	if byB == 0 {
+		t.Fatal("b ran no message: no partition moved while messages flowed")
+	}
+	for i := range n {
+		if runs[i] != 1 {
+			t.Fatalf("message %d ran %d times, want once", i, runs[i])
+		}
+	}
 }
