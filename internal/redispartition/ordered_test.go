@@ -3,6 +3,7 @@ package redispartition_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -145,5 +146,97 @@ func TestOrderedKeysStayInOrderWhileAMemberJoinsAndPartitionsMove(t *testing.T) 
 		if runs[i] != 1 {
 			t.Fatalf("message %d ran %d times, want once", i, runs[i])
 		}
+	}
+}
+
+// TestOrderedLeaseLostWithAKeyWaitingHandsTheWaitingBackAndFreesTheirRoom: a member's
+// lease on a partition is taken while a key's head runs there and its next message waits
+// behind it, every slot of the mount held. The head's settlement is refused (lease lost);
+// what waited behind it is left to the partition's new owner, not run here, and its room
+// is freed: the member goes on reading its other partitions.
+func TestOrderedLeaseLostWithAKeyWaitingHandsTheWaitingBackAndFreesTheirRoom(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	pa := settle.PartitionFor("a", parts)
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("y%d", i); settle.PartitionFor(k, parts) != pa {
+			other = k
+		}
+	}
+	var mu sync.Mutex
+	var started []string
+	release := make(chan struct{})
+	sink := logtest.New("settle: partition taken", "settle: another consumer took a key's head over")
+	s := &sourcetest.Subject{Source: b.source(t, settle.Consumer("a"))}
+	s.Config.Logger = sink.Logger()
+	run := sourcetest.Start(t, s, settle.HandlerFunc(func(_ context.Context, m *settle.Message) error {
+		mu.Lock()
+		started = append(started, string(m.Payload))
+		mu.Unlock()
+		if string(m.Payload) == "a1" {
+			<-release
+		}
+		return nil
+	}), settle.Ordered(), settle.Concurrency(1), settle.Prefetch(1))
+	select {
+	case <-sink.Seen("settle: partition taken"):
+	case <-time.After(sourcetest.WaitTimeout):
+		t.Fatal("a took no partition")
+	}
+	pub := settle.NewPublisher(b.r.Client)
+	for _, p := range []string{"a1", "a2"} {
+		if _, err := pub.PublishBytes(ctx, b.name, []byte(p), settle.Key("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Polled: nothing signals a read (a2 pending here, held behind a1).
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	deadline := time.After(sourcetest.WaitTimeout)
+	for {
+		mu.Lock()
+		n := len(started)
+		mu.Unlock()
+		if n > 0 && b.pending(t) == 2 {
+			break
+		}
+		select {
+		case <-poll.C:
+		case <-deadline:
+			t.Fatal("a1 never started with a2 read behind it")
+		}
+	}
+	// Another member takes the partition's lease (a's ran out, as under a long pause).
+	lease := keys.PartitionLease(b.name, pa, b.group)
+	if err := b.r.Client.HSet(ctx, lease, "owner", "ghost", "until", "99999999999999").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.r.Client.HIncrBy(ctx, lease, "token", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case <-sink.Seen("settle: another consumer took a key's head over"):
+	case <-time.After(sourcetest.WaitTimeout):
+		t.Fatal("a2 was not handed back")
+	}
+	if _, err := pub.PublishBytes(ctx, b.name, []byte(other), settle.Key(other)); err != nil {
+		t.Fatal(err)
+	}
+	run.WaitFor(t, "the other partition's message acked", 0, func(evs []settle.Settled) bool {
+		for _, e := range evs {
+			if e.Action == settle.ActionAck && e.Err == nil {
+				return true
+			}
+		}
+		return false
+	})
+	run.Stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(started, "a2") {
+		t.Fatalf("starts %v: a2 ran here after its partition's lease was lost", started)
 	}
 }
