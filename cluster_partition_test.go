@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +116,53 @@ func TestClusterPartitionedStreamSpreadsOverMastersAndSettlesPerPartition(t *tes
 			t.Fatalf("message %s acked %d times, want once", k, v)
 		}
 	}
+}
+
+// TestClusterOrderedPartitionedStream runs the Ordered scenarios on a partitioned
+// stream of 4 partitions spread over a Redis Cluster's masters, on a fake clock.
+func TestClusterOrderedPartitionedStream(t *testing.T) {
+	t.Parallel()
+	c := redistest.Cluster(t)
+	var made atomic.Int32
+	sourcetest.RunOrdered(t, func(t *testing.T) *sourcetest.OrderedSubject {
+		const parts = 4
+		ctx := context.Background()
+		name := fmt.Sprintf("t%s-ordered%d", strings.Trim(c.Prefix, "{}:"), made.Add(1)) // a stream of its own per scenario
+		t.Cleanup(func() {
+			del := []string{name, keys.PartitionMembers(name, "workers")}
+			for i := range parts {
+				del = append(del, keys.Partition(name, i), keys.InPartition(name, i, "dead"), keys.PartitionLease(name, i, "workers"))
+			}
+			for _, k := range del {
+				c.Client.Del(ctx, k)
+			}
+		})
+		src := func(member string) *settle.PartitionedStreamSource {
+			return settle.PartitionedStream(c.Client, name, "workers", settle.Partitions(parts), settle.Consumer(member), settle.Block(50*time.Millisecond))
+		}
+		if err := src("m1").Declare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pub := settle.NewPublisher(c.Client)
+		return &sourcetest.OrderedSubject{
+			Clock:      sourcetest.NewClock(),
+			DeadLetter: "dead",
+			Publish: func(t testing.TB, key, payload string) {
+				t.Helper()
+				if _, err := pub.PublishBytes(ctx, name, []byte(payload), settle.Key(key)); err != nil {
+					t.Fatalf("publish: %v", err)
+				}
+			},
+			Crash: func(t testing.TB, n int) {
+				t.Helper()
+				key := keys.Partition(name, settle.PartitionFor("a", parts))
+				if err := c.Client.XGroupCreateMkStream(ctx, key, "workers", "0").Err(); err != nil {
+					t.Fatalf("xgroup create: %v", err)
+				}
+				sourcetest.CrashRead(t, c.Client, key, "workers", "crashed", n)
+			},
+			Source: src("m2"),
+			Before: src("m1"),
+		}
+	})
 }

@@ -113,7 +113,8 @@ type mount struct {
 	keys       source.KeyChecker // the transport's key check (nil: it writes no other key)
 	keysSaid   keyCheck          // the last answer of keys, reused for a second
 
-	gate atomic.Pointer[flow.Gate] // the mount's flow limits while run runs; nil: none
+	gate  atomic.Pointer[flow.Gate] // the mount's flow limits while run runs; nil: none
+	order *ordering                 // Ordered's per-key queue while run runs; nil: not ordered
 }
 
 // prepare builds the mount's transport and policy. It runs once per mount.
@@ -252,6 +253,9 @@ func (m *mount) validate() []error {
 		add("%s", p)
 	}
 	for _, p := range m.limitProblems() {
+		add("%s", p)
+	}
+	for _, p := range m.orderedProblems() {
 		add("%s", p)
 	}
 	for _, p := range m.cfg.replicas.problems(m.transport) {

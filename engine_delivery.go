@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/keyorder"
+	"github.com/settlekit/settle/internal/redispartition"
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
@@ -290,6 +293,9 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 		}
 	}
 	m.eng.report(ctx, ev)
+	if m.order != nil {
+		m.order.settled(d, ev.Err) // after the report: the key's next delivery starts after it
+	}
 }
 
 // logSettlement logs a settlement's line at level with the delivery's attributes and
@@ -326,6 +332,9 @@ func settlementAttrs(d *source.Delivery, o Outcome, s settlement, extra ...slog.
 // whether the delivery's move was queued to the copier, which then frees its slot.
 // ctx is the delivery's, start when its handler began (zero: it did not run).
 func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s settlement, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
+	if m.order != nil && (s.Action == ActionCopy || s.Action == ActionPark) {
+		return m.order.retryInPlace(ctx, d, o, s, start)
+	}
 	ev := m.event(ctx, d, o, s.Action, start)
 	switch s.Action {
 	case ActionAck:
@@ -553,4 +562,137 @@ func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Out
 	}
 	acks.add(d, ev)
 	return false
+}
+
+// ordering is an Ordered mount's state while run runs: the deliveries waiting behind
+// their key's head (the one running, or retrying in place) and the heads waiting out a
+// retry's delay. A key's next delivery is handed to the workers once its head's
+// settlement is written (settled); a head whose settlement failed keeps its key until
+// it is read again and settles. Every delivery it holds holds its slot.
+type ordering struct {
+	m     *mount
+	keys  *keyorder.Queue[*source.Delivery]
+	later *keyorder.Later[*source.Delivery]
+
+	mu      sync.Mutex // held across push: no delivery is handed over once stop has begun
+	push    func([]*source.Delivery)
+	stopped bool
+}
+
+func newOrdering(m *mount, push func([]*source.Delivery)) *ordering {
+	return &ordering{m: m, keys: keyorder.New[*source.Delivery](), later: keyorder.NewLater[*source.Delivery](m.eng.clock), push: push}
+}
+
+// orderKey is d's message key (HeaderKey; "" orders nothing) and its id.
+func orderKey(d *source.Delivery) (key, id string) {
+	return d.Headers[HeaderKey], d.ID
+}
+
+// admit hands one read's deliveries to the workers, each behind its key's head.
+func (o *ordering) admit(ds []*source.Delivery) {
+	o.hand(o.keys.Admit(ds, orderKey))
+}
+
+// hand gives ds to the workers, unless the mount is stopping.
+func (o *ordering) hand(ds []*source.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.stopped {
+		o.push(ds)
+	}
+}
+
+// sharesKey reports whether a delivery of rest has the key of one of taken (the
+// taken-over deliveries of its read); false when not Ordered.
+func (o *ordering) sharesKey(rest, taken []*source.Delivery) bool {
+	if o == nil {
+		return false
+	}
+	keys := map[string]bool{}
+	for _, d := range taken {
+		if k, _ := orderKey(d); k != "" {
+			keys[k] = true
+		}
+	}
+	for _, d := range rest {
+		if k, _ := orderKey(d); keys[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// settled frees d's key for its next delivery once d's settlement is written; a failed
+// write keeps the key until d is read again.
+func (o *ordering) settled(d *source.Delivery, err error) {
+	key, id := orderKey(d)
+	if key == "" {
+		return
+	}
+	if u := (*unconfirmed)(nil); err != nil && !errors.As(err, &u) {
+		if errors.Is(err, redispartition.ErrLeaseLost) || errors.Is(err, script.ErrNotOwner) {
+			// Another consumer took the head over and runs the key now: what waited
+			// behind it is its too. Handed back (a lost partition's are left to its new
+			// owner), their slots freed.
+			behind := o.keys.Drop(key)
+			if len(behind) == 0 {
+				return
+			}
+			ms := make([]source.Move, len(behind))
+			for i, b := range behind {
+				ms[i] = source.Move{Action: source.ActionRelease, Delivery: b}
+			}
+			_ = o.m.transport.Moves(o.m.writes.get(), ms) // a lost partition's fail: forgotten here
+			for range behind {
+				<-o.m.slots
+			}
+			o.m.logger.Warn("settle: another consumer took a key's head over (Ordered): the messages waiting behind it are left to it",
+				slog.String(source.AttrMsgKey, key), slog.String(attrMsgID, id), slog.Int("count", len(behind)), slog.Any(attrError, err))
+			return
+		}
+		o.keys.Failed(key, id)
+		return
+	}
+	if next, ok := o.keys.Settled(key); ok {
+		o.hand([]*source.Delivery{next})
+	}
+}
+
+// retryInPlace retries d, its key's head, where it is: its entry stays pending, its
+// key's later deliveries keep waiting, and once s's delay (a backoff or RetryAfter's)
+// has passed its handler runs again, as attempt d.Attempt+1, in the slot it holds. It
+// reports the retry (Action ActionLeave) and returns true: the slot is not freed.
+func (o *ordering) retryInPlace(ctx context.Context, d *source.Delivery, out Outcome, s settlement, start time.Time) (queued bool) {
+	m := o.m
+	delay := time.Duration(0)
+	if s.Action == ActionPark {
+		delay = s.Delay
+	}
+	ev := m.event(ctx, d, out, ActionLeave, start)
+	ev.Delay = delay
+	m.logSettlement(ctx, slog.LevelDebug, "settle: retry in place (Ordered): the key's later messages wait", d, out, s,
+		slog.Duration(attrDelay, delay), slog.Any(attrError, out.Err))
+	m.eng.report(ctx, ev)
+	if !o.later.After(delay, d, func(d *source.Delivery) {
+		d.Attempt++
+		d.Redelivered = true
+		o.hand([]*source.Delivery{d})
+	}) {
+		return false // stopping: the entry stays pending; its slot is freed now
+	}
+	return true
+}
+
+// stop ends the ordering as the mount stops: it returns the deliveries waiting behind
+// their key (never started) and the retries waiting in place (their slots still held),
+// and hands nothing more to the workers.
+func (o *ordering) stop() (behind, again []*source.Delivery) {
+	o.mu.Lock()
+	o.stopped = true
+	o.mu.Unlock()
+	again = o.later.Stop()
+	return o.keys.Stop(), again
 }

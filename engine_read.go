@@ -53,6 +53,13 @@ func (m *mount) pushAlone(ctx context.Context, ds []*source.Delivery, acks *acke
 		push(ds)
 		return
 	}
+	if m.order.sharesKey(rest, taken) {
+		// Ordered: what shares a key with a taken-over delivery was read after it and
+		// must follow it, yet would hold its room while the taken-over one waited for the
+		// mount to hold nothing else: the read runs in read order instead, not alone.
+		push(ds)
+		return
+	}
 	if len(rest) > 0 {
 		push(rest)
 	}
@@ -144,6 +151,11 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		m.gate.Store(gate)
 	}
 	aheadDone := m.startReadsAhead(ctx, readCtx, slots, readSize, push)
+	feed := push // what a read hands to the workers
+	if m.cfg.ordered {
+		m.order = newOrdering(m, push)
+		feed = m.order.admit
+	}
 	backoff, settleBackoff := time.Duration(0), time.Duration(0)
 	var pause pauseState
 
@@ -163,7 +175,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			continue // what waits for its flow limits starts first, or fills the mount: read nothing new
 		}
 		n := m.takeRoom(ctx, slots, readSize)
-		if n < readSize {
+		if n < readSize && (m.order == nil || n == 0 || ctx.Err() != nil) {
 			for range n {
 				<-slots
 			}
@@ -225,7 +237,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		// Every delivery holds a slot until it is handled: with a worker per slot held (up
 		// to Concurrency), a delivery queued here always finds a worker to take it.
 		if len(ds) > 0 {
-			m.pushAlone(ctx, ds, acks, push)
+			m.pushAlone(ctx, ds, acks, feed)
 		}
 		if len(ds) == n {
 			m.ahead.wakeAll() // a full read, pushed: more is likely waiting
@@ -235,6 +247,15 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 	var waiting []*source.Delivery
 	if gate != nil {
 		waiting = gate.Stop(m.writes.get()) // no delivery is pushed once it returns
+	}
+	if m.order != nil {
+		// What waits behind its key never ran: handed back. A retry waiting in place
+		// ran: its entry stays pending, read again by the key's next reader.
+		behind, again := m.order.stop()
+		waiting = append(waiting, behind...)
+		for range again {
+			<-slots
+		}
 	}
 	if m.info.Caps.Releases {
 		m.release(ctx, append(work.takeQueued(), waiting...))
@@ -422,16 +443,28 @@ func (a *readsAhead) wakeAll() {
 	}
 }
 
-// takeRoom takes a read's room, n slots (fewer only when ctx ended first), one read at
+// takeRoom takes a read's room, n slots (fewer only when ctx ended first, or under
+// Ordered while a key's head waits to be read again: then at least one), one read at
 // a time.
 func (m *mount) takeRoom(ctx context.Context, slots chan struct{}, n int) int {
 	m.ahead.room.Lock()
 	defer m.ahead.room.Unlock()
-	for i := range n {
+	var short <-chan struct{} // nil unless Ordered: never ready
+	if m.order != nil {
+		short = m.order.keys.Short
+	}
+	for i := 0; i < n; {
+		if i > 0 && short != nil && m.order.keys.Awaiting() {
+			// What waits behind a head whose settlement failed holds its room until the
+			// head is read again: read what fits, else no read would ever fit.
+			return i
+		}
 		select {
 		case slots <- struct{}{}:
+			i++
 		case <-ctx.Done():
 			return i
+		case <-short:
 		}
 	}
 	return n
@@ -442,6 +475,11 @@ func (m *mount) takeRoom(ctx context.Context, slots chan struct{}, n int) int {
 // each pushing what it reads with push; the returned func waits until they have ended
 // (once ctx is done).
 func (m *mount) startReadsAhead(ctx, readCtx context.Context, slots chan struct{}, readSize int, push func([]*source.Delivery)) func() {
+	if m.cfg.ordered {
+		// Ordered keeps a key's deliveries in read order: a read ahead could hand
+		// newer ones over before the read loop's.
+		return func() {}
+	}
 	if m.cfg.concurrency < 2 {
 		// One handler takes the deliveries in the order they were read: a read ahead
 		// could hand newer ones over before the read loop's.

@@ -27,6 +27,7 @@ type mountConfig struct {
 	maxAttemptsSet   bool // MaxAttempts was given: 0 is refused, not "no cap"
 	middleware       []Middleware
 	name             string
+	ordered          bool // Ordered: one delivery of a key at a time, in stream order
 	prefetch         int
 	prefetchSet      bool // Prefetch was given; else the source's Batch
 	replicas         replicaWait
@@ -393,6 +394,61 @@ func newFlowLimit(name string, key func(*Message) string, hasKey bool, n int, pe
 		}
 	}
 	return mountOptionFunc(func(c *mountConfig) { c.limits = append(c.limits, l) })
+}
+
+// Ordered runs the deliveries of one message key (the Publisher's Key, the HeaderKey
+// header) one at a time, in stream order, and different keys in parallel up to
+// Concurrency: a key's later messages wait in memory until the one before has settled
+// (its settlement written). A retry of a key's head, or its RetryAfter delay, is run in
+// place, by this consumer, after its backoff or delay, its entry left pending meanwhile
+// (reported with ActionLeave), not copied behind the key's later messages, which keep
+// waiting; its dead letter (or any other final settlement) releases the key. A message
+// without a key is not ordered. Read ahead is off: one read at a time, handed over in
+// read order. A handler past its Timeout is settled as a failure and retried in place
+// after its backoff: one that ignores its context may still run then.
+//
+// Order holds while one consumer reads a key. On a PartitionedStream that is the
+// partition's owner, whose new owner takes the partition's pending entries first, in
+// id order, before new ones. A plain Stream has no owner: Ordered there needs
+// Consumer(name), and one process at a time must read the stream under that name (a
+// restart re-reads its own pending entries first); a second consumer name would read
+// the same keys beside it, out of order. Ordered is refused on other sources (List,
+// ReliableList, PubSub, ClaimingStream, the inbox), with HandleBatch and with the flow
+// limits (RateLimit, RateLimitBy, ConcurrencyBy, GlobalConcurrency).
+//
+// Across a crash: a delivery of a key that was running (or waiting to retry in place)
+// when its process died may run again, under the consumer that reads the key next; a
+// later message of a key never runs before an earlier one has settled. Attempts spent
+// in place are counted in memory: after a crash the message's attempt counts its
+// deliveries from the stream (its unsettled ones included), not those in-place retries.
+// While a key's head waits out a delay it holds its slot: keys that all wait fill
+// Concurrency and Prefetch, and the mount reads nothing new until one settles.
+func Ordered() MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.ordered = true })
+}
+
+// orderedProblems is what Ordered refuses on this mount: see Ordered.
+func (m *mount) orderedProblems() []string {
+	if !m.cfg.ordered {
+		return nil
+	}
+	var ps []string
+	switch src := m.src.(type) {
+	case *PartitionedStreamSource:
+	case *StreamSource:
+		if src.cfg.consumer == "" {
+			ps = append(ps, "Ordered on a Stream needs Consumer(name): one consumer name, read by one process at a time, keeps each key in order (its restart re-reads its pending entries first); or use a PartitionedStream")
+		}
+	default:
+		ps = append(ps, fmt.Sprintf("Ordered: refused on a %T: only a Stream (under one Consumer name) or a PartitionedStream keeps a key's messages in order (a retry there is run in place, its entry kept pending)", m.src))
+	}
+	if _, batch := m.handler.(batchProblems); batch {
+		ps = append(ps, "Ordered: refused with HandleBatch: a batch would run a key's messages together")
+	}
+	if len(m.cfg.limits) > 0 {
+		ps = append(ps, fmt.Sprintf("Ordered: refused with %s: a delivery waiting for its flow limit would let its key's later messages by", m.cfg.limits[0].name))
+	}
+	return ps
 }
 
 // limitProblems returns the refusals of a mount's flow limits.

@@ -122,3 +122,11 @@ func dedupeSketch(app *settle.App, rdb redis.UniversalClient, handler settle.Han
 }
 
 var _ = dedupeSketch
+
+// orderedSketch is the README's In order per key sketch.
+func orderedSketch(app *settle.App, rdb redis.UniversalClient, h settle.Handler) {
+	app.Mount(settle.PartitionedStream(rdb, "orders", "workers", settle.Partitions(16)), h,
+		settle.Ordered(), settle.MaxAttempts(5), settle.DeadLetter("dead"))
+}
+
+var _ = orderedSketch
