@@ -35,17 +35,22 @@ func TestTwoMountsShareThePartitionsAndHandleEachMessageOnce(t *testing.T) {
 		})
 	}
 	mount := func(member string, sink *logtest.Sink) *sourcetest.Running {
-		s := &sourcetest.Subject{Source: b.source(t, settle.Consumer(member), settle.LeaseTTL(300*time.Millisecond))}
+		s := &sourcetest.Subject{Source: b.source(t, settle.Consumer(member), settle.LeaseTTL(2*time.Second))} // long enough that a loaded machine does not miss a beat
 		s.Config.Logger = sink.Logger()
 		return sourcetest.Start(t, s, handler(member))
 	}
-	sinkB := logtest.New("settle: partition taken")
-	runA := mount("a", logtest.New())
+	// Each member must have taken a partition before the publish: whichever opens first
+	// takes them all, and hands the other's back only at its next beat, so a publish
+	// right after the second's first take could be handled by the first alone.
+	sinkA, sinkB := logtest.New("settle: partition taken"), logtest.New("settle: partition taken")
+	runA := mount("a", sinkA)
 	runB := mount("b", sinkB)
-	select {
-	case <-sinkB.Seen("settle: partition taken"):
-	case <-time.After(sourcetest.WaitTimeout):
-		t.Fatal("b took no partition")
+	for name, sink := range map[string]*logtest.Sink{"a": sinkA, "b": sinkB} {
+		select {
+		case <-sink.Seen("settle: partition taken"):
+		case <-time.After(sourcetest.WaitTimeout):
+			t.Fatalf("%s took no partition", name)
+		}
 	}
 	pub := settle.NewPublisher(b.r.Client)
 	for i := range n {
