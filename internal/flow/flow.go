@@ -114,6 +114,7 @@ type waiter struct {
 
 // waitRecord is why and since when a delivery waited: its log line says so.
 type waitRecord struct {
+	kind   string
 	reason string
 	since  time.Time
 }
@@ -121,11 +122,24 @@ type waitRecord struct {
 // Ticket is what a started delivery holds: its concurrency slots, freed by Done.
 type Ticket struct {
 	held []source.Held
+	// Kind is what the delivery waited for, without its key value (a metric's label):
+	// WaitRate, WaitConcurrency or WaitUnreachable; "" when it did not wait.
+	Kind string
 	// Reason and Waited say why and how long the delivery waited before it started ("",
 	// 0: it did not).
 	Reason string
 	Waited time.Duration
 }
+
+// The kinds of wait (Ticket.Kind).
+const (
+	// WaitConcurrency: every slot of a concurrency limit was held.
+	WaitConcurrency = "concurrency"
+	// WaitRate: a rate limit had no start free.
+	WaitRate = "rate"
+	// WaitUnreachable: the limits' state could not be read.
+	WaitUnreachable = "unreachable"
+)
 
 // New returns a gate; Start runs it.
 func New(c Config) *Gate {
@@ -305,7 +319,7 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 	if err != nil {
 		g.cfg.Logger.WarnContext(ctx, "settle: could not read the mount's flow limits; the delivery waits and asks again",
 			slog.String(source.AttrMsgID, d.ID), slog.Any(source.AttrError, err), slog.Duration("wait", ErrorWait))
-		g.park(ctx, d, ErrorWait, "flow limits unreachable", nil)
+		g.park(ctx, d, ErrorWait, WaitUnreachable, "flow limits unreachable", nil)
 		return nil, false
 	}
 	t := &Ticket{}
@@ -340,7 +354,7 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 		wait = min(wait, SlotPoll)
 		slot = []string{g.names[take.Which] + "\x00" + gt.Value}
 	}
-	g.park(ctx, d, wait, reason, slot)
+	g.park(ctx, d, wait, kindOf(gt), reason, slot)
 	return nil, false
 }
 
@@ -348,24 +362,25 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 func (g *Gate) started(d *source.Delivery, t *Ticket) {
 	if r, ok := g.waited[d]; ok {
 		delete(g.waited, d)
-		t.Reason, t.Waited = r.reason, g.cfg.Clock.Now().Sub(r.since)
+		t.Kind, t.Reason, t.Waited = r.kind, r.reason, g.cfg.Clock.Now().Sub(r.since)
 	}
 }
 
 // kindOf names a gate's kind for a wait's reason.
 func kindOf(gt source.Gate) string {
 	if gt.Slots > 0 {
-		return "concurrency"
+		return WaitConcurrency
 	}
-	return "rate"
+	return WaitRate
 }
 
-// park keeps d waiting for wait (or, for a slot, until one is freed here), for reason.
-func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration, reason string, slots []string) {
+// park keeps d waiting for wait (or, for a slot, until one is freed here), for reason
+// (of kind).
+func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration, kind, reason string, slots []string) {
 	w := &waiter{d: d, slots: slots}
 	g.mu.Lock()
 	if _, ok := g.waited[d]; !ok {
-		g.waited[d] = waitRecord{reason: reason, since: g.cfg.Clock.Now()}
+		g.waited[d] = waitRecord{kind: kind, reason: reason, since: g.cfg.Clock.Now()}
 		if g.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
 			g.cfg.Logger.DebugContext(ctx, "settle: delivery waits for its flow limit; it is not started and spends no attempt",
 				slog.String(source.AttrMsgID, d.ID), slog.String("wait_reason", reason), slog.Duration("wait", wait))
