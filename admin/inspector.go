@@ -12,7 +12,8 @@
 // [Inspector.DelaySet] (a durable delay set: size, next due, overdue),
 // [Inspector.ReliableList] (a reliable list: length, each consumer's
 // processing list, heartbeat alive or orphaned), and [Inspector.ListDeadLetterSummary]
-// and [Inspector.ListDeadLetters] (a dead-letter list, its members named by index).
+// and [Inspector.ListDeadLetters] (a dead-letter list, its members named by index),
+// and [Inspector.Limits] (a mount's flow limits: rate, in use, keys at their limit).
 // [Inspector.Find] answers "where is this message?": given an id, an origin id or a
 // header name=value, it lists every copy of the message across a mount's stream, delay
 // set, dead letter and replies, reading a bounded range of each and saying which.

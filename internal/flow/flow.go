@@ -159,8 +159,18 @@ func New(c Config) *Gate {
 		waited:   map[*source.Delivery]waitRecord{},
 		reserved: map[*source.Delivery]*Ticket{},
 	}
+	g.names = Names(c.Limits)
+	return g
+}
+
+// Names returns the names that tell a mount's limits apart in their state's keys (the
+// Gate's Name): "rate", "rateby" or "slots" by kind, then "rateby2", … for a second
+// limit of a kind, in the order declared. settle/admin names them the same way to read
+// their state.
+func Names(limits []Limit) []string {
 	count := map[string]int{}
-	for _, l := range c.Limits {
+	names := make([]string, 0, len(limits))
+	for _, l := range limits {
 		kind := "slots"
 		if !l.Slots() {
 			kind = "rate"
@@ -172,9 +182,9 @@ func New(c Config) *Gate {
 		if count[kind] > 1 {
 			kind += strconv.Itoa(count[kind])
 		}
-		g.names = append(g.names, kind)
+		names = append(names, kind)
 	}
-	return g
+	return names
 }
 
 // Start runs the gate's waits until Stop and its lease renewals, under ctx, until
