@@ -13,6 +13,7 @@ import (
 
 	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/keys"
+	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 )
 
@@ -111,6 +112,11 @@ type LimitState struct {
 	// Keys and KeysAtLimit count only what it found.
 	Partial bool
 	Scanned int
+	// Waiting is how many deliveries wait for this limit, over every process consuming
+	// the mount, as each last reported: a process reports every second while some of its
+	// deliveries wait, so the count may be that old; a process that stopped reporting (it
+	// crashed) counts no longer once its report is settle.SlotLease old.
+	Waiting int
 }
 
 // LimitValue is one key value of a per-key limit.
@@ -123,12 +129,12 @@ type LimitValue struct {
 
 // Limits reads the state of the flow limits of the mount reading key (with group, a
 // stream's consumer group; "" for a reliable list), declared as limits: for each, its
-// rate, how much of it is in use and whether it is at its limit, and for a per-key limit
-// how many values hold state and which of them are at their limit. It reads the keys
-// the limits' scripts write; a per-key limit's values are found by a SCAN of at most
-// o.Scan keys, never an unbounded read. Deliveries waiting for a limit are held by each
-// consuming process, not in Redis: settleotel's settle.flow.wait and each delivery's
-// log line (waited_for, waited) show them.
+// rate, how much of it is in use and whether it is at its limit, how many deliveries
+// wait for it (as the consuming processes last reported), and for a per-key limit how
+// many values hold state and which of them are at their limit. It reads the keys the
+// limits' scripts write; a per-key limit's values are found by a SCAN of at most o.Scan
+// keys, never an unbounded read. How long deliveries waited is in settleotel's
+// settle.flow.wait and each delivery's log line (waited_for, waited).
 func (i *Inspector) Limits(ctx context.Context, key, group string, limits []FlowLimit, o LimitsOptions) ([]LimitState, error) {
 	if o.Keys <= 0 {
 		o.Keys = DefaultLimitKeys
@@ -158,10 +164,14 @@ func (i *Inspector) Limits(ctx context.Context, key, group string, limits []Flow
 	if err != nil {
 		return nil, err
 	}
+	waiting, err := i.limitWaiting(ctx, keys.LimitWaiting(key, group), len(limits), now/1000)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]LimitState, len(limits))
 	for n, name := range flow.Names(fl) {
 		l := limits[n]
-		st := LimitState{Limit: l, Name: name}
+		st := LimitState{Limit: l, Name: name, Waiting: waiting[n]}
 		if !l.slots() {
 			st.Rate = float64(l.N) / l.Per.Seconds()
 		}
@@ -178,6 +188,39 @@ func (i *Inspector) Limits(ctx context.Context, key, group string, limits []Flow
 		out[n] = st
 	}
 	return out, nil
+}
+
+// maxWaitingFields bounds the processes' reports Limits reads (one field a process).
+const maxWaitingFields = 1000
+
+// limitWaiting sums, per limit, the waiting counts the processes reported in the hash
+// key that have not expired at now (ms), reading at most maxWaitingFields of them.
+func (i *Inspector) limitWaiting(ctx context.Context, key string, limits int, now int64) ([]int, error) {
+	sum := make([]int, limits)
+	var cursor uint64
+	read := 0
+	for {
+		kv, next, err := i.rdb.HScan(ctx, key, cursor, "", 100).Result()
+		if err != nil {
+			if strings.Contains(err.Error(), "WRONGTYPE") {
+				return nil, fmt.Errorf("%w: flow limits' waiting counts %q: %v", ErrWrongType, key, err)
+			}
+			return nil, fmt.Errorf("admin: flow limits' waiting counts %q: %w", key, err)
+		}
+		for f := 1; f < len(kv); f += 2 {
+			exp, counts, ok := script.ParseLimitWaiting(kv[f])
+			if !ok || exp <= now {
+				continue
+			}
+			for n := range min(len(counts), limits) {
+				sum[n] += counts[n]
+			}
+		}
+		read += len(kv) / 2
+		if cursor = next; cursor == 0 || read >= maxWaitingFields {
+			return sum, nil
+		}
+	}
 }
 
 // limitPrefix is the name of l's state key less its key value (as internal/redisbase

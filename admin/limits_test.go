@@ -112,3 +112,37 @@ func TestLimitsRefusesABadLimitAndReadsAnIdleOneAsIdle(t *testing.T) {
 		t.Fatalf("idle limits: %+v, want nothing in use", got)
 	}
 }
+
+// Limits counts the deliveries waiting for each limit as the consuming processes report
+// them (every second while some wait): a second delivery of a-1 waits for
+// ConcurrencyBy's slot of a-1, which its first holds.
+func TestLimitsCountsTheDeliveriesWaitingForEachLimit(t *testing.T) {
+	t.Parallel()
+	b := setupLimits(t)
+	b.h.Publish(b.in, "a-1 again", settle.Headers(map[string]string{"acct": "a-1"}))
+	// Every second the process reports what waits: move the clock on until a report
+	// counts the delivery (read and waiting by then).
+	deadline := time.After(waitBound)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for round := 0; ; round++ {
+		if round%20 == 0 {
+			b.h.Advance(time.Second)
+		}
+		got, err := b.insp.Limits(context.Background(), b.in, "g", b.limits, admin.LimitsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[2].Waiting == 1 {
+			if got[0].Waiting+got[1].Waiting+got[3].Waiting != 0 {
+				t.Fatalf("waiting %d, %d, %d, %d; want only ConcurrencyBy's 1", got[0].Waiting, got[1].Waiting, got[2].Waiting, got[3].Waiting)
+			}
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("ConcurrencyBy's waiting reads %d, want 1", got[2].Waiting)
+		}
+	}
+}

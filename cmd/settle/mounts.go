@@ -33,7 +33,8 @@ type mountStatJSON struct {
 
 // limitJSON is one flow limit of a mount as stats --json prints it (admin.LimitState):
 // for a rate limit, its rate a second and in_use its starts given ahead of now; for a
-// concurrency limit, in_use its slots held; for a per-key limit, the key values holding
+// concurrency limit, in_use its slots held; waiting, the deliveries waiting for it as the
+// consuming processes last reported; for a per-key limit, the key values holding
 // state (keys), those at their limit (keys_at_limit) and up to 20 of them (at_limit_values),
 // partial when the bounded scan stopped before it had seen every key.
 type limitJSON struct {
@@ -46,6 +47,7 @@ type limitJSON struct {
 	N             int              `json:"n"`
 	Partial       bool             `json:"partial,omitempty"`
 	Rate          float64          `json:"rate,omitempty"`
+	Waiting       int              `json:"waiting"`
 }
 
 // limitValueJSON is a key value at its limit (admin.LimitValue).
@@ -61,7 +63,7 @@ func limitJSONOf(s admin.LimitState) limitJSON {
 		vs[k] = limitValueJSON{InUse: v.InUse, Value: v.Value}
 	}
 	return limitJSON{AtLimit: s.AtLimit, AtLimitValues: vs, InUse: s.InUse, Keys: s.Keys, KeysAtLimit: s.KeysAtLimit,
-		Limit: s.Limit.String(), N: s.Limit.N, Partial: s.Partial, Rate: s.Rate}
+		Limit: s.Limit.String(), N: s.Limit.N, Partial: s.Partial, Rate: s.Rate, Waiting: s.Waiting}
 }
 
 // limitDetails says what a limit's state means, for the stats table.
@@ -72,6 +74,7 @@ func limitDetails(l limitJSON) string {
 	} else {
 		fmt.Fprintf(&b, "%d slots in use", l.InUse)
 	}
+	fmt.Fprintf(&b, ", %d waiting", l.Waiting)
 	if l.Keys > 0 || l.KeysAtLimit > 0 {
 		fmt.Fprintf(&b, ", %d keys, %d at their limit", l.Keys, l.KeysAtLimit)
 		for k, v := range l.AtLimitValues {

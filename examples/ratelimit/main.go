@@ -12,14 +12,14 @@
 // lets it, while charges of other accounts go on. One account is hot (a third of the
 // charges): its charges queue behind each other, not in front of the others.
 //
-// The stand-in provider counts what it was asked: the most charges it saw start in any
-// second and the most of one account at once. Every consumer reports, through
+// The stand-in provider counts what it was asked: how many charges a second it saw start
+// on average and at most within one second, and the most of one account at once. Every consumer reports, through
 // settle.Hooks.Delivery, how many of its charges waited and for what (the kind of
 // limit, never the account); each delivery's log line says it too (waited_for, waited:
 // run with -v). At the end it prints each limit's state as settle/admin reads it, and,
 // as its last line:
 //
-//	charged N of N: by consumer A/B/C, at most R in any second (limit 50, burst 1), at most K of an account at once (limit 1), waited W (rate X, concurrency Y)
+//	charged N of N: by consumer A/B/C, R/s on average (limit 50), at most M in any second, at most K of an account at once (limit 1), waited W (rate X, concurrency Y)
 //
 // By default it runs on an embedded miniredis, so `go run ./examples/ratelimit` works
 // anywhere; with -redis URL or SETTLE_REDIS_URL set it runs on that server.
@@ -107,7 +107,22 @@ func (p *Provider) Charge(ctx context.Context, account string) error {
 	}
 }
 
-// maxInAnySecond is the most charges that began within one second of each other.
+// average is how many charges began a second from the first to the last: what the
+// rate limit bounds (each start is timed when its handler begins, a little after the
+// start the limit gave it; only the first start's delay could make it read high).
+func (p *Provider) average() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.starts) < 2 {
+		return 0
+	}
+	first, last := slices.MinFunc(p.starts, time.Time.Compare), slices.MaxFunc(p.starts, time.Time.Compare)
+	return float64(len(p.starts)-1) / last.Sub(first).Seconds()
+}
+
+// maxInAnySecond is the most charges that began within one second of each other, as
+// this process saw them: a few may crowd into a second behind a start that began late
+// (the limit spaces the starts it gives, not when a busy machine runs them).
 func (p *Provider) maxInAnySecond() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -347,8 +362,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		by[c] = fmt.Sprint(t.byConsumer[c].Load())
 	}
 	rate, conc := t.waitsOf("rate"), t.waitsOf("concurrency")
-	fmt.Fprintf(stdout, "charged %d of %d: by consumer %s, at most %d in any second (limit %d, burst 1), at most %d of an account at once (limit %d), waited %d (rate %d, concurrency %d)\n",
-		t.taken.Load(), o.n, strings.Join(by, "/"), provider.maxInAnySecond(), ratePerSecond, provider.maxPerAcc, perAccount,
+	fmt.Fprintf(stdout, "charged %d of %d: by consumer %s, %.1f/s on average (limit %d), at most %d in any second, at most %d of an account at once (limit %d), waited %d (rate %d, concurrency %d)\n",
+		t.taken.Load(), o.n, strings.Join(by, "/"), provider.average(), ratePerSecond, provider.maxInAnySecond(), provider.maxPerAcc, perAccount,
 		rate+conc+t.waitsOf("unreachable"), rate, conc)
 	return nil
 }
@@ -360,9 +375,9 @@ func describe(s admin.LimitState) string {
 		state = "at its limit"
 	}
 	if s.Rate > 0 {
-		return fmt.Sprintf("%g/s, %d starts given ahead of now, %s", s.Rate, s.InUse, state)
+		return fmt.Sprintf("%g/s, %d starts given ahead of now, %s, %d waiting", s.Rate, s.InUse, state, s.Waiting)
 	}
-	return fmt.Sprintf("%d slots held over %d accounts, %d accounts at their limit", s.InUse, s.Keys, s.KeysAtLimit)
+	return fmt.Sprintf("%d slots held over %d accounts, %d accounts at their limit, %d waiting", s.InUse, s.Keys, s.KeysAtLimit, s.Waiting)
 }
 
 // newBatchID names one run.

@@ -13,7 +13,7 @@ import (
 )
 
 // lastLineRE is the run's last line.
-var lastLineRE = regexp.MustCompile(`^charged ([0-9]+) of ([0-9]+): by consumer ([0-9]+)/([0-9]+)/([0-9]+), at most ([0-9]+) in any second \(limit 50, burst 1\), at most ([0-9]+) of an account at once \(limit 1\), waited ([0-9]+) \(rate ([0-9]+), concurrency ([0-9]+)\)$`)
+var lastLineRE = regexp.MustCompile(`^charged ([0-9]+) of ([0-9]+): by consumer ([0-9]+)/([0-9]+)/([0-9]+), ([0-9.]+)/s on average \(limit 50\), at most [0-9]+ in any second, at most ([0-9]+) of an account at once \(limit 1\), waited ([0-9]+) \(rate ([0-9]+), concurrency ([0-9]+)\)$`)
 
 // redisURL is the URL of r's server.
 func redisURL(r *settletest.Server) string {
@@ -25,11 +25,11 @@ func redisURL(r *settletest.Server) string {
 
 // Three consumers sharing RateLimit(50, 1s) and ConcurrencyBy(account, 1) take every
 // charge once between them; the provider never sees two charges of one account at
-// once, nor more in a second than the limit and its burst allow (give or take the
-// scheduling of this process: each start is timed when its handler begins, a few
-// milliseconds after the start the limit gave it, so a late start can crowd the next
-// ones into a second by a few); charges waited for both limits (published at twice the
-// rate, a hot account every third); half way, settle/admin reads both limits in use.
+// once, nor more than 50 a second from the first start to the last (within 5%: each
+// start is timed when its handler begins, a little after the start the limit gave it,
+// and the first's delay shortens the span); charges waited for both limits (published
+// at twice the rate, a hot account every third); half way, settle/admin reads both
+// limits in use.
 func TestThreeConsumersShareTheProvidersLimits(t *testing.T) {
 	t.Parallel()
 	r := settletest.Redis(t)
@@ -46,15 +46,16 @@ func TestThreeConsumersShareTheProvidersLimits(t *testing.T) {
 	for i := 1; i < len(m); i++ {
 		v[i], _ = strconv.Atoi(m[i])
 	}
-	charged, n, a, b, c, perSecond, perAccount, waited, rate, conc := v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]
+	average, _ := strconv.ParseFloat(m[6], 64)
+	charged, n, a, b, c, perAccount, waited, rate, conc := v[1], v[2], v[3], v[4], v[5], v[7], v[8], v[9], v[10]
 	if charged != 100 || n != 100 || a+b+c != 100 {
 		t.Errorf("charged %d of %d, by consumer %d+%d+%d: want 100 of 100, each once", charged, n, a, b, c)
 	}
 	if perAccount != 1 {
 		t.Errorf("the provider saw %d charges of one account at once, want 1", perAccount)
 	}
-	if perSecond > 51+3 {
-		t.Errorf("the provider saw %d charges start within a second, want at most 51 (50 and the burst of 1), give or take 3 for this process's scheduling", perSecond)
+	if average > 50*1.05 {
+		t.Errorf("the provider saw %.1f charges a second on average, want at most 50 (within 5%%)", average)
 	}
 	if rate == 0 || conc == 0 || waited < rate+conc {
 		t.Errorf("waited %d (rate %d, concurrency %d): want waits for both limits", waited, rate, conc)
