@@ -25,7 +25,8 @@
 // settle_backlog, settle_consumer_group_lag, settle_pending,
 // settle_pending_oldest_idle_seconds, settle_delayed, settle_delayed_overdue,
 // settle_dead_letters{settle_dead_letter_destination}, settle_leased,
-// settle_expired_leases. Every series names its mount the way its spans do:
+// settle_expired_leases, and, for mounts with flow limits, settle_flow_waiting,
+// settle_flow_in_use and settle_flow_keys_at_limit{settle_limit}. Every series names its mount the way its spans do:
 // messaging.system, messaging.destination.name (the key or table the mount reads),
 // messaging.consumer.group.name (the consumer group, or the inbox group its rows wait
 // in), settle.mount and settle.transport (a publish's: no mount). No message id or
@@ -206,6 +207,7 @@ const (
 	AttrAttempt    = attribute.Key("settle.attempt")
 	AttrClaimKind  = attribute.Key("settle.claim.kind")
 	AttrDeadLetter = attribute.Key("settle.dead_letter.destination")
+	AttrLimit      = attribute.Key("settle.limit")      // a mount's flow limit, by name: rate, rateby, slots, slots2, …
 	AttrLimitKind  = attribute.Key("settle.limit_kind") // what a flow wait waited for: rate, concurrency, unreachable
 	AttrLink       = attribute.Key("settle.link")
 	AttrMessageKey = attribute.Key("settle.message_key")
