@@ -15,6 +15,7 @@ import (
 	"github.com/settlekit/settle/internal/keyorder"
 	"github.com/settlekit/settle/internal/redispartition"
 	"github.com/settlekit/settle/internal/script"
+	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
@@ -45,12 +46,13 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		o := Outcome{Kind: OutcomeRetry, Err: errAttemptsSpent}
 		s := decide(o, spent.Attempt, m.policy, m.info.Caps)
 		s.Reason = fmt.Sprintf("max attempts reached (%d of %d) by deliveries that never settled", m.policy.MaxAttempts, m.policy.MaxAttempts)
-		ctx = m.started(ctx, d)
+		ctx = m.started(ctx, d, nil)
 		if !w.end() {
 			return true // settled by the watchdog meanwhile
 		}
 		return m.apply(ctx, &spent, o, s, acks, delays, time.Time{})
 	}
+	var waited *flow.Ticket // what d waited for, if it did
 	if gate := m.gate.Load(); gate != nil {
 		t, ok := gate.Admit(ctx, d)
 		if !ok {
@@ -60,12 +62,13 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 		defer gate.Done(context.WithoutCancel(ctx), t)
 		if t.Reason != "" {
 			AddLogAttrs(ctx, slog.String("waited_for", t.Reason), slog.Duration("waited", t.Waited))
+			waited = t
 		}
 	}
 	var start time.Time
 	if m.eng.observed() {
 		start = m.eng.clock.Now()
-		ctx = m.started(ctx, d)
+		ctx = m.started(ctx, d, waited)
 		w.observe(ctx)
 	}
 	msg := m.message(d)
@@ -461,15 +464,19 @@ func (e *engine) observed() bool {
 }
 
 // started calls the Delivery hook for d, when set, and returns the delivery's context.
-func (m *mount) started(ctx context.Context, d *source.Delivery) context.Context {
+func (m *mount) started(ctx context.Context, d *source.Delivery, waited *flow.Ticket) context.Context {
 	h := m.eng.hooks.Delivery
 	if h == nil {
 		return ctx
 	}
-	return h(ctx, DeliveryStart{
+	ds := DeliveryStart{
 		Attempt: d.Attempt, Group: m.info.Group, Headers: d.Headers, ID: d.ID, Key: d.Key,
 		MessageKey: messageKey(d), Mount: m.name, Redelivery: d.Redelivered, Transport: string(m.info.Kind),
-	})
+	}
+	if waited != nil {
+		ds.Waited, ds.WaitedFor = waited.Waited, waited.Kind
+	}
+	return h(ctx, ds)
 }
 
 // event returns the report of d's settlement s, for the hooks and the ack path.

@@ -430,7 +430,7 @@ func (m *mount) settleAgain(ctx context.Context, d *source.Delivery, f failedSet
 	if m.dedup != nil && !f.ev.Deduplicated && (f.ev.Action == ActionAck || f.ev.Action == ActionReply) {
 		again.DedupKey, _ = dedupKeyOf(m.cfg.dedupe.key, m.message(&again)) // the mark goes with the ack written again
 	}
-	ctx = m.started(ctx, d)
+	ctx = m.started(ctx, d, nil)
 	if !w.end() {
 		return true, true // settled by the watchdog meanwhile
 	}

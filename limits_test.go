@@ -94,3 +94,34 @@ func TestLimitKeyFunctionThatPanicsIsLoggedAndTheMessageStillHandled(t *testing.
 		t.Fatalf("%d warnings of the panic, want 1", n)
 	}
 }
+
+// The Delivery hook is told how long a delivery waited for its flow limits and the
+// kind of limit it waited for, never the key value (a metric's label must not be one).
+func TestDeliveryHookIsToldTheWaitAndItsKindWithoutTheKeyValue(t *testing.T) {
+	t.Parallel()
+	starts := make(chan settle.DeliveryStart, 4)
+	hooks := settle.Hooks{Delivery: func(ctx context.Context, d settle.DeliveryStart) context.Context {
+		starts <- d
+		return ctx
+	}}
+	h := settletest.New(t, settletest.WithConfig(settle.Config{Hooks: hooks}))
+	in := h.Redis.Key("limits.hook")
+	h.Mount(settle.Stream(h.Redis.Client, in, "g"), settle.HandlerFunc(func(context.Context, *settle.Message) error { return nil }),
+		settle.RateLimitBy(func(m *settle.Message) string { return m.Headers["acct"] }, 1, time.Second))
+	h.Start()
+	h.Publish(in, "x", settle.Headers(map[string]string{"acct": "a-7"}))
+	h.Publish(in, "y", settle.Headers(map[string]string{"acct": "a-7"}))
+	h.WaitSettled(1)
+	h.Idle()
+	h.Advance(time.Second)
+	h.WaitSettled(2)
+	h.Stop()
+
+	first, second := <-starts, <-starts
+	if first.Waited != 0 || first.WaitedFor != "" {
+		t.Fatalf("the first start says it waited %s for %q; it started at once", first.Waited, first.WaitedFor)
+	}
+	if second.WaitedFor != "rate" || second.Waited != time.Second {
+		t.Fatalf("the second start waited %s for %q, want 1s for \"rate\" (the kind, not the key value)", second.Waited, second.WaitedFor)
+	}
+}

@@ -66,6 +66,13 @@ type DeliveryStart struct {
 	Redelivery bool
 	// Transport is the kind of source read: stream, list, channel or table.
 	Transport string
+	// Waited is how long the delivery waited for its mount's flow limits before it
+	// started (0: it did not wait).
+	Waited time.Duration
+	// WaitedFor is the kind of limit it waited for, never its key value: "rate",
+	// "concurrency", or "unreachable" (the limits' state could not be read); "" when it
+	// did not wait.
+	WaitedFor string
 }
 
 // EventKind names an Event.

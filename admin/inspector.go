@@ -14,7 +14,8 @@
 // processing list, heartbeat alive or orphaned), and [Inspector.ListDeadLetterSummary]
 // and [Inspector.ListDeadLetters] (a dead-letter list, its members named by index),
 // [Inspector.PartitionedStream] (a partitioned stream's group: each partition's owner,
-// lease, backlog and dead letters, and the live members).
+// lease, backlog and dead letters, and the live members) and [Inspector.Limits] (a
+// mount's flow limits: rate, in use, keys at their limit).
 // [Inspector.Find] answers "where is this message?": given an id, an origin id or a
 // header name=value, it lists every copy of the message across a mount's stream, delay
 // set, dead letter and replies, reading a bounded range of each and saying which.

@@ -28,6 +28,10 @@
 // API's atomic, resumable replay; a list view never shows more than one bounded page
 // (Options.PageSize, at most MaxPageSize), paged by id.
 //
+// A mount's page shows its flow limits (Mount.Limits: RateLimit, RateLimitBy,
+// ConcurrencyBy, GlobalConcurrency), each one's rate, what is in use and the key values
+// at their limit, read by admin.Inspector.Limits with a bounded scan.
+//
 // The search box on every page finds a message by an entry id, its origin id or a header
 // name=value (admin.Inspector.Find) and links each of its copies to its page. The
 // overview and each mount's page draw the last hour (Options.SampleWindow) of backlog,
@@ -143,6 +147,10 @@ type Mount struct {
 	Key string
 	// Kind is KindStream, KindClaimingStream, KindList or KindReliableList.
 	Kind string
+	// Limits are its flow limits as its App declares them, in the same order (their
+	// state is named by kind and rank): its page shows each one's rate, what is in use
+	// and the key values at their limit (admin.Inspector.Limits). Defaults to none.
+	Limits []admin.FlowLimit
 	// Name names it in the console (defaults to Key); names are unique.
 	Name string
 	// ReclaimIdle is the idle past which a consumer holding entries counts as dead

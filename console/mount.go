@@ -33,6 +33,10 @@ type mountPage struct {
 	FilterErr string
 	// First is the query of the first page ("" on the first page).
 	First string
+	// Limits are the states of its flow limits (Mount.Limits); LimitsErr says why they
+	// could not be read ("" when they were).
+	Limits    []admin.LimitState
+	LimitsErr string
 	// List is its list (a list kind).
 	List *admin.ReliableListInfo
 	// Members are a page of the members of its delay set, earliest due (so overdue)
@@ -141,6 +145,11 @@ func (c *Console) mountPage(w http.ResponseWriter, r *http.Request) {
 				Attempts: dm.Headers[settle.HeaderRetryCount], Due: dm.Due, Handle: dm.Handle,
 				Href: p.Base + "/delayed?member=" + url.QueryEscape(dm.Handle), Overdue: !dm.Due.After(p.Delay.Now),
 			})
+		}
+	}
+	if len(m.Limits) > 0 {
+		if p.Limits, err = c.opts.Admin.Limits(ctx, m.Key, m.Group, m.Limits, admin.LimitsOptions{}); err != nil {
+			p.LimitsErr = err.Error()
 		}
 	}
 	p.problems(m)

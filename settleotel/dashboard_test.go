@@ -16,7 +16,7 @@ var promNames = []string{
 	"messaging_process_duration_seconds_bucket",
 	"settle_attempts_bucket", "settle_backlog", "settle_claims_total", "settle_consumer_group_lag",
 	"settle_dead_letters", "settle_delay_lateness_seconds_bucket", "settle_delayed", "settle_delayed_overdue",
-	"settle_expired_leases", "settle_in_flight",
+	"settle_expired_leases", "settle_flow_in_use", "settle_flow_keys_at_limit", "settle_flow_wait_seconds_bucket", "settle_flow_wait_seconds_count", "settle_flow_waiting", "settle_in_flight",
 	"settle_leased", "settle_pending", "settle_pending_oldest_idle_seconds", "settle_read_failures_total",
 	"settle_settlements_total",
 }
@@ -37,7 +37,7 @@ func TestDashboardQueriesNameOnlySettleotelsMetrics(t *testing.T) {
 		t.Fatalf("dashboard.json: %v", err)
 	}
 	names := regexp.MustCompile(`\b(?:settle|messaging)_[a-z_]+\b`) // a metric's name, or a label's: labels are skipped
-	labels := regexp.MustCompile(`^(settle_(mount|action|outcome|result|claim_kind|dead_letter_destination|transport)|messaging_(operation_type|operation_name|system|destination_name|consumer_group_name))$`)
+	labels := regexp.MustCompile(`^(settle_(mount|limit|limit_kind|action|outcome|result|claim_kind|dead_letter_destination|transport)|messaging_(operation_type|operation_name|system|destination_name|consumer_group_name))$`)
 	used := map[string]bool{}
 	for _, p := range d.Panels {
 		if len(p.Targets) == 0 {

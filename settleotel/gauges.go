@@ -29,22 +29,27 @@ type Gauges struct {
 // StreamGauge is one stream mount: settle_backlog and settle_consumer_group_lag (the
 // group's lag), settle_pending and settle_pending_oldest_idle_seconds, and, when named,
 // its delay set's settle_delayed and settle_delayed_overdue and its dead-letter stream's
-// settle_dead_letters.
+// settle_dead_letters; with Limits (the mount's flow limits, as its App declares them,
+// in order), settle_flow_waiting, settle_flow_in_use and settle_flow_keys_at_limit of
+// each, labelled settle_limit (its name: rate, rateby, slots, …; never a key value).
 type StreamGauge struct {
 	DeadLetter string
 	DelaySet   string
 	Group      string
 	Key        string
+	Limits     []admin.FlowLimit
 	Mount      string
 }
 
 // ListGauge is one list mount: settle_backlog (the list's length), for a reliable list
 // settle_pending (what its consumers' processing lists hold), and its delay set's and
-// dead-letter list's gauges when named.
+// dead-letter list's gauges when named, and a reliable list's flow limits' (see
+// StreamGauge).
 type ListGauge struct {
 	DeadLetter string
 	DelaySet   string
 	Key        string
+	Limits     []admin.FlowLimit
 	Mount      string
 	Reliable   bool
 }
@@ -62,6 +67,7 @@ type InboxGauge struct {
 // gauges are the observable instruments RegisterGauges reports.
 type gauges struct {
 	backlog, lag, pending, delayed, overdue, dead, leased, expired metric.Int64ObservableGauge
+	flowWaiting, flowInUse, flowKeysAtLimit                        metric.Int64ObservableGauge
 	oldestIdle                                                     metric.Float64ObservableGauge
 }
 
@@ -87,6 +93,9 @@ func (o *Observer) RegisterGauges(g Gauges) (metric.Registration, error) {
 		{&gs.dead, "settle.dead_letters", "Messages in the mount's dead-letter destination (settle.dead_letter.destination)."},
 		{&gs.leased, "settle.leased", "Inbox rows leased to a worker, the lease not passed."},
 		{&gs.expired, "settle.expired_leases", "Inbox rows whose lease passed unsettled: their worker crashed or hung."},
+		{&gs.flowWaiting, "settle.flow.waiting", "Deliveries waiting for a flow limit (settle.limit), over every process consuming the mount, as each last reported (every second while some wait)."},
+		{&gs.flowInUse, "settle.flow.in_use", "A flow limit's use (settle.limit): a concurrency limit's slots held (over all key values), a rate limit's starts given ahead of now."},
+		{&gs.flowKeysAtLimit, "settle.flow.keys_at_limit", "Key values of a per-key flow limit (settle.limit) at their limit, found by a bounded scan."},
 	} {
 		var e error
 		*i.dst, e = o.meter.Int64ObservableGauge(i.name, metric.WithUnit("{message}"), metric.WithDescription(i.desc))
@@ -100,7 +109,8 @@ func (o *Observer) RegisterGauges(g Gauges) (metric.Registration, error) {
 	}
 	return o.meter.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
 		return g.observe(ctx, obs, o, gs)
-	}, gs.backlog, gs.lag, gs.pending, gs.delayed, gs.overdue, gs.dead, gs.leased, gs.expired, gs.oldestIdle)
+	}, gs.backlog, gs.lag, gs.pending, gs.delayed, gs.overdue, gs.dead, gs.leased, gs.expired, gs.oldestIdle,
+		gs.flowWaiting, gs.flowInUse, gs.flowKeysAtLimit)
 }
 
 // observe reads every source of g and reports what it read.
@@ -121,6 +131,7 @@ func (g Gauges) observe(ctx context.Context, obs metric.Observer, o *Observer, g
 			obs.ObserveFloat64(gs.oldestIdle, info.OldestPendingIdle.Seconds(), at)
 		}
 		errs = append(errs, g.delayAndDead(ctx, obs, gs, sr, s.DelaySet, s.DeadLetter)...)
+		errs = append(errs, g.limits(ctx, obs, gs, sr, s.Key, s.Group, s.Limits)...)
 	}
 	for _, l := range g.Lists {
 		sr := o.seriesOf(l.Mount, "list", l.Key, "")
@@ -142,6 +153,7 @@ func (g Gauges) observe(ctx context.Context, obs metric.Observer, o *Observer, g
 			obs.ObserveInt64(gs.backlog, n, at)
 		}
 		errs = append(errs, g.delayAndDead(ctx, obs, gs, sr, l.DelaySet, l.DeadLetter)...)
+		errs = append(errs, g.limits(ctx, obs, gs, sr, l.Key, "", l.Limits)...)
 	}
 	for _, q := range g.Inboxes {
 		sr := o.seriesOf(q.Mount, transportTable, q.Inbox.Table().Name, q.Group)
@@ -182,6 +194,27 @@ func (g Gauges) delayAndDead(ctx context.Context, obs metric.Observer, gs gauges
 		}
 	}
 	return errs
+}
+
+// limits reports a Redis mount's flow limits, when it declares some, each labelled by
+// its name (never a key value).
+func (g Gauges) limits(ctx context.Context, obs metric.Observer, gs gauges, sr *series, key, group string, limits []admin.FlowLimit) []error {
+	if len(limits) == 0 {
+		return nil
+	}
+	states, err := g.Inspector.Limits(ctx, key, group, limits, admin.LimitsOptions{Keys: 1})
+	if err != nil {
+		return []error{fmt.Errorf("settleotel: mount %s: %w", sr.key.mount, err)}
+	}
+	for _, st := range states {
+		at := metric.WithAttributeSet(attribute.NewSet(with(sr.attrs, AttrLimit.String(st.Name))...))
+		obs.ObserveInt64(gs.flowWaiting, int64(st.Waiting), at)
+		obs.ObserveInt64(gs.flowInUse, int64(st.InUse), at)
+		if st.Limit.Kind == admin.LimitRateBy || st.Limit.Kind == admin.LimitConcurrencyBy {
+			obs.ObserveInt64(gs.flowKeysAtLimit, int64(st.KeysAtLimit), at)
+		}
+	}
+	return nil
 }
 
 // deadLetters returns the attributes of settle.dead_letters for the mount's dead-letter

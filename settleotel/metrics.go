@@ -20,6 +20,7 @@ type instruments struct {
 	attempts     metric.Int64Histogram
 	claims       metric.Int64Counter
 	consumed     metric.Int64ObservableCounter // messaging.client.consumed.messages
+	flowWait     metric.Float64Histogram
 	inFlight     metric.Int64ObservableUpDownCounter
 	lateness     metric.Float64Histogram
 	operationDur metric.Float64Histogram // messaging.client.operation.duration: settlements, publishes
@@ -58,6 +59,7 @@ func (in *instruments) init(m metric.Meter) error {
 	}{
 		{&in.processDur, messagingconv.ProcessDuration{}.Name(), "How long handlers ran."},
 		{&in.operationDur, messagingconv.ClientOperationDuration{}.Name(), "How long a settlement took to apply, from the handler's return (messaging.operation.type settle), or a publish (send)."},
+		{&in.flowWait, "settle.flow.wait", "How long a delivery waited for its mount's flow limits (RateLimit, RateLimitBy, ConcurrencyBy, GlobalConcurrency) before it started, by the kind of limit it waited for (settle.limit_kind: rate, concurrency, unreachable); deliveries that did not wait are not recorded."},
 		{&in.lateness, "settle.delay.lateness", "How long after its due time a delayed retry was written back (in-process delays) or delivered again (a durable delay set)."},
 	} {
 		var e error
@@ -99,11 +101,14 @@ func (o *Observer) observeCounts(_ context.Context, obs metric.Observer) error {
 	return nil
 }
 
-// countDelivery counts a delivery starting, and how late it came when it is a copy
-// that waited in a durable delay set.
+// countDelivery counts a delivery starting, how long it waited for its flow limits if
+// it did, and how late it came when it is a copy that waited in a durable delay set.
 func (o *Observer) countDelivery(ctx context.Context, s *series, d settle.DeliveryStart) {
 	s.deliveries.Add(1)
 	s.inFlight.Add(1)
+	if d.WaitedFor != "" {
+		o.inst.flowWait.Record(ctx, d.Waited.Seconds(), s.waitOpt(d.WaitedFor)...)
+	}
 	if due, ok := d.Headers[HeaderDue]; ok {
 		if ms, err := strconv.ParseInt(due, 10, 64); err == nil {
 			o.inst.lateness.Record(ctx, max(time.Since(time.UnixMilli(ms)).Seconds(), 0), s.record...)

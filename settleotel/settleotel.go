@@ -17,12 +17,16 @@
 // conventions do not name: settle_settlements_total{settle_action,settle_outcome,
 // settle_result}, settle_attempts (the attempt at each final settlement),
 // settle_in_flight, settle_claims_total{settle_claim_kind},
-// settle_delay_lateness_seconds, settle_swept_total, settle_read_failures_total, and,
+// settle_delay_lateness_seconds, settle_swept_total, settle_read_failures_total,
+// settle_flow_wait_seconds{settle_limit_kind} (how long each delivery that waited for
+// its mount's flow limits waited before it started: its count is the waits; the kind is
+// rate, concurrency or unreachable, never a key value), and,
 // read through settle/admin and the inbox's View at collection time (RegisterGauges),
 // settle_backlog, settle_consumer_group_lag, settle_pending,
 // settle_pending_oldest_idle_seconds, settle_delayed, settle_delayed_overdue,
 // settle_dead_letters{settle_dead_letter_destination}, settle_leased,
-// settle_expired_leases. Every series names its mount the way its spans do:
+// settle_expired_leases, and, for mounts with flow limits, settle_flow_waiting,
+// settle_flow_in_use and settle_flow_keys_at_limit{settle_limit}. Every series names its mount the way its spans do:
 // messaging.system, messaging.destination.name (the key or table the mount reads),
 // messaging.consumer.group.name (the consumer group, or the inbox group its rows wait
 // in), settle.mount and settle.transport (a publish's: no mount). No message id or
@@ -159,6 +163,7 @@ type series struct {
 
 	mu     sync.Mutex
 	claims map[string][]metric.AddOption
+	waits  map[string][]metric.RecordOption // by the limit kind waited for
 }
 
 type seriesKey struct{ mount, transport, destination, group string }
@@ -202,6 +207,8 @@ const (
 	AttrAttempt    = attribute.Key("settle.attempt")
 	AttrClaimKind  = attribute.Key("settle.claim.kind")
 	AttrDeadLetter = attribute.Key("settle.dead_letter.destination")
+	AttrLimit      = attribute.Key("settle.limit")      // a mount's flow limit, by name: rate, rateby, slots, slots2, …
+	AttrLimitKind  = attribute.Key("settle.limit_kind") // what a flow wait waited for: rate, concurrency, unreachable
 	AttrLink       = attribute.Key("settle.link")
 	AttrMessageKey = attribute.Key("settle.message_key")
 	AttrMount      = attribute.Key("settle.mount")
@@ -268,7 +275,7 @@ func (o *Observer) seriesOf(mount, transport, destination, group string) *series
 			process:       []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(proc...))},
 			processFailed: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(with(proc, semconv.ErrorTypeKey.String(errorTypeOther))...))},
 			consumed:      []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(proc...))},
-			key:           k, attrs: attrs, claims: map[string][]metric.AddOption{},
+			key:           k, attrs: attrs, claims: map[string][]metric.AddOption{}, waits: map[string][]metric.RecordOption{},
 			spanName:  operationProcess + " " + destination,
 			spanAttrs: with(proc, semconv.MessagingOperationTypeProcess),
 			start:     []trace.SpanStartOption{consumer},
@@ -307,6 +314,18 @@ func (s *series) claimOpt(kind string) []metric.AddOption {
 	}
 	opt := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(with(s.attrs, AttrClaimKind.String(kind))...))}
 	s.claims[kind] = opt
+	return opt
+}
+
+// waitOpt returns the attributes of a flow wait for a limit of kind.
+func (s *series) waitOpt(kind string) []metric.RecordOption {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if opt, ok := s.waits[kind]; ok {
+		return opt
+	}
+	opt := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(with(s.attrs, AttrLimitKind.String(kind))...))}
+	s.waits[kind] = opt
 	return opt
 }
 

@@ -13,12 +13,14 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"   // the MySQL/MariaDB driver of --dsn user@tcp(host:port)/db
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL driver of --dsn postgres://…
 	"github.com/spf13/cobra"
 	_ "modernc.org/sqlite" // the SQLite driver of --dsn file:… or a .db/.sqlite path
 
+	"github.com/settlekit/settle/admin"
 	"github.com/settlekit/settle/inbox"
 )
 
@@ -67,10 +69,59 @@ type mountConfig struct {
 	Key string `json:"key"`
 	// Kind is one of the mount kinds (mountKinds).
 	Kind string `json:"kind"`
+	// Limits are its flow limits as its App declares them, in the same order (their
+	// state in Redis is named by kind and rank): stats shows how much of each is used.
+	Limits []limitConfig `json:"limits"`
 	// Name names the mount for --mount (defaults to its key).
 	Name string `json:"name"`
 	// Replies name the streams its handlers reply to (settle find looks there).
 	Replies []string `json:"replies"`
+}
+
+// limitConfig is one flow limit of a mount of the config file:
+// {"kind": "rate", "n": 50, "per": "1s", "burst": 5}, {"kind": "concurrency-by", "n": 1}.
+type limitConfig struct {
+	// Burst is a rate limit's LimitBurst (defaults to 1).
+	Burst int `json:"burst"`
+	// Kind is rate, rate-by, concurrency-by or global-concurrency (settle's RateLimit,
+	// RateLimitBy, ConcurrencyBy, GlobalConcurrency).
+	Kind string `json:"kind"`
+	// N is a rate limit's starts per Per, or a concurrency limit's slots.
+	N int `json:"n"`
+	// Per is a rate limit's period, a Go duration ("1s", "1m").
+	Per string `json:"per"`
+}
+
+// limitKinds are the kinds a flow limit may be.
+var limitKinds = []string{admin.LimitRate, admin.LimitRateBy, admin.LimitConcurrencyBy, admin.LimitGlobalConcurrency}
+
+// flowLimits returns mc's limits for admin.Inspector.Limits, or an error naming the
+// first one that is wrong.
+func (mc mountConfig) flowLimits() ([]admin.FlowLimit, error) {
+	var out []admin.FlowLimit
+	for k, lc := range mc.Limits {
+		l := admin.FlowLimit{Burst: max(lc.Burst, 1), Kind: lc.Kind, N: lc.N}
+		rate := lc.Kind == admin.LimitRate || lc.Kind == admin.LimitRateBy
+		switch {
+		case !slices.Contains(limitKinds, lc.Kind):
+			return nil, fmt.Errorf("limit %d: unknown kind %q (one of %s)", k+1, lc.Kind, strings.Join(limitKinds, ", "))
+		case lc.N < 1:
+			return nil, fmt.Errorf("limit %d (%s): n is %d; it must be at least 1", k+1, lc.Kind, lc.N)
+		case rate:
+			per, err := time.ParseDuration(lc.Per)
+			if err != nil || per <= 0 {
+				return nil, fmt.Errorf("limit %d (%s): per %q: give a positive Go duration (\"1s\")", k+1, lc.Kind, lc.Per)
+			}
+			l.Per = per
+		case lc.Per != "":
+			return nil, fmt.Errorf("limit %d (%s): a concurrency limit has no period (got %q)", k+1, lc.Kind, lc.Per)
+		}
+		out = append(out, l)
+	}
+	if len(out) > 0 && mc.Kind == mountList {
+		return nil, fmt.Errorf("a list takes no flow limits (settle refuses them there)")
+	}
+	return out, nil
 }
 
 // The kinds of mount a config file names, as settle's constructors do.
@@ -126,6 +177,9 @@ func loadConfig(path string) (*fileConfig, error) {
 			return nil, fmt.Errorf("--config %s: %s: a %s has no consumer group (got %q)", path, what, mc.Kind, mc.Group)
 		case seen[mc.Name]:
 			return nil, fmt.Errorf("--config %s: two mounts are named %q", path, mc.Name)
+		}
+		if _, err := mc.flowLimits(); err != nil {
+			return nil, fmt.Errorf("--config %s: %s: %w", path, what, err)
 		}
 		seen[mc.Name] = true
 	}

@@ -23,11 +23,77 @@ type mountStatJSON struct {
 	Group       string        `json:"group,omitempty"`
 	Key         string        `json:"key"`
 	Kind        string        `json:"kind"`
+	Limits      []limitJSON   `json:"limits,omitempty"`
 	List        *listJSON     `json:"list,omitempty"`
 	Mount       string        `json:"mount"`
 	MountKind   string        `json:"mount_kind"`
 	Paused      bool          `json:"paused"`
 	Stream      *streamJSON   `json:"stream,omitempty"`
+}
+
+// limitJSON is one flow limit of a mount as stats --json prints it (admin.LimitState):
+// for a rate limit, its rate a second and in_use its starts given ahead of now; for a
+// concurrency limit, in_use its slots held; waiting, the deliveries waiting for it as the
+// consuming processes last reported; for a per-key limit, the key values holding
+// state (keys), those at their limit (keys_at_limit) and up to 20 of them (at_limit_values),
+// partial when the bounded scan stopped before it had seen every key.
+type limitJSON struct {
+	AtLimit       bool             `json:"at_limit"`
+	AtLimitValues []limitValueJSON `json:"at_limit_values,omitempty"`
+	InUse         int              `json:"in_use"`
+	Keys          int              `json:"keys,omitempty"`
+	KeysAtLimit   int              `json:"keys_at_limit,omitempty"`
+	Limit         string           `json:"limit"`
+	N             int              `json:"n"`
+	Partial       bool             `json:"partial,omitempty"`
+	Rate          float64          `json:"rate,omitempty"`
+	Waiting       int              `json:"waiting"`
+}
+
+// limitValueJSON is a key value at its limit (admin.LimitValue).
+type limitValueJSON struct {
+	InUse int    `json:"in_use"`
+	Value string `json:"value"`
+}
+
+// limitJSONOf is s as stats prints it.
+func limitJSONOf(s admin.LimitState) limitJSON {
+	vs := make([]limitValueJSON, len(s.AtLimitValues))
+	for k, v := range s.AtLimitValues {
+		vs[k] = limitValueJSON{InUse: v.InUse, Value: v.Value}
+	}
+	return limitJSON{AtLimit: s.AtLimit, AtLimitValues: vs, InUse: s.InUse, Keys: s.Keys, KeysAtLimit: s.KeysAtLimit,
+		Limit: s.Limit.String(), N: s.Limit.N, Partial: s.Partial, Rate: s.Rate, Waiting: s.Waiting}
+}
+
+// limitDetails says what a limit's state means, for the stats table.
+func limitDetails(l limitJSON) string {
+	var b strings.Builder
+	if l.Rate > 0 {
+		fmt.Fprintf(&b, "rate %g/s, %d starts given ahead of now", l.Rate, l.InUse)
+	} else {
+		fmt.Fprintf(&b, "%d slots in use", l.InUse)
+	}
+	fmt.Fprintf(&b, ", %d waiting", l.Waiting)
+	if l.Keys > 0 || l.KeysAtLimit > 0 {
+		fmt.Fprintf(&b, ", %d keys, %d at their limit", l.Keys, l.KeysAtLimit)
+		for k, v := range l.AtLimitValues {
+			sep := ": "
+			if k > 0 {
+				sep = ", "
+			}
+			fmt.Fprintf(&b, "%s%s (%d)", sep, v.Value, v.InUse)
+		}
+		if len(l.AtLimitValues) < l.KeysAtLimit {
+			b.WriteString(", …")
+		}
+		if l.Partial {
+			b.WriteString(" (a bounded scan: more keys may hold state)")
+		}
+	} else if l.AtLimit {
+		b.WriteString(", at its limit")
+	}
+	return b.String()
 }
 
 // kindMount is the Kind of a stats line about a mount of the config file.
@@ -59,6 +125,15 @@ func (a *app) statMount(ctx context.Context, mc mountConfig, reclaim time.Durati
 		}
 		j := listJSONOf(l, m.Paused)
 		m.List = &j
+	}
+	if limits, _ := mc.flowLimits(); len(limits) > 0 { // checked by loadConfig
+		ls, err := a.insp.Limits(ctx, mc.Key, mc.Group, limits, admin.LimitsOptions{})
+		if err != nil {
+			return m, wrap(err)
+		}
+		for _, l := range ls {
+			m.Limits = append(m.Limits, limitJSONOf(l))
+		}
 	}
 	if mc.Delayed != "" {
 		d, err := a.insp.DelaySet(ctx, mc.Delayed)
@@ -193,6 +268,9 @@ func (a *app) printConfigStats(ms []mountStatJSON, vs []groupViewJSON) error {
 			}
 			if l := m.List; l != nil {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Mount, m.Key, m.MountKind, l.Length, listDetails(l))
+			}
+			for _, l := range m.Limits {
+				fmt.Fprintf(w, "%s\t%s\tlimit\t%d\t%s\n", m.Mount, l.Limit, l.InUse, limitDetails(l))
 			}
 			if d := m.DelaySet; d != nil {
 				fmt.Fprintf(w, "%s\t%s\tdelay set\t%d\t%s\n", m.Mount, d.Key, d.Size, delayDetails(d))

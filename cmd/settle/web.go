@@ -107,9 +107,10 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 		}
 		o.Admin = a.insp
 		for _, mc := range fc.Mounts {
+			limits, _ := mc.flowLimits() // checked by loadConfig
 			o.Mounts = append(o.Mounts, console.Mount{
 				DeadLetter: mc.DeadLetter, Delayed: mc.Delayed, Group: mc.Group, Key: mc.Key,
-				Kind: mc.Kind, Name: mc.Name, ReclaimIdle: wf.reclaim, Replies: mc.Replies,
+				Kind: mc.Kind, Limits: limits, Name: mc.Name, ReclaimIdle: wf.reclaim, Replies: mc.Replies,
 			})
 		}
 	}

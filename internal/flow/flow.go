@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -104,16 +105,20 @@ type Gate struct {
 	waited   map[*source.Delivery]waitRecord // deliveries that waited, until they start
 	reserved map[*source.Delivery]*Ticket    // deliveries whose start is reserved, with their tickets
 	stopped  bool                            // Stop was called: parked deliveries wait for TakeWaiting
+
+	reported bool // the renewals' goroutine's: the last waiting counts reported were not all zero
 }
 
 // waiter is one waiting delivery.
 type waiter struct {
 	d     *source.Delivery
 	slots []string // byValue keys it is in
+	which int      // the index of the limit it waits for (-1: the limits were unreachable)
 }
 
 // waitRecord is why and since when a delivery waited: its log line says so.
 type waitRecord struct {
+	kind   string
 	reason string
 	since  time.Time
 }
@@ -121,11 +126,24 @@ type waitRecord struct {
 // Ticket is what a started delivery holds: its concurrency slots, freed by Done.
 type Ticket struct {
 	held []source.Held
+	// Kind is what the delivery waited for, without its key value (a metric's label):
+	// WaitRate, WaitConcurrency or WaitUnreachable; "" when it did not wait.
+	Kind string
 	// Reason and Waited say why and how long the delivery waited before it started ("",
 	// 0: it did not).
 	Reason string
 	Waited time.Duration
 }
+
+// The kinds of wait (Ticket.Kind).
+const (
+	// WaitConcurrency: every slot of a concurrency limit was held.
+	WaitConcurrency = "concurrency"
+	// WaitRate: a rate limit had no start free.
+	WaitRate = "rate"
+	// WaitUnreachable: the limits' state could not be read.
+	WaitUnreachable = "unreachable"
+)
 
 // New returns a gate; Start runs it.
 func New(c Config) *Gate {
@@ -145,8 +163,18 @@ func New(c Config) *Gate {
 		waited:   map[*source.Delivery]waitRecord{},
 		reserved: map[*source.Delivery]*Ticket{},
 	}
+	g.names = Names(c.Limits)
+	return g
+}
+
+// Names returns the names that tell a mount's limits apart in their state's keys (the
+// Gate's Name): "rate", "rateby" or "slots" by kind, then "rateby2", … for a second
+// limit of a kind, in the order declared. settle/admin names them the same way to read
+// their state.
+func Names(limits []Limit) []string {
 	count := map[string]int{}
-	for _, l := range c.Limits {
+	names := make([]string, 0, len(limits))
+	for _, l := range limits {
 		kind := "slots"
 		if !l.Slots() {
 			kind = "rate"
@@ -158,9 +186,9 @@ func New(c Config) *Gate {
 		if count[kind] > 1 {
 			kind += strconv.Itoa(count[kind])
 		}
-		g.names = append(g.names, kind)
+		names = append(names, kind)
 	}
-	return g
+	return names
 }
 
 // Start runs the gate's waits until Stop and its lease renewals, under ctx, until
@@ -305,7 +333,7 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 	if err != nil {
 		g.cfg.Logger.WarnContext(ctx, "settle: could not read the mount's flow limits; the delivery waits and asks again",
 			slog.String(source.AttrMsgID, d.ID), slog.Any(source.AttrError, err), slog.Duration("wait", ErrorWait))
-		g.park(ctx, d, ErrorWait, "flow limits unreachable", nil)
+		g.park(ctx, d, ErrorWait, -1, WaitUnreachable, "flow limits unreachable", nil)
 		return nil, false
 	}
 	t := &Ticket{}
@@ -340,7 +368,7 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 		wait = min(wait, SlotPoll)
 		slot = []string{g.names[take.Which] + "\x00" + gt.Value}
 	}
-	g.park(ctx, d, wait, reason, slot)
+	g.park(ctx, d, wait, take.Which, kindOf(gt), reason, slot)
 	return nil, false
 }
 
@@ -348,24 +376,25 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 func (g *Gate) started(d *source.Delivery, t *Ticket) {
 	if r, ok := g.waited[d]; ok {
 		delete(g.waited, d)
-		t.Reason, t.Waited = r.reason, g.cfg.Clock.Now().Sub(r.since)
+		t.Kind, t.Reason, t.Waited = r.kind, r.reason, g.cfg.Clock.Now().Sub(r.since)
 	}
 }
 
 // kindOf names a gate's kind for a wait's reason.
 func kindOf(gt source.Gate) string {
 	if gt.Slots > 0 {
-		return "concurrency"
+		return WaitConcurrency
 	}
-	return "rate"
+	return WaitRate
 }
 
-// park keeps d waiting for wait (or, for a slot, until one is freed here), for reason.
-func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration, reason string, slots []string) {
-	w := &waiter{d: d, slots: slots}
+// park keeps d waiting for wait (or, for a slot, until one is freed here), for limit
+// which, for reason (of kind).
+func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration, which int, kind, reason string, slots []string) {
+	w := &waiter{d: d, slots: slots, which: which}
 	g.mu.Lock()
 	if _, ok := g.waited[d]; !ok {
-		g.waited[d] = waitRecord{reason: reason, since: g.cfg.Clock.Now()}
+		g.waited[d] = waitRecord{kind: kind, reason: reason, since: g.cfg.Clock.Now()}
 		if g.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
 			g.cfg.Logger.DebugContext(ctx, "settle: delivery waits for its flow limit; it is not started and spends no attempt",
 				slog.String(source.AttrMsgID, d.ID), slog.String("wait_reason", reason), slog.Duration("wait", wait))
@@ -443,18 +472,64 @@ func (g *Gate) Done(ctx context.Context, t *Ticket) {
 	}
 }
 
-// renewLoop renews the held slots' leases every Lease/3 until Stop.
+// ReportEvery is how often a gate reports, while some of its deliveries wait, how many
+// wait (source.WaitReporter), for operators.
+const ReportEvery = time.Second
+
+// renewLoop renews the held slots' leases every Lease/3, and reports the deliveries
+// waiting every ReportEvery, until Close.
 func (g *Gate) renewLoop(ctx context.Context) {
+	every := min(ReportEvery, g.cfg.Lease/3)
+	last := g.cfg.Clock.Now()
 	for {
-		t := g.cfg.Clock.NewTimer(g.cfg.Lease / 3)
+		t := g.cfg.Clock.NewTimer(every)
 		select {
 		case <-g.quit:
 			t.Stop()
+			if g.reported { // nothing of this process waits any more: say so now
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ErrorWait)
+				g.reportWaiting(cctx, true)
+				cancel()
+			}
 			return
 		case <-t.C():
 		}
-		g.renew(ctx)
+		g.reportWaiting(ctx, false)
+		if now := g.cfg.Clock.Now(); now.Sub(last) >= g.cfg.Lease/3 {
+			last = now
+			g.renew(ctx)
+		}
 	}
+}
+
+// reportWaiting records, where the Store keeps them (source.WaitReporter), how many of
+// the mount's deliveries wait in this process for each limit, for operators: while some
+// wait, and once more when none does (none, when closing). Each report holds for Lease;
+// nothing is written while nothing waits.
+func (g *Gate) reportWaiting(ctx context.Context, closing bool) {
+	wr, ok := g.cfg.Store.(source.WaitReporter)
+	if !ok {
+		return
+	}
+	counts := make([]int, len(g.cfg.Limits))
+	if !closing {
+		g.mu.Lock()
+		for _, w := range g.waiting {
+			if w.which >= 0 && w.which < len(counts) {
+				counts[w.which]++
+			}
+		}
+		g.mu.Unlock()
+	}
+	some := slices.ContainsFunc(counts, func(n int) bool { return n > 0 })
+	if !some && !g.reported {
+		return
+	}
+	if err := wr.LimitWaiting(ctx, g.prefix, counts, g.cfg.Lease); err != nil {
+		g.cfg.Logger.DebugContext(ctx, "settle: could not record how many deliveries wait for the flow limits (for operators)", slog.Any(source.AttrError, err))
+		return
+	}
+	g.reported = some
 }
 
 // renew extends the leases of every slot held now, and warns of those lost.

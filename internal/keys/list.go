@@ -39,3 +39,9 @@ func ListConsumers(key string) string {
 func Limit(key, group, kind, value string) string {
 	return Derived(key, "limit:"+group+":"+kind+":"+value)
 }
+
+// LimitWaiting is where the processes reading key (group as Limit's) record how many of
+// their deliveries wait for its flow limits: "{orders}:limit:workers:waiting:".
+func LimitWaiting(key, group string) string {
+	return Limit(key, group, "waiting", "")
+}

@@ -70,3 +70,11 @@ func (l Limits) slots(held []source.Held) (ks, tokens []string) {
 	}
 	return ks, tokens
 }
+
+var _ source.WaitReporter = Limits{}
+
+// LimitWaiting runs limit_waiting.lua on the source's waiting counts (keys.LimitWaiting).
+func (l Limits) LimitWaiting(ctx context.Context, process string, counts []int, ttl time.Duration) error {
+	_, err := script.LimitWaiting(ctx, l.Client, keys.LimitWaiting(l.Key, l.Group), process, counts, ttl, l.now())
+	return err
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,10 +21,13 @@ var (
 	limitRenewSrc string
 	//go:embed limit_release.lua
 	limitReleaseSrc string
+	//go:embed limit_waiting.lua
+	limitWaitingSrc string
 
 	limitTake    = redis.NewScript(limitTakeSrc)
 	limitRenew   = redis.NewScript(nowSrc + limitRenewSrc)
 	limitRelease = redis.NewScript(limitReleaseSrc)
+	limitWaiting = redis.NewScript(nowSrc + limitWaitingSrc)
 )
 
 // Limit is one limit a delivery must pass, with the key its state lives in.
@@ -114,4 +120,47 @@ func LimitRelease(ctx context.Context, rdb redis.Scripter, keys, tokens []string
 		return 0, fmt.Errorf("limit release script: %w", err)
 	}
 	return n, nil
+}
+
+// LimitWaiting records under process, in the hash key, how many deliveries it has
+// waiting for each of a mount's limits (counts, in the order declared; all zero removes
+// its field), held for ttl without another report, and sweeps the fields of processes
+// that stopped reporting (see limit_waiting.lua). now is as LimitTake's. It returns how
+// many processes' counts are held.
+func LimitWaiting(ctx context.Context, rdb redis.Scripter, key, process string, counts []int, ttl time.Duration, now int64) (int, error) {
+	enc := ""
+	if slices.ContainsFunc(counts, func(n int) bool { return n > 0 }) {
+		parts := make([]string, len(counts))
+		for i, n := range counts {
+			parts[i] = strconv.Itoa(n)
+		}
+		enc = strings.Join(parts, ",")
+	}
+	n, err := limitWaiting.Run(ctx, rdb, []string{key}, nowArg(now), process, enc, max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		return 0, fmt.Errorf("limit waiting script: %w", err)
+	}
+	return n, nil
+}
+
+// ParseLimitWaiting reads one process's field of a LimitWaiting hash: when its counts
+// expire (ms since the epoch) and the counts; ok is false for a field that does not
+// parse.
+func ParseLimitWaiting(v string) (expires int64, counts []int, ok bool) {
+	exp, rest, found := strings.Cut(v, ":")
+	if !found {
+		return 0, nil, false
+	}
+	expires, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return 0, nil, false
+	}
+	for _, f := range strings.Split(rest, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return 0, nil, false
+		}
+		counts = append(counts, n)
+	}
+	return expires, counts, true
 }

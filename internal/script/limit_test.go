@@ -144,3 +144,40 @@ func TestLimitTakeReservesAStartWithinTheHorizonAndRefusesBeyondIt(t *testing.T)
 		t.Fatalf("takes at one instant: got %v, want %s", got, want)
 	}
 }
+
+// LimitWaiting keeps each process's waiting counts until they expire, removes a
+// process's field when it reports nothing waiting, and sweeps the fields of processes
+// that stopped reporting.
+func TestLimitWaitingKeepsEachProcessesCountsUntilTheyExpire(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	key := r.Key("waiting")
+	if n, err := script.LimitWaiting(ctx, r.Client, key, "p1", []int{3, 0}, 3*time.Second, limitT0); err != nil || n != 1 {
+		t.Fatalf("p1 reports: %d live, %v; want 1", n, err)
+	}
+	if n, err := script.LimitWaiting(ctx, r.Client, key, "p2", []int{1, 2}, 3*time.Second, limitT0+2000); err != nil || n != 2 {
+		t.Fatalf("p2 reports: %d live, %v; want 2", n, err)
+	}
+	v, err := r.Client.HGet(ctx, key, "p2").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp, counts, ok := script.ParseLimitWaiting(v); !ok || exp != limitT0+5000 || fmt.Sprint(counts) != "[1 2]" {
+		t.Fatalf("p2's field %q reads %d %v %v; want expiry %d, [1 2]", v, exp, counts, ok, limitT0+5000)
+	}
+	// p1's counts expired at T0+3s: p2's next report sweeps them.
+	if n, err := script.LimitWaiting(ctx, r.Client, key, "p2", []int{0, 1}, 3*time.Second, limitT0+3500); err != nil || n != 1 {
+		t.Fatalf("p2 reports after p1 expired: %d live, %v; want 1", n, err)
+	}
+	if ok, _ := r.Client.HExists(ctx, key, "p1").Result(); ok {
+		t.Fatal("p1's expired counts were not swept")
+	}
+	// Nothing waits in p2 now: its field goes, and with it the hash.
+	if n, err := script.LimitWaiting(ctx, r.Client, key, "p2", []int{0, 0}, 3*time.Second, limitT0+4000); err != nil || n != 0 {
+		t.Fatalf("p2 reports nothing waiting: %d live, %v; want 0", n, err)
+	}
+	if n, _ := r.Client.Exists(ctx, key).Result(); n != 0 {
+		t.Fatal("the hash outlived its last process's field")
+	}
+}

@@ -109,6 +109,7 @@ func Sources() map[string]string {
 		"limit_release":      limitReleaseSrc,
 		"limit_renew":        nowSrc + limitRenewSrc,
 		"limit_take":         limitTakeSrc,
+		"limit_waiting":      nowSrc + limitWaitingSrc,
 		"list_done":          aclSrc + nowSrc + expirySrc + dedupSrc + listDoneSrc,
 		"list_move":          aclSrc + listMoveSrc,
 		"list_recover":       aclSrc + listRecoverSrc,

@@ -23,6 +23,7 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"limit_release":      limitRelease,
 		"limit_renew":        limitRenew,
 		"limit_take":         limitTake,
+		"limit_waiting":      limitWaiting,
 		"list_done":          listDone,
 		"list_move":          listMove,
 		"list_recover":       ListRecover,

@@ -62,3 +62,13 @@ type Held struct {
 	// Value is the key value of the slot's limit.
 	Value string
 }
+
+// WaitReporter is the optional capability of a Limiter that records, beside the limits'
+// state, how many deliveries each process has waiting for them, for operators
+// (settle/admin). The gate reports now and then while something waits; without it,
+// waits are seen only in the process (its metrics and log lines).
+type WaitReporter interface {
+	// LimitWaiting records process's counts of waiting deliveries, one per limit in the
+	// order declared (all zero: none), held for ttl without another report.
+	LimitWaiting(ctx context.Context, process string, counts []int, ttl time.Duration) error
+}
