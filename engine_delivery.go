@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/settlekit/settle/delayed"
+	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/keyorder"
 	"github.com/settlekit/settle/internal/redispartition"
 	"github.com/settlekit/settle/internal/script"
-	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
