@@ -148,8 +148,17 @@ func limitRate(ctx context.Context, srv *server, admin *redis.Client, cfg config
 	from := starts[0] + int64(time.Second)
 	k, _ := slices.BinarySearch(starts, from)
 	after := float64(len(starts)-k) / time.Duration(starts[len(starts)-1]-from).Seconds()
-	return fmt.Sprintf("RateLimit(1000, 1s), %d processes: %d starts in %.1f s, %.0f/s (%.0f/s after the first second); most in any 1 s window %d",
-		processes, len(starts), span.Seconds(), float64(len(starts))/span.Seconds(), after, most), nil
+	// Starts per second in each 5 s from the first (the last part by its own length):
+	// whether the rate holds over the run, as the machine's load moves.
+	var per5 []string
+	for at := starts[0]; at < starts[len(starts)-1]; at += int64(5 * time.Second) {
+		i, _ := slices.BinarySearch(starts, at)
+		j, _ := slices.BinarySearch(starts, at+int64(5*time.Second))
+		secs := min(5*time.Second, time.Duration(starts[len(starts)-1]-at)).Seconds()
+		per5 = append(per5, strconv.Itoa(int(float64(j-i)/secs)))
+	}
+	return fmt.Sprintf("RateLimit(1000, 1s), %d processes: %d starts in %.1f s, %.0f/s (%.0f/s after the first second; per second in each 5 s: %s); most in any 1 s window %d",
+		processes, len(starts), span.Seconds(), float64(len(starts))/span.Seconds(), after, strings.Join(per5, " "), most), nil
 }
 
 func limitHotKey(ctx context.Context, srv *server, admin *redis.Client, cfg config, d time.Duration) (string, error) {
