@@ -62,8 +62,9 @@ func limitOptions(w *ledger.Writer, ids *sync.Map) []settle.MountOption {
 	}
 }
 
-// TestSoakFlowLimitsSurviveKill9: a Stream with Reclaim, RateLimit, RateLimitBy,
-// ConcurrencyBy(…, 1), GlobalConcurrency and Dedupe on its mount, three workers killed
+// TestSoakFlowLimitsSurviveKill9: a Stream with Reclaim, then a ReliableList, with
+// RateLimit, RateLimitBy, ConcurrencyBy(…, 1), GlobalConcurrency and Dedupe on the
+// mount, three workers killed
 // with SIGKILL at random moments and restarted until it is drained. Every fifth message
 // has a twin of the same Dedupe key. The ledger holds for every other message (none
 // lost, every duplicate explained); every twin pair ends each member in one final state
@@ -72,9 +73,24 @@ func limitOptions(w *ledger.Writer, ids *sync.Map) []settle.MountOption {
 // runs again, in another worker, within SlotLease of the kill (no slot held past the
 // heartbeat bound).
 func TestSoakFlowLimitsSurviveKill9(t *testing.T) {
-	s := redisSubject(t, transportStream)
+	for _, tc := range []struct {
+		name      string
+		transport string
+		idle      time.Duration
+	}{
+		{"StreamReclaim", transportStream, 2 * time.Second},
+		{"ReliableList", transportReliable, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) { limitSoak(t, tc.transport, tc.idle) })
+	}
+}
+
+// limitSoak is TestSoakFlowLimitsSurviveKill9 on one transport, idle its min-idle or
+// heartbeat.
+func limitSoak(t *testing.T, transport string, idle time.Duration) {
+	s := redisSubject(t, transport)
 	s.cfg.Limits = true
-	s.cfg.Idle = 2 * time.Second
+	s.cfg.Idle = idle
 	seed := soakSeed(t)
 	h := newHarness(t, s.cfg, seed)
 	start := time.Now()
@@ -145,7 +161,7 @@ func TestSoakFlowLimitsSurviveKill9(t *testing.T) {
 		}
 	}
 	rep := ledger.Check(ledger.Input{Events: rest, Dead: restDead, MaxAttempts: s.cfg.Cap})
-	t.Logf("%d messages and %d twins drained in %s: %s", messages, len(pairs), drainedAfter.Round(time.Millisecond), rep)
+	t.Logf("%s: %d messages and %d twins drained in %s: %s", transport, messages, len(pairs), drainedAfter.Round(time.Millisecond), rep)
 	if !rep.OK() {
 		t.Fatalf("the ledger does not hold (seed %d):\n%s", seed, firstProblems(rep, 30))
 	}
