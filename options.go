@@ -335,7 +335,13 @@ func LimitBurst(b int) LimitOption {
 }
 
 // RateLimit starts at most n of the mount's deliveries per period per, across every
-// process reading its source, plus the burst LimitBurst allows.
+// process reading its source, plus the burst LimitBurst allows: no window of per sees
+// more than n + burst starts. To keep that true of the handlers' starts, not only of
+// the limit's own clock, the starts are spaced (per + per/50)/n apart (2 % under n) and
+// a start that comes more than per/50 after the one its limit let through (a timer that
+// fired late, a slow answer from Redis) is given up and asks again, at most three times
+// running before it starts however late (a stalled process starts late rather than
+// never).
 //
 // The limit is GCRA (the generic cell rate algorithm), not a token bucket: both admit
 // the same starts (GCRA is a token bucket seen as a time), but GCRA keeps one number per

@@ -202,6 +202,9 @@ func main() {
 		idle        = flag.Duration("idle", 0, "instead of the scenarios, watch idle mounts of each transport (-only: stream, claiming-stream, list, reliable-list, pubsub, pubsub-pattern) for this long (see -idlemounts)")
 		idleMounts  = flag.String("idlemounts", "1,100", "comma-separated numbers of idle mounts in one App (with -idle)")
 		limits      = flag.Duration("limits", 0, "instead of the scenarios, measure the flow limits (RateLimit, RateLimitBy, ConcurrencyBy), each row for about this long")
+		limitChildR = flag.String("limitchild", "", "internal: run as one consumer process of this flow-limit row (see limitsproc.go)")
+		limitKey    = flag.String("limitkey", "", "internal: the -limitchild's stream")
+		limitEnd    = flag.Int64("limitend", 0, "internal: when the -limitchild stops, in Unix ns")
 	)
 	flag.Parse()
 	conc, err := ints(*sqlConc)
@@ -220,6 +223,8 @@ func main() {
 		only: split(*only), scenarios: split(*scens), cpuprofile: *cpuprofile, memprofile: *memprofile, timeout: *timeout, verbose: *verbose,
 	}
 	switch {
+	case *limitChildR != "":
+		err = limitChild(ctx, *redisURL, childFlags{row: *limitChildR, key: *limitKey, end: *limitEnd})
 	case *limits > 0:
 		err = runLimits(ctx, cfg, *limits)
 	case *idle > 0:

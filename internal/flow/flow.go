@@ -10,8 +10,12 @@
 // holding no worker and no read slot, so that the mount reads on and the deliveries of
 // other keys start without it. A delivery whose rate limits let it start within
 // Horizon reserves that start and begins then without asking again; otherwise it asks
-// again when its limit says it may, when a slot of its key is freed in this process, or
-// after SlotPoll when a slot is held elsewhere.
+// again when its limit says it may (of the deliveries one rate limit's value refused in
+// a process, only the head of their line asks, the next once it took a start), when a
+// slot of its key is freed in this process, or after SlotPoll when a slot is held
+// elsewhere. A start that comes later than its rate limit's slack is given up and asked
+// again (see SlackShare), so that handlers' starts, not only the limit's clock, keep to
+// n + burst in any window of the period.
 package flow
 
 import (
@@ -41,6 +45,24 @@ const SlotPoll = 50 * time.Millisecond
 // comes due; one due later asks again once its start is within the horizon. A process
 // that stops or crashes loses at most Horizon of its limits' starts.
 const Horizon = time.Second
+
+// SlackShare is the share of a rate limit's period by which a start may begin late, and
+// the share its rate is lowered by to keep room for that: a rate limit of n per period
+// per spaces its starts (per + per/SlackShare)/n apart, 2 % under n, so that starts
+// each begun no later than per/SlackShare after the start its limit let through (a
+// reserved start whose timer fired late, a take whose answer came back slowly) still
+// number at most n + burst in any window of per. A start later than that is not begun:
+// its place is given up and it asks again (see MaxLate).
+const SlackShare = 50
+
+// MaxLate is how many times running a delivery gives up a start it came to late before
+// it begins one however late: a process stalled longer than the slack at every try
+// starts its deliveries late (its starts may then bunch past n + burst) rather than
+// never.
+const MaxLate = 3
+
+// Slack is how late a start of a rate limit of period per may begin (see SlackShare).
+func Slack(per time.Duration) time.Duration { return per / SlackShare }
 
 // ErrorWait is how long a delivery waits when its limits' state could not be read (the
 // server is away): it never starts unchecked.
@@ -96,15 +118,17 @@ type Gate struct {
 	closed chan struct{} // closed once the renewals' goroutine returned
 
 	mu       sync.Mutex
-	held     map[*Ticket]struct{}            // tickets whose slots are renewed
-	waiting  map[*source.Delivery]*waiter    // deliveries waiting to try again
-	byValue  map[string]map[*waiter]struct{} // slot waiters by limit and value
-	roomFree chan struct{}                   // closed when the waiting set falls below MaxWaiting
-	resuming int                             // deliveries handed to Resume that it has not taken yet
-	resumed  chan struct{}                   // closed when resuming falls to 0
-	waited   map[*source.Delivery]waitRecord // deliveries that waited, until they start
-	reserved map[*source.Delivery]*Ticket    // deliveries whose start is reserved, with their tickets
-	stopped  bool                            // Stop was called: parked deliveries wait for TakeWaiting
+	held     map[*Ticket]struct{}             // tickets whose slots are renewed
+	waiting  map[*source.Delivery]*waiter     // deliveries waiting to try again
+	byValue  map[string]map[*waiter]struct{}  // slot waiters by limit and value
+	lines    map[string]*rateLine             // rate waiters by limit and value
+	roomFree chan struct{}                    // closed when the waiting set falls below MaxWaiting
+	resuming int                              // deliveries handed to Resume that it has not taken yet
+	resumed  chan struct{}                    // closed when resuming falls to 0
+	waited   map[*source.Delivery]waitRecord  // deliveries that waited, until they start
+	reserved map[*source.Delivery]reservation // deliveries whose start is reserved
+	lateness atomic.Int64                     // starts given up because they came late
+	stopped  bool                             // Stop was called: parked deliveries wait for TakeWaiting
 
 	reported bool // the renewals' goroutine's: the last waiting counts reported were not all zero
 }
@@ -116,11 +140,30 @@ type waiter struct {
 	which int      // the index of the limit it waits for (-1: the limits were unreachable)
 }
 
+// rateLine is the deliveries of this process that one rate limit's value refused: only
+// its head asks again (when the line's wait ends, or at once when a delivery of the
+// value took a start), so that the deliveries waiting for one limit do not all ask each
+// time it comes due, keeping the process's workers and Redis busy with refusals while
+// reserved starts wait for them.
+type rateLine struct {
+	ws   []*waiter
+	wait time.Duration // the last refusal's wait
+	gen  uint64        // only the newest scheduled wake of the line acts
+}
+
 // waitRecord is why and since when a delivery waited: its log line says so.
 type waitRecord struct {
 	kind   string
 	reason string
 	since  time.Time
+}
+
+// reservation is a reserved start: the ticket it holds, the latest it may begin, and
+// how many starts the delivery gave up before it because they came late.
+type reservation struct {
+	t     *Ticket
+	by    time.Time // zero: no deadline (no rate limit asked the wait)
+	tries int
 }
 
 // Ticket is what a started delivery holds: its concurrency slots, freed by Done.
@@ -160,8 +203,9 @@ func New(c Config) *Gate {
 		held:     map[*Ticket]struct{}{},
 		waiting:  map[*source.Delivery]*waiter{},
 		byValue:  map[string]map[*waiter]struct{}{},
+		lines:    map[string]*rateLine{},
 		waited:   map[*source.Delivery]waitRecord{},
-		reserved: map[*source.Delivery]*Ticket{},
+		reserved: map[*source.Delivery]reservation{},
 	}
 	g.names = Names(c.Limits)
 	return g
@@ -225,13 +269,14 @@ func (g *Gate) TakeWaiting(ctx context.Context) []*source.Delivery {
 	var tickets []*Ticket
 	for d := range g.waiting {
 		ds = append(ds, d)
-		if t, ok := g.reserved[d]; ok {
-			tickets = append(tickets, t)
+		if r, ok := g.reserved[d]; ok {
+			tickets = append(tickets, r.t)
 			delete(g.reserved, d)
 		}
 	}
 	clear(g.waiting)
 	clear(g.byValue)
+	clear(g.lines)
 	g.freeRoom()
 	g.mu.Unlock()
 	for _, t := range tickets {
@@ -303,19 +348,58 @@ func (g *Gate) freeRoom() {
 	}
 }
 
+// Late returns how many starts the gate gave up because they came later than their
+// rate limit's slack (see SlackShare).
+func (g *Gate) Late() int64 { return g.lateness.Load() }
+
 // Admit lets d start under the mount's limits, returning the ticket it holds while it
 // runs (give it to Done), or parks d to try again later and returns false: then d is
 // the gate's until Resume is called with it.
+//
+// A start that comes later than its rate limits' slack after the start they let
+// through (measured from before the take was sent, so a slow answer counts) is given
+// up, its slots freed, and the delivery asks again at once, up to MaxLate times
+// running: so no window of a limit's period sees more than n + burst starts.
 func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
+	tries := 0
 	g.mu.Lock()
-	if t, ok := g.reserved[d]; ok {
+	if r, ok := g.reserved[d]; ok {
 		delete(g.reserved, d)
-		g.started(d, t)
+		if r.by.IsZero() || r.tries >= MaxLate || !g.cfg.Clock.Now().After(r.by) {
+			g.started(d, r.t)
+			g.mu.Unlock()
+			return r.t, true
+		}
 		g.mu.Unlock()
-		return t, true
+		g.late(ctx, d, r.t)
+		tries = r.tries + 1
+	} else {
+		g.mu.Unlock()
 	}
-	g.mu.Unlock()
+	for {
+		t, ok, again := g.admit(ctx, d, tries)
+		if !again {
+			return t, ok
+		}
+		tries++
+	}
+}
+
+// late gives up a start of d that came too late: its slots are freed.
+func (g *Gate) late(ctx context.Context, d *source.Delivery, t *Ticket) {
+	g.lateness.Add(1)
+	if g.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		g.cfg.Logger.DebugContext(ctx, "settle: a delivery came late to the start its rate limit let through; it gives it up and asks again",
+			slog.String(source.AttrMsgID, d.ID))
+	}
+	g.Done(ctx, t)
+}
+
+// admit asks the limits' store once for d, the tries-th time after a start given up
+// for lateness: again when this start came late too and d must ask again.
+func (g *Gate) admit(ctx context.Context, d *source.Delivery, tries int) (t *Ticket, ok, again bool) {
 	gates := make([]source.Gate, len(g.cfg.Limits))
+	var slack time.Duration // the least of the rate limits' slacks; 0: no rate limit
 	for i, l := range g.cfg.Limits {
 		gt := source.Gate{Name: g.names[i]}
 		if l.KeyFunc != nil {
@@ -324,20 +408,29 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 		if l.Slots() {
 			gt.Slots, gt.Lease = l.N, g.cfg.Lease
 		} else {
-			gt.Interval, gt.Burst = l.Per/time.Duration(l.N), max(l.Burst, 1)
+			gt.Interval, gt.Burst = (l.Per+Slack(l.Per))/time.Duration(l.N), max(l.Burst, 1)
+			if s := Slack(l.Per); slack == 0 || s < slack {
+				slack = s
+			}
 		}
 		gates[i] = gt
 	}
 	token := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
+	sent := g.cfg.Clock.Now()
 	take, err := g.cfg.Store.LimitTake(ctx, gates, token, Horizon)
 	if err != nil {
 		g.cfg.Logger.WarnContext(ctx, "settle: could not read the mount's flow limits; the delivery waits and asks again",
 			slog.String(source.AttrMsgID, d.ID), slog.Any(source.AttrError, err), slog.Duration("wait", ErrorWait))
-		g.park(ctx, d, ErrorWait, -1, WaitUnreachable, "flow limits unreachable", nil)
-		return nil, false
+		g.park(ctx, d, ErrorWait, -1, WaitUnreachable, "flow limits unreachable", nil, "")
+		return nil, false, false
 	}
-	t := &Ticket{}
+	t = &Ticket{}
 	if take.Wait == 0 || take.Reserved {
+		for _, gt := range gates {
+			if gt.Slots == 0 {
+				g.kick(gt.Name + "\x00" + gt.Value) // the next of its line asks now
+			}
+		}
 		for _, gt := range gates {
 			if gt.Slots > 0 {
 				t.held = append(t.held, source.Held{Name: gt.Name, Token: token, Value: gt.Value})
@@ -348,11 +441,20 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 			g.held[t] = struct{}{} // renewed while it waits for its reserved start, and runs
 		}
 		if take.Wait == 0 {
+			if slack > 0 && tries < MaxLate && g.cfg.Clock.Now().Sub(sent) > slack {
+				g.mu.Unlock()
+				g.late(ctx, d, t) // the answer came back later than the slack
+				return nil, false, true
+			}
 			g.started(d, t)
 			g.mu.Unlock()
-			return t, true
+			return t, true, false
 		}
-		g.reserved[d] = t
+		r := reservation{t: t, tries: tries}
+		if slack > 0 {
+			r.by = sent.Add(take.Wait + slack)
+		}
+		g.reserved[d] = r
 		g.mu.Unlock()
 	}
 	gt := gates[take.Which]
@@ -362,14 +464,18 @@ func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
 		reason += fmt.Sprintf(" key %q", gt.Value)
 	}
 	// The wait counts from the answer's arrival: a reserved start may begin a round trip
-	// late, never early.
+	// late, never early (and no later than the slack after it, counted from the take's
+	// sending).
 	wait := take.Wait
+	line := ""
 	if gt.Slots > 0 {
 		wait = min(wait, SlotPoll)
 		slot = []string{g.names[take.Which] + "\x00" + gt.Value}
+	} else if !take.Reserved {
+		line = gt.Name + "\x00" + gt.Value
 	}
-	g.park(ctx, d, wait, take.Which, kindOf(gt), reason, slot)
-	return nil, false
+	g.park(ctx, d, wait, take.Which, kindOf(gt), reason, slot, line)
+	return nil, false, false
 }
 
 // started fills t's wait from d's record, once d starts. g.mu is held.
@@ -388,9 +494,10 @@ func kindOf(gt source.Gate) string {
 	return WaitRate
 }
 
-// park keeps d waiting for wait (or, for a slot, until one is freed here), for limit
+// park keeps d waiting for wait (or, for a slot, until one is freed here; or, in a
+// rate limit's line, until it heads the line and the line's wait ends), for limit
 // which, for reason (of kind).
-func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration, which int, kind, reason string, slots []string) {
+func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration, which int, kind, reason string, slots []string, line string) {
 	w := &waiter{d: d, slots: slots, which: which}
 	g.mu.Lock()
 	if _, ok := g.waited[d]; !ok {
@@ -411,8 +518,66 @@ func (g *Gate) park(ctx context.Context, d *source.Delivery, wait time.Duration,
 		}
 		g.byValue[s][w] = struct{}{}
 	}
+	if line != "" {
+		l := g.lines[line]
+		if l == nil {
+			l = &rateLine{}
+			g.lines[line] = l
+		}
+		l.ws = append(l.ws, w)
+		l.wait = wait
+		g.armLine(line, l, wait)
+		g.mu.Unlock()
+		return
+	}
 	g.mu.Unlock()
 	g.q.Schedule(wait, func() { g.wake(w) })
+}
+
+// armLine schedules l's head to ask again after wait, in place of any wake of the line
+// scheduled before. g.mu is held.
+func (g *Gate) armLine(key string, l *rateLine, wait time.Duration) {
+	l.gen++
+	gen := l.gen
+	g.q.Schedule(wait, func() { g.wakeLine(key, gen) })
+}
+
+// kick lets the head of key's line ask at once: a delivery of its value took a start.
+func (g *Gate) kick(key string) {
+	g.mu.Lock()
+	if l := g.lines[key]; l != nil && len(l.ws) > 0 {
+		g.armLine(key, l, 0)
+	}
+	g.mu.Unlock()
+}
+
+// wakeLine hands the head of key's line back to the engine to ask again, unless a newer
+// wake of the line was scheduled since (gen), and keeps the line armed after its wait in
+// case that head never asks (it settled otherwise).
+func (g *Gate) wakeLine(key string, gen uint64) {
+	g.mu.Lock()
+	l := g.lines[key]
+	if l == nil || l.gen != gen {
+		g.mu.Unlock()
+		return
+	}
+	var w *waiter
+	for len(l.ws) > 0 && w == nil {
+		if g.waiting[l.ws[0].d] == l.ws[0] {
+			w = l.ws[0]
+		}
+		l.ws[0] = nil
+		l.ws = l.ws[1:]
+	}
+	if len(l.ws) == 0 {
+		delete(g.lines, key)
+	} else {
+		g.armLine(key, l, max(l.wait, time.Millisecond))
+	}
+	g.mu.Unlock()
+	if w != nil {
+		g.wake(w)
+	}
 }
 
 // wake hands w's delivery back to the engine, unless it was woken already.

@@ -118,3 +118,192 @@ func TestStopHandsBackEveryWaitingDeliveryAndRoomBlocksAtTheBound(t *testing.T) 
 		t.Fatal("Room blocks once the waiting deliveries were handed back")
 	}
 }
+
+// rateStore is a Limiter of one rate limit: it reserves its first take's start wait
+// ahead, lets every later take start at once, and moves the fake clock by slow on each
+// answer (a slow round trip).
+type rateStore struct {
+	clock *clock.Fake
+	wait  time.Duration
+	slow  time.Duration
+	mu    sync.Mutex
+	takes int
+}
+
+func (s *rateStore) LimitTake(context.Context, []source.Gate, string, time.Duration) (source.Take, error) {
+	s.mu.Lock()
+	s.takes++
+	first := s.takes == 1
+	s.mu.Unlock()
+	s.clock.Advance(s.slow)
+	if first && s.wait > 0 {
+		return source.Take{Wait: s.wait, Which: 0, Reserved: true}, nil
+	}
+	return source.Take{Which: -1}, nil
+}
+
+func (s *rateStore) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
+	return nil, nil
+}
+
+func (s *rateStore) LimitRelease(context.Context, []source.Held) error { return nil }
+
+func (s *rateStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.takes
+}
+
+// rateGate runs a gate of RateLimit(10, time.Second) (a slack of 20 ms) over store.
+func rateGate(t *testing.T, store *rateStore) (*flow.Gate, chan *source.Delivery) {
+	t.Helper()
+	return limitGate(t, store.clock, store, flow.Limit{N: 10, Per: time.Second, Burst: 1})
+}
+
+// limitGate runs a gate of one limit over store on c; resumed receives what it resumes.
+func limitGate(t *testing.T, c clock.Clock, store source.Limiter, l flow.Limit) (*flow.Gate, chan *source.Delivery) {
+	t.Helper()
+	resumed := make(chan *source.Delivery, 10)
+	g := flow.New(flow.Config{
+		Clock:      c,
+		Lease:      time.Minute,
+		Limits:     []flow.Limit{l},
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxWaiting: 10,
+		Resume:     func(d *source.Delivery) bool { resumed <- d; return true },
+		Store:      store,
+	})
+	g.Start(context.Background())
+	t.Cleanup(g.Close)
+	return g, resumed
+}
+
+func TestReservedStartThatComesLaterThanTheSlackIsGivenUpAndAsksAgain(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		after time.Duration // how far past its reserved start the clock moves at once
+		takes int
+		late  int64
+	}{
+		{"within the slack", flow.Slack(time.Second), 1, 0},
+		{"past the slack", flow.Slack(time.Second) + time.Millisecond, 2, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fake := clock.NewFake(time.Unix(0, 0))
+			store := &rateStore{clock: fake, wait: 100 * time.Millisecond}
+			g, resumed := rateGate(t, store)
+			ctx := context.Background()
+			d := &source.Delivery{ID: "1"}
+			if _, ok := g.Admit(ctx, d); ok {
+				t.Fatal("a delivery whose start was reserved 100ms ahead started at once")
+			}
+			fake.Advance(100*time.Millisecond + c.after) // its timer fires late by after
+			select {
+			case <-resumed:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the reserved delivery was not resumed")
+			}
+			if _, ok := g.Admit(ctx, d); !ok {
+				t.Fatal("the resumed delivery did not start")
+			}
+			if got := store.count(); got != c.takes {
+				t.Fatalf("%d takes, want %d: a start at most the slack late keeps its place, a later one gives it up and asks again", got, c.takes)
+			}
+			if got := g.Late(); got != c.late {
+				t.Fatalf("Late() = %d, want %d", got, c.late)
+			}
+			g.Stop(ctx)
+		})
+	}
+}
+
+func TestStartWhoseTakeAnsweredLaterThanTheSlackAsksAgainUpToMaxLate(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Unix(0, 0))
+	// Every answer comes back later than the slack: the delivery gives its start up
+	// MaxLate times, then starts however late rather than never.
+	store := &rateStore{clock: fake, slow: flow.Slack(time.Second) + time.Millisecond}
+	g, _ := rateGate(t, store)
+	ctx := context.Background()
+	if _, ok := g.Admit(ctx, &source.Delivery{ID: "1"}); !ok {
+		t.Fatal("the delivery did not start after MaxLate late answers")
+	}
+	if got, want := store.count(), flow.MaxLate+1; got != want {
+		t.Fatalf("%d takes, want %d (MaxLate given up, then one kept)", got, want)
+	}
+	if got := g.Late(); got != flow.MaxLate {
+		t.Fatalf("Late() = %d, want %d", got, flow.MaxLate)
+	}
+	g.Stop(ctx)
+}
+
+// refuseStore is a Limiter of one rate limit that refuses its first refuse takes for an
+// hour (taking nothing) and lets every later one start.
+type refuseStore struct {
+	mu     sync.Mutex
+	refuse int
+	takes  int
+}
+
+func (s *refuseStore) LimitTake(context.Context, []source.Gate, string, time.Duration) (source.Take, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.takes++
+	if s.takes <= s.refuse {
+		return source.Take{Wait: time.Hour, Which: 0}, nil
+	}
+	return source.Take{Which: -1}, nil
+}
+
+func (s *refuseStore) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
+	return nil, nil
+}
+
+func (s *refuseStore) LimitRelease(context.Context, []source.Held) error { return nil }
+
+func TestDeliveriesRefusedByOneRateLimitAskAgainOneAtATime(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Unix(0, 0))
+	g, resumed := limitGate(t, fake, &refuseStore{refuse: 5}, flow.Limit{N: 1, Per: time.Hour, Burst: 1})
+	ctx := context.Background()
+	for i := range 5 {
+		if _, ok := g.Admit(ctx, &source.Delivery{ID: string(rune('a' + i))}); ok {
+			t.Fatal("a refused delivery started")
+		}
+	}
+	settled := func() {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); g.Due(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the gate's due wakes did not run")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// The hour passes: only the head of the five asks again, not all five at once.
+	fake.Advance(time.Hour)
+	head := <-resumed
+	settled()
+	if n := len(resumed); n != 0 {
+		t.Fatalf("%d more deliveries resumed with the head, want none: only the head of a rate limit's line asks again", n)
+	}
+	// The head takes a start: the next of the line asks at once, without the clock moving.
+	if _, ok := g.Admit(ctx, head); !ok {
+		t.Fatal("the head did not start")
+	}
+	select {
+	case next := <-resumed:
+		if next == head {
+			t.Fatal("the head was resumed again")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the line's next delivery did not ask once the head took a start")
+	}
+	settled()
+	if n := len(resumed); n != 0 {
+		t.Fatalf("%d more deliveries resumed, want one at a time", n)
+	}
+	g.Stop(ctx)
+}

@@ -52,7 +52,7 @@ for i = 1, #KEYS do
     if tat - nowUs - b > rateWait then
       rateWait, rateWhich = tat - nowUs - b, i
     end
-    tats[i] = tat + a
+    tats[i] = {tat, a}
   else
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
     if redis.call('ZCARD', KEYS[i]) >= a then
@@ -70,9 +70,14 @@ end
 if rateWait > horizon then
   return {rateWait - horizon, rateWhich, 0}
 end
+-- The start is at now + rateWait: each rate limit's next arrival counts from the later
+-- of its own and that start (a limit that alone would have let the delivery start
+-- sooner must not count it as started then).
+local startUs = nowUs + math.max(rateWait, 0)
 for i = 1, #KEYS do
   if tats[i] then
-    redis.call('SET', KEYS[i], string.format('%d', tats[i]), 'PX', math.ceil((tats[i] - nowUs) / 1000) + 1)
+    local tat = math.max(tats[i][1], startUs) + tats[i][2]
+    redis.call('SET', KEYS[i], string.format('%d', tat), 'PX', math.ceil((tat - nowUs) / 1000) + 1)
   else
     local lease = tonumber(ARGV[3 + 4 * (i - 1) + 3])
     redis.call('ZADD', KEYS[i], now + lease + math.ceil(rateWait / 1000), ARGV[2])

@@ -3,6 +3,8 @@ package script_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -179,5 +181,75 @@ func TestLimitWaitingKeepsEachProcessesCountsUntilTheyExpire(t *testing.T) {
 	}
 	if n, _ := r.Client.Exists(ctx, key).Result(); n != 0 {
 		t.Fatal("the hash outlived its last process's field")
+	}
+}
+
+// mostInWindow returns the most of starts (sorted, µs) in any half-open window of w.
+func mostInWindow(starts []int64, w int64) int {
+	most, j := 0, 0
+	for i := range starts {
+		for starts[i]-starts[j] >= w {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}
+
+func TestLimitTakeRateNeverLetsAWindowOfThePeriodSeeMoreThanNPlusBurst(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	// A mount-wide limit of 100/s (burst 3) and a per-key one of 20/s (burst 2) over 8
+	// keys (160/s asked of it): twelve askers in four processes ask for 10 s of the
+	// scripts' clock (ARGV now, in ms), each again 0-2 ms after its last start, or when
+	// told to; a reserved start begins at now + wait. Every start's time is recorded
+	// under each limit it passed.
+	const per, secs = int64(1_000_000), 10 // µs, s
+	global := script.Limit{Key: r.Key("rate:all"), Interval: 10 * time.Millisecond, Burst: 3}
+	byKey := func(k int) script.Limit {
+		return script.Limit{Key: r.Key(fmt.Sprintf("rate:k%d", k)), Interval: 50 * time.Millisecond, Burst: 2}
+	}
+	rng := rand.New(rand.NewPCG(26, 6))
+	next := make([]int64, 12) // each asker's next ask, in ms from limitT0
+	var all []int64
+	keyed := map[int][]int64{}
+	for {
+		a := 0
+		for i := range next {
+			if next[i] < next[a] {
+				a = i
+			}
+		}
+		now := next[a]
+		if now >= secs*1000 {
+			break
+		}
+		k := rng.IntN(8)
+		res, err := script.LimitTake(ctx, r.Client, []script.Limit{global, byKey(k)}, fmt.Sprint(len(all)), time.Second, limitT0+now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Wait > 0 && !res.Reserved {
+			next[a] = now + max(res.Wait.Milliseconds(), 1)
+			continue
+		}
+		at := now*1000 + res.Wait.Microseconds()
+		all = append(all, at)
+		keyed[k] = append(keyed[k], at)
+		next[a] = now + rng.Int64N(3)
+	}
+	slices.Sort(all)
+	if most := mostInWindow(all, per); most > 100+3 {
+		t.Fatalf("the mount-wide limit (100/s, burst 3) let %d starts into one second, want at most 103", most)
+	}
+	if rate := float64(len(all)) / secs; rate < 95 {
+		t.Fatalf("the mount-wide limit started %.1f/s, want within 5%% of 100", rate)
+	}
+	for k, starts := range keyed {
+		slices.Sort(starts)
+		if most := mostInWindow(starts, per); most > 20+2 {
+			t.Fatalf("key %d's limit (20/s, burst 2) let %d starts into one second, want at most 22: a start reserved by the other limit counts from when it begins", k, most)
+		}
 	}
 }

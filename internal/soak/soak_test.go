@@ -57,38 +57,12 @@ func soak(t *testing.T, s subject, idle time.Duration) {
 		h.start(slot)
 	}
 
+	ids := make([]string, pr.messages)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%05d", i)
+	}
 	ctx := context.Background()
-	published := make(chan error, 1)
-	go func() {
-		for i := range pr.messages {
-			id := fmt.Sprintf("m%05d", i)
-			if err := h.w.Publish(id); err != nil {
-				published <- err
-				return
-			}
-			if err := s.publish(ctx, id, []byte(id)); err != nil {
-				published <- err
-				return
-			}
-		}
-		published <- nil
-	}()
-	var pubErr error
-	pubDone := false
-	h.supervise(pr.plan, func(ctx context.Context) (bool, error) {
-		if !pubDone {
-			select {
-			case pubErr = <-published:
-				pubDone = true
-			default:
-				return false, nil
-			}
-		}
-		if pubErr != nil {
-			return false, fmt.Errorf("publish: %w", pubErr)
-		}
-		return s.drained(ctx, h.consumers)
-	})
+	publishAndDrain(h, s, ids, pr.plan)
 	drainedAfter := time.Since(start)
 	h.stopAll()
 
@@ -141,4 +115,40 @@ func TestSoakReliableListSurvivesKill9(t *testing.T) {
 // when a dead worker's lease passes.
 func TestSoakInboxPostgresSurvivesKill9(t *testing.T) {
 	soak(t, inboxSubject(t), 2*time.Second)
+}
+
+// publishAndDrain publishes ids to s (each written to the ledger first) while h
+// supervises its workers with pl, and returns once s is drained.
+func publishAndDrain(h *harness, s subject, ids []string, pl plan) {
+	h.t.Helper()
+	published := make(chan error, 1)
+	go func() {
+		for _, id := range ids {
+			if err := h.w.Publish(id); err != nil {
+				published <- err
+				return
+			}
+			if err := s.publish(context.Background(), id, []byte(id)); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	var pubErr error
+	pubDone := false
+	h.supervise(pl, func(ctx context.Context) (bool, error) {
+		if !pubDone {
+			select {
+			case pubErr = <-published:
+				pubDone = true
+			default:
+				return false, nil
+			}
+		}
+		if pubErr != nil {
+			return false, fmt.Errorf("publish: %w", pubErr)
+		}
+		return s.drained(ctx, h.consumers)
+	})
 }

@@ -57,6 +57,7 @@ type workerConfig struct {
 	Delays      string // the DurableZset key (transportZset)
 	Idle        time.Duration
 	Key         string // stream or list key, or inbox table
+	Limits      bool   // the flow limits and Dedupe on the mount (limits_test.go)
 	Ledger      string
 	Poison      bool   // poison-message handler instead of the soak's
 	Reply       string // ReplyTo: the crash-point life answers its acked message with a reply
@@ -96,6 +97,17 @@ func TestSoakWorker(t *testing.T) {
 	app, err := settle.New(settle.Config{
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		OnSettled: func(_ context.Context, s settle.Settled) {
+			if s.Deduplicated {
+				// Acked without a run: its Dedupe key was completed (limits_test.go).
+				id := ""
+				if v, ok := ids.LoadAndDelete(dedupSettleKey(s.ID, s.Attempt)); ok {
+					id = v.(string)
+				}
+				if err := w.Settle(id, s.Attempt, s.ID, actionDeduplicated, s.Err); err != nil {
+					panic(err)
+				}
+				return
+			}
 			if s.Action == settle.ActionPark && !durableDelays {
 				// An in-process delay is reported once scheduled; the settlement is the
 				// copy written when it comes due (reported again, as a copy).
@@ -134,6 +146,9 @@ func TestSoakWorker(t *testing.T) {
 	}
 	if cfg.Reply != "" {
 		opts = append(opts, settle.ReplyTo(cfg.Reply))
+	}
+	if cfg.Limits {
+		opts = append(opts, limitOptions(w, &ids)...)
 	}
 
 	var src settle.Source
