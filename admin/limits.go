@@ -279,7 +279,7 @@ func (i *Inspector) limitValues(ctx context.Context, ks []string, l FlowLimit, n
 			if err != nil || tat <= now {
 				continue // none, or idle
 			}
-			interval := max(l.Per.Microseconds()/int64(l.N), 1)
+			interval := max((l.Per+flow.Slack(l.Per)).Microseconds()/int64(l.N), 1) // as the gate spaces starts
 			ahead := tat - now
 			out[n].InUse = int((ahead + interval - 1) / interval)
 			out[n].atLimit = ahead > interval*int64(max(l.Burst, 1)-1)

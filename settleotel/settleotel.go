@@ -62,6 +62,7 @@ package settleotel
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -248,7 +249,33 @@ func baseAttrs(k seriesKey) []attribute.KeyValue {
 	if k.group != "" {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(k.group))
 	}
+	if id, ok := partitionID(k.transport, k.destination); ok {
+		attrs = append(attrs, semconv.MessagingDestinationPartitionID(id))
+	}
 	return attrs
+}
+
+// partitionID returns the index of a PartitionedStream's partition from the stream key
+// a delivery was read from, which settle names "{<name>:<index>}" (settle.PartitionFor):
+// its series are labelled messaging.destination.partition.id beside the mount, so that
+// one partition's backlog or failures show apart. A plain stream whose own key has that
+// shape is labelled alike.
+func partitionID(transport, destination string) (string, bool) {
+	if transport != "stream" || len(destination) < 5 || destination[0] != '{' || destination[len(destination)-1] != '}' {
+		return "", false
+	}
+	inner := destination[1 : len(destination)-1]
+	colon := strings.LastIndexByte(inner, ':')
+	if colon < 1 || colon == len(inner)-1 || strings.ContainsAny(inner, "{}") {
+		return "", false
+	}
+	id := inner[colon+1:]
+	for _, c := range id {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return id, true
 }
 
 // with returns a new slice of attrs and more.
