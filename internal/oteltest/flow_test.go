@@ -30,7 +30,7 @@ func TestFlowWaitsAreRecordedByMountAndLimitKindNeverByKeyValue(t *testing.T) {
 	h.Publish(in, "x", settle.Headers(map[string]string{"acct": "acct-7"}))
 	h.Publish(in, "y", settle.Headers(map[string]string{"acct": "acct-7"}))
 	h.WaitSettled(1)
-	h.Idle() // the second waits for its start
+	h.Idle()                                // the second waits for its start
 	h.Advance(time.Second + time.Second/50) // starts are spaced (per + per/50)/n apart
 	h.WaitSettled(2)
 	h.Stop()
