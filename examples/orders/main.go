@@ -20,9 +20,9 @@
 //   - Publishing waits until the partitions are spread over the members (the first to
 //     start take them all; the others get theirs at the next lease beats). Once half
 //     the events are settled, the last member stops gracefully (-stop) and the others
-//     take its partitions over, pending entries first, and carry on in order: at once
-//     for a lease it hands back, else once the lease runs out (-lease, 3 s). It prints
-//     the partitions it held and who holds them at the end.
+//     take its partitions over at once (it hands their leases back, entries still
+//     waiting for a retry in place included), pending entries first, and carry on in
+//     order. It prints the partitions it held and who holds them at the end.
 //
 // -unordered mounts without settle.Ordered: the same run then lets a customer's later
 // events by while an earlier one waits for its retry, and the check counts them.
@@ -580,10 +580,9 @@ wait:
 			gone = held
 			line := fmt.Sprintf("%s stopped gracefully at %d settled, holding partitions %v", m.name, at, held)
 			if kept := st.held(m.name); len(kept) > 0 {
-				// A lease is handed back at the stop only when nothing of its partition is
-				// unsettled in the member; one with a retry waiting in place runs out
-				// (-lease) before another member takes the partition and that entry.
-				line += fmt.Sprintf(" (%v not handed back: taken once their lease runs out)", kept)
+				// A graceful stop hands every lease back; a crash would leave them to run
+				// out (-lease).
+				line += fmt.Sprintf(" (%v not handed back)", kept)
 			}
 			fmt.Fprintln(stdout, line)
 			continue

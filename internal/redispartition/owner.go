@@ -122,13 +122,17 @@ func (o *owner) step(ctx context.Context, leaving bool) error {
 	var errs []error
 	for _, p := range t.parts {
 		mine := !leaving && rendezvous(live, p.i) == me
-		errs = append(errs, o.keep(ctx, p, mine, ttl))
+		errs = append(errs, o.keep(ctx, p, mine, leaving, ttl))
 	}
 	return errors.Join(errs...)
 }
 
-// keep takes, renews or hands back p's lease as mine says.
-func (o *owner) keep(ctx context.Context, p *partition, mine bool, ttl time.Duration) error {
+// keep takes, renews or hands back p's lease as mine says. A partition no longer the
+// member's is handed back once nothing read from it is in flight; when the member
+// leaves (a graceful stop, after the mount has drained) at once: what it still counts in
+// flight is left pending (an Ordered retry waiting in place, a delivery released), for
+// the new owner to take over.
+func (o *owner) keep(ctx context.Context, p *partition, mine, leaving bool, ttl time.Duration) error {
 	t := o.t
 	rdb, me := t.cfg.Stream.Client, t.cfg.Stream.Consumer
 	t.mu.Lock()
@@ -140,7 +144,7 @@ func (o *owner) keep(ctx context.Context, p *partition, mine bool, ttl time.Dura
 	switch {
 	case l.token == "" && !mine:
 		return nil
-	case l.token != "" && !mine && l.inflight == 0:
+	case l.token != "" && !mine && (l.inflight == 0 || leaving):
 		st, _, err := script.Lease(ctx, rdb, p.leaseKey, me, l.token, ttl, t.now(), true)
 		if err != nil {
 			return err

@@ -125,6 +125,26 @@ func TestGracefulStopHandsPartitionsOverAtOnce(t *testing.T) {
 	}
 }
 
+// A graceful stop hands back even a partition a delivery was read from and never
+// settled (an Ordered retry waiting in place, a delivery handed back at the drain: left
+// pending for the new owner): the mount has drained, nothing will settle into it.
+func TestGracefulStopHandsOverAtOnceWhatItLeftPending(t *testing.T) {
+	t.Parallel()
+	b := newOwnBundle(t)
+	a, c := b.member(t, "a"), b.member(t, "c")
+	step(t, a, c)
+	for _, p := range a.reading() {
+		a.countInflight(p, 1) // read, never settled
+	}
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	step(t, c) // no time passed
+	if got := held(c); len(got) != testParts {
+		t.Fatalf("c holds %v right after a stopped leaving entries pending, want all %d", got, testParts)
+	}
+}
+
 // A member that crashed (no hand-over) keeps its partitions until its leases run out;
 // then the others take them, its unsettled entries first, and it cannot settle them.
 func TestCrashedMembersPartitionsMoveWithinTheLeaseTTLAndItCannotSettle(t *testing.T) {
