@@ -14,8 +14,6 @@ import (
 	"github.com/settlekit/settle/delayed"
 	"github.com/settlekit/settle/internal/flow"
 	"github.com/settlekit/settle/internal/keyorder"
-	"github.com/settlekit/settle/internal/redispartition"
-	"github.com/settlekit/settle/internal/script"
 	"github.com/settlekit/settle/internal/source"
 	"github.com/settlekit/settle/internal/timerq"
 )
@@ -640,7 +638,7 @@ func (o *ordering) settled(d *source.Delivery, err error) {
 		return
 	}
 	if u := (*unconfirmed)(nil); err != nil && !errors.As(err, &u) {
-		if errors.Is(err, redispartition.ErrLeaseLost) || errors.Is(err, script.ErrNotOwner) {
+		if errors.Is(err, source.ErrTakenOver) {
 			// Another consumer took the head over and runs the key now: what waited
 			// behind it is its too. Handed back (a lost partition's are left to its new
 			// owner), their slots freed.

@@ -21,7 +21,7 @@ const DefaultLeaseTTL = 10 * time.Second
 // ErrLeaseLost is the error of a settlement of a delivery read from a partition whose
 // lease the member no longer holds: the partition's new owner took its pending entries
 // over and delivers them again.
-var ErrLeaseLost = errors.New("the partition's lease was lost")
+var ErrLeaseLost = source.TakenOver("the partition's lease was lost")
 
 // takeOver is what a partition's stream consumer does when its member takes the
 // partition: it claims the entries the group's other consumers left pending.

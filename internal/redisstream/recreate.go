@@ -91,5 +91,8 @@ func (e *groupMadeAgainError) Error() string {
 		e.key, e.id, e.group)
 }
 
-// Is makes it a script.ErrNotOwner: the entry is not this consumer's to read again.
-func (e *groupMadeAgainError) Is(target error) bool { return target == script.ErrNotOwner }
+// Is makes it a script.ErrNotOwner (and so a source.ErrTakenOver): the entry is not
+// this consumer's to read again.
+func (e *groupMadeAgainError) Is(target error) bool {
+	return target == script.ErrNotOwner || target == source.ErrTakenOver
+}

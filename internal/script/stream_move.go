@@ -3,12 +3,13 @@ package script
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/settlekit/settle/internal/source"
 )
 
 //go:embed stream_move.lua
@@ -128,7 +129,7 @@ func parseID(id string) (ms, seq uint64, ok bool) {
 // consumer settling it: another consumer claimed it (the first one stalled past
 // min-idle), it was settled already, or its group is not the one that delivered it.
 // Nothing was written.
-var ErrNotOwner = errors.New("entry is no longer pending to this consumer (another consumer claimed it, or it was settled already); nothing written")
+var ErrNotOwner = source.TakenOver("entry is no longer pending to this consumer (another consumer claimed it, or it was settled already); nothing written")
 
 // notOwner turns the scripts' NOTOWNER error reply into ErrNotOwner.
 func notOwner(err error) error {

@@ -438,3 +438,17 @@ func AckError(err error, i int) error {
 	}
 	return err // the whole call failed (or a transport gave too few entries)
 }
+
+// ErrTakenOver is what errors.Is finds in a settlement refused because another consumer
+// has taken its delivery over (an entry claimed away from this consumer, a partition's
+// lease lost): nothing was written, and that consumer now settles the message. Each
+// transport keeps its own error for it (TakenOver).
+var ErrTakenOver = errors.New("taken over by another consumer")
+
+// TakenOver returns an error saying msg that errors.Is reports as ErrTakenOver.
+func TakenOver(msg string) error { return takenOver(msg) }
+
+type takenOver string
+
+func (e takenOver) Error() string        { return string(e) }
+func (e takenOver) Is(target error) bool { return target == ErrTakenOver }
