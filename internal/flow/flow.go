@@ -289,13 +289,6 @@ func (g *Gate) TakeWaiting(ctx context.Context) []*source.Delivery {
 // been handed back to the engine yet (a test's probe of idleness asks it).
 func (g *Gate) Due() bool { return g.q.Due() }
 
-// Waiting returns how many deliveries wait.
-func (g *Gate) Waiting() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.waiting)
-}
-
 // Room blocks while MaxWaiting deliveries wait (the read loop then reads nothing), and
 // returns false if ctx ended first.
 func (g *Gate) Room(ctx context.Context) bool {

@@ -147,14 +147,3 @@ func (q *Queue[T]) Stop() []T {
 	}
 	return out
 }
-
-// Waiting returns how many deliveries wait behind their key's head.
-func (q *Queue[T]) Waiting() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := 0
-	for _, l := range q.keys {
-		n += len(l.waiting)
-	}
-	return n
-}
