@@ -62,7 +62,7 @@ package settleotel
 
 import (
 	"context"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -74,6 +74,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/settlekit/settle"
+	"github.com/settlekit/settle/internal/keys"
 )
 
 // ScopeName is the instrumentation scope of settleotel's meter and tracer.
@@ -256,26 +257,15 @@ func baseAttrs(k seriesKey) []attribute.KeyValue {
 }
 
 // partitionID returns the index of a PartitionedStream's partition from the stream key
-// a delivery was read from, which settle names "{<name>:<index>}" (settle.PartitionFor):
-// its series are labelled messaging.destination.partition.id beside the mount, so that
-// one partition's backlog or failures show apart. A plain stream whose own key has that
-// shape is labelled alike.
+// a delivery was read from (keys.PartitionIndex): its series are labelled
+// messaging.destination.partition.id beside the mount, so that one partition's backlog
+// or failures show apart. A plain stream whose own key has that shape is labelled alike.
 func partitionID(transport, destination string) (string, bool) {
-	if transport != "stream" || len(destination) < 5 || destination[0] != '{' || destination[len(destination)-1] != '}' {
+	if transport != "stream" {
 		return "", false
 	}
-	inner := destination[1 : len(destination)-1]
-	colon := strings.LastIndexByte(inner, ':')
-	if colon < 1 || colon == len(inner)-1 || strings.ContainsAny(inner, "{}") {
-		return "", false
-	}
-	id := inner[colon+1:]
-	for _, c := range id {
-		if c < '0' || c > '9' {
-			return "", false
-		}
-	}
-	return id, true
+	i, ok := keys.PartitionIndex(destination)
+	return strconv.Itoa(i), ok
 }
 
 // with returns a new slice of attrs and more.

@@ -30,6 +30,26 @@ func Partition(name string, i int) string {
 	return "{" + name + ":" + strconv.Itoa(i) + "}"
 }
 
+// PartitionIndex returns the index i of a partition's stream key, Partition(name, i),
+// and whether key has that shape ("{<name>:<digits>}", name holding no brace). A plain
+// stream whose own key has that shape reads as one too.
+func PartitionIndex(key string) (int, bool) {
+	if len(key) < 5 || key[0] != '{' || key[len(key)-1] != '}' {
+		return 0, false
+	}
+	inner := key[1 : len(key)-1]
+	colon := strings.LastIndexByte(inner, ':')
+	if colon < 1 || strings.ContainsAny(inner, "{}") {
+		return 0, false
+	}
+	digits := inner[colon+1:]
+	if digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
+		return 0, false
+	}
+	i, err := strconv.Atoi(digits)
+	return i, err == nil
+}
+
 // InPartition returns key placed in partition i's hash slot: a delay set, a dead-letter
 // or reply stream of that partition.
 func InPartition(name string, i int, key string) string {

@@ -54,3 +54,21 @@ func TestCheckPartitionNameRefusesBracesAndEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// PartitionIndex reads back the index of every key Partition makes, and refuses keys of
+// another shape (no braces, no index, a non-digit index, a brace inside, a derived key).
+func TestPartitionIndexReadsBackWhatPartitionMakes(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"orders", "a:b", "t1234-orders"} {
+		for _, i := range []int{0, 7, 1023} {
+			if got, ok := PartitionIndex(Partition(name, i)); !ok || got != i {
+				t.Errorf("PartitionIndex(%q) = %d, %v; want %d", Partition(name, i), got, ok, i)
+			}
+		}
+	}
+	for _, key := range []string{"orders", "{orders}", "{orders:}", "{:3}", "{orders:x1}", "{or{d}ers:3}", InPartition("orders", 3, "dead"), "orders:3", "{orders:-3}"} {
+		if i, ok := PartitionIndex(key); ok {
+			t.Errorf("PartitionIndex(%q) = %d, true; want not a partition's key", key, i)
+		}
+	}
+}
