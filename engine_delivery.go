@@ -280,7 +280,11 @@ func (m *mount) settled(ctx context.Context, d *source.Delivery, ev Settled) {
 	} else {
 		m.settleFailed.Store(true)
 		n := 1
-		if !errors.Is(ev.Err, source.ErrKeptForRedo) { // else the transport writes it again itself
+		// Kept to write again when the message comes back, unless the transport writes it
+		// again itself, or the delivery is no longer this consumer's (taken over, or its
+		// group made again: a message that comes back then is another delivery, or
+		// another message of the same id).
+		if !errors.Is(ev.Err, source.ErrKeptForRedo) && !errors.Is(ev.Err, source.ErrTakenOver) {
 			n = m.failures.add(d, ev)
 		}
 		if cause := m.wrongType(ctx, ev.Err); cause != nil {

@@ -364,16 +364,24 @@ func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) sour
 // own pending entries so that they are delivered again.
 func (t *streamTransport) settledIDs(err error, ds ...*source.Delivery) {
 	t.mu.Lock()
+	reread := false
 	for _, d := range ds {
 		delete(t.inflight, d.ID)
-		delete(t.orphaned, d.ID)
+		if t.orphaned[d.ID] {
+			// The group made again may have delivered an entry of the same id here
+			// while this one was in flight (and skipped it): read own pending again,
+			// and let that re-read deliver it.
+			reread = true
+			delete(t.orphaned, d.ID)
+			continue
+		}
 		if err == nil || errors.Is(err, script.ErrNotOwner) {
 			t.fence.note(d.ID) // no longer ours to deliver
 		}
 	}
 	// A failed write leaves the entry pending here: read it again. An entry another
 	// consumer took over (script.ErrNotOwner) is not ours to read again.
-	if err != nil && !errors.Is(err, script.ErrNotOwner) {
+	if reread || err != nil && !errors.Is(err, script.ErrNotOwner) {
 		t.rescan, t.cursor = true, "0"
 		t.rescans++
 	}
@@ -432,12 +440,11 @@ func (t *streamTransport) markRescan() {
 // Ack acknowledges the entries: one XACK, or, when some carry a dedup key
 // (settle.Dedupe), one stream_done script call that writes their marks too.
 func (t *streamTransport) Ack(ctx context.Context, ds []*source.Delivery) error {
-	ids := make([]string, len(ds))
-	for i, d := range ds {
-		ids[i] = d.ID
-	}
+	ids := t.unorphanedIDs(ds)
 	var err error
-	if marks := t.dedup.Marks(ds); marks != nil {
+	if len(ids) == 0 {
+		// Only orphaned entries: nothing to acknowledge.
+	} else if marks := t.dedup.Marks(ds); marks != nil {
 		err = script.StreamDone(ctx, t.cfg.Client, t.cfg.Key, t.cfg.Group, ids, *marks)
 	} else {
 		err = t.cfg.Client.XAck(ctx, t.cfg.Key, t.cfg.Group, ids...).Err()
@@ -488,8 +495,15 @@ func (t *streamTransport) sweepDelays(ctx context.Context, wait time.Duration) t
 // stays in flight until its call has answered.
 func (t *streamTransport) Moves(ctx context.Context, ms []source.Move) []error {
 	errs := make([]error, len(ms))
-	t.writeMoves(ctx, ms, errs)
-	t.explainOrphaned(ms, errs)
+	if kept, idx, all := t.withoutOrphaned(ms, errs); all {
+		t.writeMoves(ctx, ms, errs)
+	} else if len(kept) > 0 {
+		keptErrs := make([]error, len(kept))
+		t.writeMoves(ctx, kept, keptErrs)
+		for k, i := range idx {
+			errs[i] = keptErrs[k]
+		}
+	}
 	// Forgotten as in flight only now that every write has answered.
 	for i, m := range ms {
 		t.settledIDs(errs[i], m.Delivery)
