@@ -10,6 +10,7 @@
 //	cd bench && go run . -only 'settle-inbox,river-*' -scenarios 'sql-*'   # PostgreSQL only
 //	cd bench && go run . -spawn -idle 60s -idlemounts 1,100   # what idle mounts cost
 //	cd bench && go run . -spawn -limits 30s -n 50000          # the flow limits' rows
+//	cd bench && go run . -partitions 16 -n 50000              # one stream vs a partitioned one on clusters of 1, 2, 3 masters
 //
 // Every Redis run uses keys of its own (a unique token in every name) and deletes them
 // after; nothing is flushed, so a shared server is safe, but other clients' commands and
@@ -205,14 +206,26 @@ func main() {
 		limitChildR = flag.String("limitchild", "", "internal: run as one consumer process of this flow-limit row (see limitsproc.go)")
 		limitKey    = flag.String("limitkey", "", "internal: the -limitchild's stream")
 		limitEnd    = flag.Int64("limitend", 0, "internal: when the -limitchild stops, in Unix ns")
+		partitions  = flag.Int("partitions", 0, "instead of the scenarios, drain one Stream and a PartitionedStream with this many partitions on local clusters of their own (see -masters, -procs, -partidle, -pin)")
+		masters     = flag.String("masters", "1,2,3", "with -partitions: comma-separated cluster sizes (masters), one cluster of each in turn")
+		procs       = flag.Int("procs", 2, "with -partitions: consumer processes of each drain")
+		partIdle    = flag.Duration("partidle", 10*time.Second, "with -partitions: watch one idle partitioned mount this long on each cluster (0: not)")
+		pin         = flag.Bool("pin", false, "with -partitions: run master i under taskset on CPU i mod the CPUs")
+		partChildK  = flag.String("partchild", "", "internal: run as one consumer process of a -partitions row: stream or partitioned (see partproc.go)")
+		partAddrs   = flag.String("partaddrs", "", "internal: the -partchild's cluster masters, comma-separated")
+		partKey     = flag.String("partkey", "", "internal: the -partchild's stream or partitioned stream")
+		partMember  = flag.String("partmember", "", "internal: the -partchild's consumer name")
 	)
 	flag.Parse()
 	conc, err := ints(*sqlConc)
 	if err == nil {
 		_, err = ints(*idleMounts)
 	}
+	if err == nil {
+		_, err = ints(*masters)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: -sqlconc or -idlemounts:", err)
+		fmt.Fprintln(os.Stderr, "bench: -sqlconc, -idlemounts or -masters:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -223,6 +236,11 @@ func main() {
 		only: split(*only), scenarios: split(*scens), cpuprofile: *cpuprofile, memprofile: *memprofile, timeout: *timeout, verbose: *verbose,
 	}
 	switch {
+	case *partChildK != "":
+		err = partChild(ctx, partChildFlags{kind: *partChildK, addrs: *partAddrs, key: *partKey, member: *partMember, partitions: *partitions})
+	case *partitions > 0:
+		ms, _ := ints(*masters)
+		err = runPartitions(ctx, cfg, partConfig{partitions: *partitions, masters: ms, procs: max(*procs, 1), idle: *partIdle, pin: *pin})
 	case *limitChildR != "":
 		err = limitChild(ctx, *redisURL, childFlags{row: *limitChildR, key: *limitKey, end: *limitEnd})
 	case *limits > 0:
