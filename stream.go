@@ -218,10 +218,11 @@ var _ Source = (*PartitionedStreamSource)(nil)
 // to each).
 //
 // Each partition is read by one member of the group at a time (a member is a mount,
-// named by Consumer): partitions are spread over the live members by rendezvous hashing
-// and each is held by a lease with a fencing token, renewed every third of LeaseTTL and
-// checked before each settlement batch; a new owner first takes over the partition's
-// pending entries; a graceful stop hands them over at once (README, Partitioned streams).
+// named by Consumer): partitions are spread evenly over the live members (rendezvous
+// hashing, its load bounded) and each is held by a lease with a fencing token, renewed
+// every third of LeaseTTL and checked before each settlement batch; a new owner first
+// takes over the partition's pending entries; a graceful stop hands them over at once
+// (README, Partitioned streams).
 //
 // The layout is recorded at the first start; a mount declaring another n is refused
 // while the partitions of the recorded layout hold anything unsettled (pending, unread

@@ -1,12 +1,15 @@
 package redispartition
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/settlekit/settle/internal/keys"
@@ -30,7 +33,8 @@ type takeOver interface {
 }
 
 // owner keeps the member's partitions: it beats the group's membership, computes which
-// partitions are the member's (rendezvous hashing over the live members), takes their
+// partitions are the member's (assign: rendezvous hashing over the live members, its
+// load bounded), takes their
 // leases, renews them, and hands back those no longer its own once nothing of them is
 // in flight. It runs from Open to Close on one goroutine.
 type owner struct {
@@ -119,9 +123,10 @@ func (o *owner) step(ctx context.Context, leaving bool) error {
 	if !leaving && !contains(live, me) {
 		live = append(live, me)
 	}
+	owners := assign(live, len(t.parts))
 	var errs []error
 	for _, p := range t.parts {
-		mine := !leaving && rendezvous(live, p.i) == me
+		mine := !leaving && owners[p.i] == me
 		errs = append(errs, o.keep(ctx, p, mine, leaving, ttl))
 	}
 	return errors.Join(errs...)
@@ -221,20 +226,64 @@ func (t *transport) fence(ctx context.Context, p *partition) error {
 	return nil
 }
 
-// rendezvous returns the member that owns partition i among live (highest random
-// weight: the greatest mixed FNV-1a 64 of member "/" i, ties to the first name): each
-// partition's owner changes only when its owner leaves or a member joins that weighs
-// more for it, so a join or a leave moves about 1/members of the partitions.
-func rendezvous(live []string, i int) string {
-	best, bestW := "", uint64(0)
-	for _, m := range live {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(m + "/" + strconv.Itoa(i)))
-		if w := mix(h.Sum64()); best == "" || w > bestW || w == bestW && m < best {
-			best, bestW = m, w
+// assign returns the owner of each of n partitions among live: rendezvous hashing with
+// a bound on the load. Every (partition, member) pair has a weight (weight); pairs are
+// taken from the heaviest down, each partition going to the first member that weighs
+// most for it and still holds less than its share (n/members, one more for the first
+// n%members members to reach it). So no member holds more than one partition over another (plain rendezvous put 8, 5 and 3 of 16 on three members),
+// every member computes the same answer from the same live list, and a join or a leave
+// moves few partitions beyond the 1/members that change hands anyway.
+func assign(live []string, n int) []string {
+	owners := make([]string, n)
+	if len(live) == 0 {
+		return owners
+	}
+	type pair struct {
+		w uint64
+		m string
+		i int
+	}
+	pairs := make([]pair, 0, n*len(live))
+	for i := range n {
+		for _, m := range live {
+			pairs = append(pairs, pair{weight(m, i), m, i})
 		}
 	}
-	return best
+	slices.SortFunc(pairs, func(a, b pair) int {
+		if c := cmp.Compare(b.w, a.w); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.m, b.m); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	// Each member holds base partitions, or base+1 for the first extra members to get
+	// there: every partition finds one, and loads differ by one at most.
+	base, extra := n/len(live), n%len(live)
+	load := make(map[string]int, len(live))
+	left := n
+	for _, p := range pairs {
+		if owners[p.i] != "" || load[p.m] > base || load[p.m] == base && extra == 0 {
+			continue
+		}
+		if load[p.m] == base {
+			extra--
+		}
+		owners[p.i] = p.m
+		load[p.m]++
+		if left--; left == 0 {
+			break
+		}
+	}
+	return owners
+}
+
+// weight is member m's random weight for partition i: the mixed FNV-1a 64 of m "/" i.
+func weight(m string, i int) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(m + "/" + strconv.Itoa(i)))
+	return mix(h.Sum64())
 }
 
 // mix is splitmix64's finalizer: FNV-1a alone orders short names that differ in one

