@@ -368,7 +368,7 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		return m.move(source.Move{Action: source.ActionLeave, Delivery: d}, ev)
 	case ActionPutBack:
 		m.logSettlement(ctx, slog.LevelDebug, "settle: retry: put back", d, o, s, slog.Any(attrError, o.Err))
-		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d, Err: errorText(o.Err), Headers: m.putBackHeaders(ev, d)}, ev)
+		return m.move(source.Move{Action: source.ActionPutBack, Delivery: d, Err: m.retryErr(o.Err), Headers: m.putBackHeaders(ev, d)}, ev)
 	case ActionCopy:
 		if o.Kind == OutcomeRetryAfter {
 			// The asked delay could not be kept (see delayRefusal): say why, loudly.
@@ -376,12 +376,12 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		} else {
 			m.logSettlement(ctx, slog.LevelDebug, "settle: retry", d, o, s, slog.Any(attrError, o.Err))
 		}
-		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
+		return m.move(source.Move{Action: source.ActionCopy, Delivery: d, Err: m.retryErr(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
 	case ActionPark:
 		m.logSettlement(ctx, slog.LevelDebug, "settle: retry after delay", d, o, s, slog.Duration(attrDelay, s.Delay), slog.Any(attrError, o.Err))
 		ev.Delay = s.Delay
 		if m.info.Caps.Parks {
-			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
+			return m.move(source.Move{Action: source.ActionPark, Delay: s.Delay, Delivery: d, Err: m.retryErr(o.Err), Headers: m.moveHeaders(ev, d, withRetryCount(d.Headers, d.Attempt))}, ev)
 		}
 		// Reported once scheduled, so a test may advance its clock right after seeing it.
 		m.scheduleCopy(d, ev, s.Delay, delays)
@@ -391,6 +391,15 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		m.logSettlement(ctx, slog.LevelWarn, "settle: dead letter: "+s.Reason, d, o, s, slog.String("dead_letter", m.policy.DeadLetter), slog.Any(attrError, o.Err))
 		return m.move(source.Move{Action: source.ActionDeadLetter, Delivery: d, Dest: m.policy.DeadLetter, Err: errorText(o.Err), Headers: m.moveHeaders(ev, d, deadLetterHeaders(d, s, o.Err, m.eng.clock.Now()))}, ev)
 	}
+}
+
+// retryErr is the error text a retry's move carries: only for a transport that writes
+// it (Caps.WritesErrors), so that a retry elsewhere formats no error.
+func (m *mount) retryErr(err error) string {
+	if !m.info.Caps.WritesErrors {
+		return ""
+	}
+	return errorText(err)
 }
 
 // move applies one move: queued to the mount's copier when its transport writes moves

@@ -57,7 +57,7 @@ func (t *transport) Info() source.Info {
 		// The longest one Fetch waits for a due row (it also bounds how long a shutdown
 		// waits for a Fetch in progress).
 		Block: min(time.Second, 2*t.q.cfg.poll),
-		Caps:  source.Caps{Parks: true, Releases: true, RetriesInPlace: true, RetryWithoutCap: source.ActionPutBack},
+		Caps:  source.Caps{Parks: true, Releases: true, RetriesInPlace: true, RetryWithoutCap: source.ActionPutBack, WritesErrors: true},
 		Group: t.q.group,
 		Kind:  source.KindTable,
 	}

@@ -205,6 +205,11 @@ type Caps struct {
 	// attempt column), so a Retry under a cap is RetryWithoutCap's put-back too, not a
 	// copy: the logs and reports then name what is written.
 	RetriesInPlace bool
+	// WritesErrors: the transport writes a retry's error text with the message (a
+	// table's last-error column), so copies, parks and put-backs carry Move.Err. Without
+	// it the engine leaves their Err empty and formats no error per retry; a dead letter
+	// always carries it.
+	WritesErrors bool
 	// RetryWithoutCap is what a Retry does when the mount declares no attempts cap:
 	// ActionCopy, ActionPutBack, ActionLeave or ActionLose.
 	RetryWithoutCap Action
@@ -262,8 +267,9 @@ type Move struct {
 	// Dest is the dead-letter destination (ActionDeadLetter).
 	Dest string
 	// Err is the text of the error the handler returned, cut at 4 KiB as
-	// settle.HeaderDeadError is (ActionCopy, ActionDeadLetter, ActionPark,
-	// ActionPutBack); "" for none. A table inbox writes it to its last-error column.
+	// settle.HeaderDeadError is (ActionDeadLetter; ActionCopy, ActionPark and
+	// ActionPutBack too when Caps.WritesErrors); "" for none. A table inbox writes it to
+	// its last-error column.
 	Err string
 	// Headers are the written message's headers (ActionCopy, ActionDeadLetter,
 	// ActionPark; ActionPutBack too when Caps.RetriesInPlace and a Move hook is set,
