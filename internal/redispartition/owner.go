@@ -47,7 +47,7 @@ type owner struct {
 // lease is the member's hold on one partition, under transport.mu.
 type lease struct {
 	draining bool   // no longer the member's: read nothing more, hand back once inflight is 0
-	inflight int    // deliveries read and not yet settled
+	inflight int    // deliveries read and not yet settled, and reads of it in progress (fetch)
 	token    string // the fencing token held; "" when not held
 }
 

@@ -270,3 +270,75 @@ func TestCrashedMembersPartitionsMoveWithinTheLeaseTTLAndItCannotSettle(t *testi
 		t.Fatalf("a holds %v after its beat found c's leases, want none", got)
 	}
 }
+
+// gatedFetch is a partition's stream consumer whose Fetch waits for release once it has
+// said it entered: a read in progress, held open by the test.
+type gatedFetch struct {
+	source.Transport
+	entered, release chan struct{}
+}
+
+func (g *gatedFetch) Fetch(ctx context.Context, n int, wait time.Duration) ([]*source.Delivery, error) {
+	close(g.entered)
+	<-g.release
+	return g.Transport.Fetch(ctx, n, wait)
+}
+
+func (g *gatedFetch) TakeOver(ctx context.Context) (int, error) {
+	return g.Transport.(takeOver).TakeOver(ctx)
+}
+
+func (g *gatedFetch) Forget(ds ...*source.Delivery) { g.Transport.(forgetter).Forget(ds...) }
+
+// A partition no longer the member's is not handed back while a read of it is in
+// progress: the read began while the partition was the member's, and what it returns
+// is in flight there until settled. Handed back under the read, the member would handle
+// entries of a partition another member holds (seen in the partitioned kill -9 soak: a
+// member ran an entry published after it had handed the partition back).
+func TestPartitionIsNotHandedBackWhileAReadOfItIsInProgress(t *testing.T) {
+	t.Parallel()
+	b := newOwnBundle(t)
+	ctx := context.Background()
+	a := b.member(t, "a")
+	moving := -1 // a partition that is c's once c joins
+	for i := range testParts {
+		if rendezvous([]string{"a", "c"}, i) == "c" {
+			moving = i
+			break
+		}
+	}
+	p := a.parts[moving]
+	gate := &gatedFetch{Transport: p.t, entered: make(chan struct{}), release: make(chan struct{})}
+	p.t = gate
+	if err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.key, Values: wire.StreamValues([]byte("x"), nil)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	type read struct {
+		ds  []*source.Delivery
+		err error
+	}
+	done := make(chan read, 1)
+	a.setNext(moving) // the read starts at the gated partition
+	go func() {
+		ds, err := a.Fetch(ctx, 10, -1)
+		done <- read{ds, err}
+	}()
+	<-gate.entered
+	c := b.member(t, "c")
+	step(t, a, c) // the partition is c's now, but a's read of it is in progress
+	if slices.Contains(held(c), moving) {
+		t.Fatalf("c took partition %d while a's read of it was in progress", moving)
+	}
+	close(gate.release)
+	r := <-done
+	if r.err != nil || len(r.ds) != 1 {
+		t.Fatalf("a's read = %d deliveries, %v; want the entry", len(r.ds), r.err)
+	}
+	if err := a.Ack(ctx, r.ds); err != nil {
+		t.Fatalf("a's ack of what it read: %v, want it applied (a still holds the partition)", err)
+	}
+	step(t, a, c) // settled: a hands it back, c takes it
+	if !slices.Contains(held(c), moving) {
+		t.Fatalf("c holds %v once a's read settled, want partition %d among them", held(c), moving)
+	}
+}

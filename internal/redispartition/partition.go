@@ -247,8 +247,7 @@ func (t *transport) Fetch(ctx context.Context, n int, wait time.Duration) ([]*so
 	var firstErr error
 	for k := range owned {
 		p := owned[(start+k)%len(owned)]
-		ds, err := p.t.Fetch(ctx, n-len(got), -1)
-		t.countInflight(p, len(ds))
+		ds, err := t.fetch(ctx, p, n-len(got), -1)
 		got = append(got, ds...)
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("partition %d: %w", p.i, err)
@@ -273,12 +272,28 @@ func (t *transport) Fetch(ctx context.Context, n int, wait time.Duration) ([]*so
 	share := wait / time.Duration(len(owned))
 	share = min(wait, max(share, 2*redisbase.MinServerBlock))
 	p := owned[start%len(owned)]
-	ds, err := p.t.Fetch(ctx, n, share)
-	t.countInflight(p, len(ds))
+	ds, err := t.fetch(ctx, p, n, share)
 	if err != nil {
 		return ds, fmt.Errorf("partition %d: %w", p.i, err)
 	}
 	return ds, nil
+}
+
+// fetch reads up to n deliveries from p (wait as for Fetch) while p is still the
+// member's to read, and counts them in flight. The read itself counts as one while it
+// lasts, so that the owner does not hand p back under it: what it returns would be
+// entries of a partition another member holds.
+func (t *transport) fetch(ctx context.Context, p *partition, n int, wait time.Duration) ([]*source.Delivery, error) {
+	t.mu.Lock()
+	if p.lease.token == "" || p.lease.draining {
+		t.mu.Unlock()
+		return nil, nil
+	}
+	p.lease.inflight++
+	t.mu.Unlock()
+	ds, err := p.t.Fetch(ctx, n, wait)
+	t.countInflight(p, len(ds)-1)
+	return ds, err
 }
 
 func (t *transport) setNext(n int) {

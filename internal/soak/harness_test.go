@@ -134,6 +134,9 @@ type plan struct {
 	maxKills    int
 	minInterval time.Duration // between kills
 	maxInterval time.Duration
+	// killWhen, when set, says when the next kill is due, and of which slot's worker,
+	// instead of the intervals and a random slot.
+	killWhen func() (slot int, due bool)
 }
 
 // supervise keeps every slot running (restarting a worker that exited on the poison
@@ -180,8 +183,14 @@ func (h *harness) supervise(pl plan, drained func(ctx context.Context) (bool, er
 			rep := h.check(nil, 0)
 			h.t.Fatalf("not drained within %s (%d kills); the ledger so far: %s\nfirst problems:\n%s", pl.deadline, kills, rep, firstProblems(rep, 20))
 		}
-		if kills < pl.maxKills && now.After(nextKill) {
-			slot := h.rng.IntN(len(h.slots))
+		slot, due := -1, now.After(nextKill)
+		if pl.killWhen != nil && kills < pl.maxKills {
+			slot, due = pl.killWhen()
+		}
+		if kills < pl.maxKills && due {
+			if slot < 0 {
+				slot = h.rng.IntN(len(h.slots))
+			}
 			h.kill(slot)
 			h.start(slot)
 			kills++

@@ -34,11 +34,12 @@ const headerID = "soak-id"
 
 // The transports a worker can consume.
 const (
-	transportStream   = "stream"   // Stream + Reclaim, in-process delays
-	transportClaiming = "claiming" // ClaimingStream
-	transportZset     = "zset"     // Stream + Reclaim + DurableZset delays
-	transportReliable = "reliable" // ReliableList
-	transportInbox    = "inbox"    // SQL inbox on PostgreSQL
+	transportStream      = "stream"      // Stream + Reclaim, in-process delays
+	transportClaiming    = "claiming"    // ClaimingStream
+	transportZset        = "zset"        // Stream + Reclaim + DurableZset delays
+	transportReliable    = "reliable"    // ReliableList
+	transportInbox       = "inbox"       // SQL inbox on PostgreSQL
+	transportPartitioned = "partitioned" // PartitionedStream with Ordered (partitioned_test.go)
 )
 
 // exitPoison is the exit code of a worker whose handler met the poison message that
@@ -51,6 +52,7 @@ const workerConcurrency = 8
 // workerConfig is one worker process's configuration.
 type workerConfig struct {
 	Cap         int
+	Cluster     string // a Redis Cluster's addresses, comma-separated (transportPartitioned)
 	Consumer    string
 	Crash       *crashSpec // crash-point tests (crashpoint_test.go): their handler, points and crash
 	DeadLetter  string
@@ -59,8 +61,11 @@ type workerConfig struct {
 	Key         string // stream or list key, or inbox table
 	Limits      bool   // the flow limits and Dedupe on the mount (limits_test.go)
 	Ledger      string
-	Poison      bool   // poison-message handler instead of the soak's
-	Reply       string // ReplyTo: the crash-point life answers its acked message with a reply
+	LeaseLog    string        // the file each lease call is appended to (transportPartitioned)
+	LeaseTTL    time.Duration // the PartitionedStream's LeaseTTL
+	Partitions  int           // the PartitionedStream's Partitions
+	Poison      bool          // poison-message handler instead of the soak's
+	Reply       string        // ReplyTo: the crash-point life answers its acked message with a reply
 	PostgresURL string
 	RedisURL    string
 	Seed        int64
@@ -94,6 +99,7 @@ func TestSoakWorker(t *testing.T) {
 	durableDelays := cfg.Transport == transportZset || cfg.Transport == transportInbox
 	// Settlements are reported by delivery id; the handler maps them to message ids.
 	var ids sync.Map
+	delivery := deliveryName(cfg.Transport)
 	app, err := settle.New(settle.Config{
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		OnSettled: func(_ context.Context, s settle.Settled) {
@@ -113,11 +119,11 @@ func TestSoakWorker(t *testing.T) {
 				// copy written when it comes due (reported again, as a copy).
 				return
 			}
-			id := ""
-			if v, ok := ids.LoadAndDelete(settleKey(s.ID, s.Attempt)); ok {
+			id, d := "", delivery(s.Key, s.ID)
+			if v, ok := ids.LoadAndDelete(settleKey(d, s.Attempt)); ok {
 				id = v.(string)
 			}
-			if err := w.Settle(id, s.Attempt, s.ID, s.Action.String(), s.Err); err != nil {
+			if err := w.Settle(id, s.Attempt, d, s.Action.String(), s.Err); err != nil {
 				panic(err)
 			}
 		},
@@ -139,7 +145,7 @@ func TestSoakWorker(t *testing.T) {
 		}
 	}
 	opts := []settle.MountOption{
-		settle.Use(record(w, &ids)),
+		settle.Use(record(w, &ids, delivery)),
 		settle.MaxAttempts(cfg.Cap),
 		settle.DeadLetter(cfg.DeadLetter),
 		settle.Concurrency(workerConcurrency),
@@ -173,6 +179,9 @@ func TestSoakWorker(t *testing.T) {
 		src = settle.ClaimingStream(rdb, cfg.Key, "g", cfg.Idle, settle.Consumer(cfg.Consumer), block)
 	case transportReliable:
 		src = settle.ReliableList(rdb, cfg.Key, settle.Consumer(cfg.Consumer), settle.Heartbeat(cfg.Idle), settle.Block(time.Second))
+	case transportPartitioned:
+		src, h = partitionedSource(t, cfg, rdb), orderedHandler(cfg.Seed)
+		opts = append(opts, settle.Ordered())
 	case transportInbox:
 		db, err := openInboxDB(cfg.PostgresURL, crash)
 		if err != nil {
@@ -226,24 +235,34 @@ func payloadID(payload []byte) string {
 // decode.
 const undecodableByte = 0xc1
 
+// deliveryName names a delivery in the ledger from where it was read and its id there:
+// its id, unique in its stream, list or table; on a PartitionedStream, whose partitions
+// are streams that may give two entries one id, the partition's key and the id.
+func deliveryName(transport string) func(key, id string) string {
+	if transport == transportPartitioned {
+		return func(key, id string) string { return key + " " + id }
+	}
+	return func(_, id string) string { return id }
+}
+
 // record is the middleware writing each run and its outcome to the ledger (a panic is
-// recorded, then goes on to the engine).
-func record(w *ledger.Writer, ids *sync.Map) settle.Middleware {
+// recorded, then goes on to the engine); delivery names a delivery (deliveryName).
+func record(w *ledger.Writer, ids *sync.Map, delivery func(key, id string) string) settle.Middleware {
 	return func(next settle.Handler) settle.Handler {
 		return settle.HandlerFunc(func(ctx context.Context, m *settle.Message) error {
-			id := messageID(m)
-			ids.Store(settleKey(m.ID, m.Attempt), id)
-			if err := w.Run(id, m.Attempt, m.ID); err != nil {
+			id, d := messageID(m), delivery(m.Key, m.ID)
+			ids.Store(settleKey(d, m.Attempt), id)
+			if err := w.Run(id, m.Attempt, d); err != nil {
 				panic(err)
 			}
 			defer func() {
 				if r := recover(); r != nil {
-					_ = w.Outcome(id, m.Attempt, m.ID, "panic")
+					_ = w.Outcome(id, m.Attempt, d, "panic")
 					panic(r)
 				}
 			}()
 			err := next.Handle(ctx, m)
-			if err := w.Outcome(id, m.Attempt, m.ID, string(settle.OutcomeOf(err).Kind)); err != nil {
+			if err := w.Outcome(id, m.Attempt, d, string(settle.OutcomeOf(err).Kind)); err != nil {
 				panic(err)
 			}
 			return err
