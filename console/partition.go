@@ -48,12 +48,12 @@ func (c *Console) partitionedPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such partitioned stream", errNotFound("partitioned stream", r.PathValue("name")))
 		return
 	}
-	info, err := c.opts.Admin.PartitionedStream(r.Context(), ps.Key, ps.Group, admin.PartitionDeadLetter(ps.DeadLetter))
+	info, paused, err := c.readPartitioned(r.Context(), ps)
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, "Cannot read partitioned stream "+ps.Name, err)
 		return
 	}
-	rw := c.partitionedRowOf(ps, info)
+	rw := c.partitionedRowOf(ps, info, paused)
 	c.render(w, r, http.StatusOK, "partitioned", page{
 		Title: ps.Name, Data: partitionedPage{Info: info, Row: rw, Stream: ps},
 		Crumbs: []crumb{{c.path(), "Overview"}, {rw.Href, ps.Name}},
@@ -62,17 +62,28 @@ func (c *Console) partitionedPage(w http.ResponseWriter, r *http.Request) {
 
 // partitionedRow reads the figures of the partitioned stream ps for the overview.
 func (c *Console) partitionedRow(ctx context.Context, ps PartitionedStream) row {
-	info, err := c.opts.Admin.PartitionedStream(ctx, ps.Key, ps.Group, admin.PartitionDeadLetter(ps.DeadLetter))
+	info, paused, err := c.readPartitioned(ctx, ps)
 	if err != nil {
 		return row{Name: ps.Name, Kind: KindPartitionedStream, Href: c.path("partitioned", ps.Name), Err: err.Error(), State: "unreadable",
 			Dead: -1, Delayed: -1, EntriesAdded: -1, EntriesRead: -1, Lag: -1, Overdue: -1, Pending: -1, Problems: []string{"cannot be read"}}
 	}
-	return c.partitionedRowOf(ps, info)
+	return c.partitionedRowOf(ps, info, paused)
+}
+
+// readPartitioned reads the partitions and members of ps, and whether its group is
+// paused (its control key, which its mounts check, exists).
+func (c *Console) readPartitioned(ctx context.Context, ps PartitionedStream) (*admin.PartitionedStreamInfo, bool, error) {
+	info, err := c.opts.Admin.PartitionedStream(ctx, ps.Key, ps.Group, admin.PartitionDeadLetter(ps.DeadLetter))
+	if err != nil {
+		return nil, false, err
+	}
+	paused, err := c.opts.Admin.Paused(ctx, ps.Key, ps.Group)
+	return info, paused, err
 }
 
 // partitionedRowOf adds up the partitions of info into the overview's row of ps, and
-// judges it: no live member while entries wait, partitions no member holds.
-func (c *Console) partitionedRowOf(ps PartitionedStream, info *admin.PartitionedStreamInfo) row {
+// judges it: paused, no live member while entries wait, partitions no member holds.
+func (c *Console) partitionedRowOf(ps PartitionedStream, info *admin.PartitionedStreamInfo, paused bool) row {
 	rw := row{Name: ps.Name, Kind: KindPartitionedStream, Href: c.path("partitioned", ps.Name), Delayed: -1, EntriesAdded: -1, EntriesRead: -1, Overdue: -1}
 	if ps.DeadLetter == "" {
 		rw.Dead = -1
@@ -106,6 +117,9 @@ func (c *Console) partitionedRowOf(ps PartitionedStream, info *admin.Partitioned
 		rw.Problems = append(rw.Problems, fmt.Sprintf("%d of %d partitions held by no member (a lease ran out, or a member is taking them over)", n-owned, n))
 	default:
 		rw.State = fmt.Sprintf("running: %d %s, all %d partitions held", len(info.Members), plural(len(info.Members), "member", "members"), n)
+	}
+	if paused {
+		rw.Paused, rw.State = "paused", "paused"
 	}
 	return rw
 }

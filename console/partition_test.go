@@ -20,6 +20,7 @@ import (
 
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/console"
+	"github.com/settlekit/settle/internal/keys"
 )
 
 // Hostile names: a partitioned stream and a member (a consumer) named in HTML, which
@@ -203,6 +204,14 @@ func TestPartitionedStreamPageShowsEachPartitionsOwnerLeaseBacklogAndTheMembers(
 	}
 	if !strings.Contains(body, "No member of the group is alive.") || !strings.Contains(body, "nothing reads its partitions") {
 		t.Fatalf("the page does not say no member is alive and nothing reads the late order:\n%s", body)
+	}
+	// Its group paused (the control key its mounts check), the page and the overview say so.
+	if err := w.rdb.Set(w.ctx, keys.Paused(ps.Key, ps.Group), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.rdb.Del(w.ctx, keys.Paused(ps.Key, ps.Group)).Err() })
+	if _, body = get(t, cl, page); !strings.Contains(body, `<span class="badge paused" id="state">paused</span>`) {
+		t.Fatalf("the page of a paused partitioned stream does not say it is paused:\n%s", body)
 	}
 }
 
