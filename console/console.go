@@ -32,6 +32,12 @@
 // ConcurrencyBy, GlobalConcurrency), each one's rate, what is in use and the key values
 // at their limit, read by admin.Inspector.Limits with a bounded scan.
 //
+// A partitioned stream (Options.Partitioned, settle.PartitionedStream) has a page of its
+// own and a row on the overview: each partition's owner, lease time left, fencing token,
+// length, lag, pending entries and dead letters, then the group's live members and how
+// many partitions each holds, read by admin.Inspector.PartitionedStream in one
+// pipelined round.
+//
 // The search box on every page finds a message by an entry id, its origin id or a header
 // name=value (admin.Inspector.Find) and links each of its copies to its page. The
 // overview and each mount's page draw the last hour (Options.SampleWindow) of backlog,
@@ -55,6 +61,7 @@ import (
 	"github.com/settlekit/settle"
 	"github.com/settlekit/settle/admin"
 	"github.com/settlekit/settle/inbox"
+	"github.com/settlekit/settle/internal/keys"
 )
 
 // The kinds of Redis mount, as settle's constructors name them.
@@ -89,8 +96,8 @@ type Options struct {
 	// nothing. "*" allows any, for a console behind a proxy that checks the name.
 	// Defaults to none.
 	AllowedHosts []string
-	// Admin inspects and acts on the Redis that Mounts name. Required when Mounts is not
-	// empty.
+	// Admin inspects and acts on the Redis that Mounts and Partitioned name. Required
+	// when either is not empty.
 	Admin *admin.Inspector
 	// Auth asks who is there: a token login or basic auth. Defaults to none (the
 	// service authenticates in front of the console).
@@ -109,6 +116,8 @@ type Options struct {
 	// PageSize is how many entries a list view shows by default (a request may ask for
 	// up to MaxPageSize). Defaults to DefaultPageSize.
 	PageSize int
+	// Partitioned are the partitioned streams to show, each with its group.
+	Partitioned []PartitionedStream
 	// Prefix is the path the console is served under ("/settle": its overview is
 	// "/settle/"), which the service's mux routes to it. Defaults to "": the root.
 	Prefix string
@@ -180,23 +189,25 @@ type Inbox struct {
 
 // Console is the web console: an http.Handler. It is safe for concurrent use.
 type Console struct {
-	history  *history
-	inboxes  []Inbox
-	log      *slog.Logger
-	mounts   []Mount
-	handler  http.Handler // mux behind the guards
-	mux      *http.ServeMux
-	opts     Options
-	pages    *pages
-	refresh  time.Duration
-	secret   []byte // the CSRF tokens' key, random per console
-	pageSize int
+	history     *history
+	inboxes     []Inbox
+	log         *slog.Logger
+	mounts      []Mount
+	handler     http.Handler // mux behind the guards
+	mux         *http.ServeMux
+	opts        Options
+	pages       *pages
+	partitioned []PartitionedStream // Options.Partitioned, named
+	refresh     time.Duration
+	secret      []byte // the CSRF tokens' key, random per console
+	pageSize    int
 }
 
 // New returns the console Options describe, or an error naming what is wrong with
 // them: a mount without a key, of an unknown kind, a stream without its group or a list
-// with one, two mounts or two inboxes of one name, mounts without an Admin, an inbox
-// without its Inbox.
+// with one, a partitioned stream without its key or group, two mounts, two inboxes or
+// two partitioned streams of one name, mounts without an Admin, an inbox without its
+// Inbox.
 func New(o Options) (*Console, error) {
 	c := &Console{opts: o, log: o.Logger, refresh: o.Refresh, pageSize: o.PageSize}
 	if c.log == nil {
@@ -238,8 +249,27 @@ func New(o Options) (*Console, error) {
 		seen[m.Name] = true
 		c.mounts = append(c.mounts, m)
 	}
-	if len(o.Mounts) > 0 && o.Admin == nil {
-		errs = append(errs, errors.New("console: Mounts need Admin, the Inspector of their Redis"))
+	seen = map[string]bool{}
+	for k, ps := range o.Partitioned {
+		if ps.Name == "" {
+			ps.Name = ps.Key
+		}
+		what := fmt.Sprintf("console: partitioned stream %d (%q)", k+1, ps.Name)
+		switch {
+		case ps.Key == "":
+			errs = append(errs, fmt.Errorf("%s has no Key (the name given to settle.PartitionedStream)", what))
+		case keys.CheckPartitionName(ps.Key) != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", what, keys.CheckPartitionName(ps.Key)))
+		case ps.Group == "":
+			errs = append(errs, fmt.Errorf("%s needs its Group", what))
+		case seen[ps.Name]:
+			errs = append(errs, fmt.Errorf("console: two partitioned streams are named %q", ps.Name))
+		}
+		seen[ps.Name] = true
+		c.partitioned = append(c.partitioned, ps)
+	}
+	if (len(o.Mounts) > 0 || len(o.Partitioned) > 0) && o.Admin == nil {
+		errs = append(errs, errors.New("console: Mounts and Partitioned need Admin, the Inspector of their Redis"))
 	}
 	seen = map[string]bool{}
 	for k, ib := range o.Inboxes {

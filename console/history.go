@@ -82,7 +82,7 @@ func (h *history) of(name string) []sample {
 	return nil
 }
 
-// Sample reads the figures of every mount and inbox once, as the overview reads them,
+// Sample reads the figures of every mount, partitioned stream and inbox once, as the overview reads them,
 // and keeps them for the charts (the last Options.SampleWindow of them). Run calls it
 // every Options.SampleEvery; call it yourself to sample on a schedule of your own. A
 // figure that cannot be read is kept as unknown.
@@ -91,6 +91,9 @@ func (c *Console) Sample(ctx context.Context) {
 	for _, m := range c.mounts {
 		rw := c.mountRow(ctx, m)
 		c.history.add("mount:"+m.Name, sampleOf(rw, now))
+	}
+	for _, ps := range c.partitioned {
+		c.history.add("partitioned:"+ps.Name, sampleOf(c.partitionedRow(ctx, ps), now))
 	}
 	for _, ib := range c.inboxes {
 		rw := c.inboxRow(ctx, ib)

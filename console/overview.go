@@ -29,7 +29,7 @@ type row struct {
 	Err string
 	// Href is its page.
 	Href string
-	// Kind is its mount kind, or "inbox".
+	// Kind is its mount kind, KindPartitionedStream, or "inbox".
 	Kind string
 	// Lag is how many entries wait to be read: a stream group's lag, a list's length,
 	// an inbox's due rows.
@@ -64,13 +64,18 @@ type overviewPage struct {
 	Rows []row
 }
 
-// overview serves the overview: one row for each mount and each inbox.
+// overview serves the overview: one row for each mount, partitioned stream and inbox.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var rows []row
 	var head chartHead
 	for k, m := range c.mounts {
 		rw := c.mountRow(r.Context(), m)
 		rw.Charts = c.chartsOf(r, "mount:"+m.Name, m.Name, fmt.Sprintf("m%d", k), &head)
+		rows = append(rows, rw)
+	}
+	for k, ps := range c.partitioned {
+		rw := c.partitionedRow(r.Context(), ps)
+		rw.Charts = c.chartsOf(r, "partitioned:"+ps.Name, "", fmt.Sprintf("p%d", k), &head)
 		rows = append(rows, rw)
 	}
 	for k, ib := range c.inboxes {

@@ -17,6 +17,7 @@ func (c *Console) routes() {
 	mux.HandleFunc("GET "+p+"/mounts/{name}/pending/{id}", c.pendingPage)
 	mux.HandleFunc("GET "+p+"/mounts/{name}/delayed", c.delayedPage)
 	mux.HandleFunc("GET "+p+"/mounts/{name}/dead/{id}/payload", c.payloadDownload)
+	mux.HandleFunc("GET "+p+"/partitioned/{name}", c.partitionedPage)
 	mux.HandleFunc("GET "+p+"/inboxes/{name}", c.inboxPage)
 	mux.HandleFunc("GET "+p+"/inboxes/{name}/dead/{dead}/{id}", c.deadRowPage)
 	mux.HandleFunc("POST "+p+"/mounts/{name}/{action}", c.guard(c.mountAction))

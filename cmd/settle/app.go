@@ -112,8 +112,10 @@ Config: --config FILE (JSON) names which keys belong together, e.g.
    "mounts": [{"name": "refunds", "kind": "stream", "key": "{refunds}", "group": "refunds",
                "delayed": "{refunds}.delayed", "dead_letter": "{refunds}.dlq"}],
    "dsn": "…", "inboxes": [{"name": "mailer", "table": {…}, "groups": […], "dead": […]}]}
-A mount's kind is stream, claiming-stream, list or reliable-list; "settle stats --config
-FILE" shows every mount and inbox group of it, --mount NAME one mount. A mount's "limits"
+A mount's kind is stream, claiming-stream, partitioned-stream (key: the name given to
+settle.PartitionedStream, dead_letter: the name given to settle.DeadLetter), list or
+reliable-list; "settle stats --config FILE" shows every mount and inbox group of it,
+--mount NAME one mount. A mount's "limits"
 (its App's flow limits, in order: {"kind": "rate"|"rate-by", "n": 50, "per": "1s",
 "burst": 1} or {"kind": "concurrency-by"|"global-concurrency", "n": 1}) are shown by stats.
 Output: tables for a person; --json prints JSON (one object per line for lists).

@@ -59,13 +59,16 @@ type fileConfig struct {
 // and writes.
 type mountConfig struct {
 	// DeadLetter names its dead letter: a dead-letter stream for a stream kind, a
-	// dead-letter list for a list kind ("": none).
+	// dead-letter list for a list kind, the name given to settle.DeadLetter for a
+	// partitioned stream (each partition's copy is counted) ("": none).
 	DeadLetter string `json:"dead_letter"`
 	// Delayed names its durable delay set ("": none).
 	Delayed string `json:"delayed"`
-	// Group names the consumer group of a stream kind (required there; a list has none).
+	// Group names the consumer group of a stream kind or a partitioned stream (required
+	// there; a list has none).
 	Group string `json:"group"`
-	// Key names the stream or the list (required).
+	// Key names the stream or the list, or a partitioned stream's name as given to
+	// settle.PartitionedStream (required).
 	Key string `json:"key"`
 	// Kind is one of the mount kinds (mountKinds).
 	Kind string `json:"kind"`
@@ -128,16 +131,23 @@ func (mc mountConfig) flowLimits() ([]admin.FlowLimit, error) {
 const (
 	mountClaimingStream = "claiming-stream"
 	mountList           = "list"
+	mountPartitioned    = "partitioned-stream"
 	mountReliableList   = "reliable-list"
 	mountStream         = "stream"
 )
 
 // mountKinds are the kinds a mount may be, for the error that names an unknown one.
-var mountKinds = []string{mountStream, mountClaimingStream, mountList, mountReliableList}
+var mountKinds = []string{mountStream, mountClaimingStream, mountPartitioned, mountList, mountReliableList}
 
 // isStream reports whether the mount reads a stream's consumer group.
 func (mc mountConfig) isStream() bool {
 	return mc.Kind == mountStream || mc.Kind == mountClaimingStream
+}
+
+// hasGroup reports whether the mount reads through a consumer group: a stream kind or
+// a partitioned stream.
+func (mc mountConfig) hasGroup() bool {
+	return mc.isStream() || mc.Kind == mountPartitioned
 }
 
 // loadConfig reads and checks the config file path: unknown fields, a mount without a
@@ -171,10 +181,12 @@ func loadConfig(path string) (*fileConfig, error) {
 		switch {
 		case !slices.Contains(mountKinds, mc.Kind):
 			return nil, fmt.Errorf("--config %s: %s: unknown kind %q (one of %s)", path, what, mc.Kind, strings.Join(mountKinds, ", "))
-		case mc.isStream() && mc.Group == "":
+		case mc.hasGroup() && mc.Group == "":
 			return nil, fmt.Errorf("--config %s: %s: a %s needs its consumer group", path, what, mc.Kind)
-		case !mc.isStream() && mc.Group != "":
+		case !mc.hasGroup() && mc.Group != "":
 			return nil, fmt.Errorf("--config %s: %s: a %s has no consumer group (got %q)", path, what, mc.Kind, mc.Group)
+		case mc.Kind == mountPartitioned && (mc.Delayed != "" || len(mc.Limits) > 0 || len(mc.Replies) > 0):
+			return nil, fmt.Errorf("--config %s: %s: a %s names its partitions' keys by the name given to settle.DeadLetter only (\"dead_letter\"); delayed, limits and replies are not read for it", path, what, mc.Kind)
 		case seen[mc.Name]:
 			return nil, fmt.Errorf("--config %s: two mounts are named %q", path, mc.Name)
 		}

@@ -110,6 +110,9 @@ func (a *app) findScopes(cmd *cobra.Command, ff findFlags) ([]admin.FindScope, e
 	}
 	var scopes []admin.FindScope
 	for _, mc := range mounts {
+		if mc.Kind == mountPartitioned {
+			continue // its partitions are not searched
+		}
 		s := admin.FindScope{Mount: mc.Name, Delayed: mc.Delayed, Replies: mc.Replies}
 		if mc.isStream() {
 			s.Stream, s.Group, s.DeadLetter = mc.Key, mc.Group, mc.DeadLetter

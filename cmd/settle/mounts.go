@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -12,23 +13,25 @@ import (
 )
 
 // mountStatJSON is one mount of the config file as stats --json prints it: its stream
-// and group (a stream kind) or its list (a list kind), whether it is paused, its delay
-// set and its dead letter when the file names them.
+// and group (a stream kind), its partitions and live members (a partitioned stream) or
+// its list (a list kind), whether it is paused, its delay set and its dead letter when
+// the file names them.
 type mountStatJSON struct {
-	DeadLetter  string        `json:"dead_letter,omitempty"`
-	DeadLetters *summaryJSON  `json:"dead_letters,omitempty"`
-	DelaySet    *delaySetJSON `json:"delay_set,omitempty"`
-	Delayed     string        `json:"delayed,omitempty"`
-	Error       string        `json:"error,omitempty"`
-	Group       string        `json:"group,omitempty"`
-	Key         string        `json:"key"`
-	Kind        string        `json:"kind"`
-	Limits      []limitJSON   `json:"limits,omitempty"`
-	List        *listJSON     `json:"list,omitempty"`
-	Mount       string        `json:"mount"`
-	MountKind   string        `json:"mount_kind"`
-	Paused      bool          `json:"paused"`
-	Stream      *streamJSON   `json:"stream,omitempty"`
+	DeadLetter  string           `json:"dead_letter,omitempty"`
+	DeadLetters *summaryJSON     `json:"dead_letters,omitempty"`
+	DelaySet    *delaySetJSON    `json:"delay_set,omitempty"`
+	Delayed     string           `json:"delayed,omitempty"`
+	Error       string           `json:"error,omitempty"`
+	Group       string           `json:"group,omitempty"`
+	Key         string           `json:"key"`
+	Kind        string           `json:"kind"`
+	Limits      []limitJSON      `json:"limits,omitempty"`
+	List        *listJSON        `json:"list,omitempty"`
+	Mount       string           `json:"mount"`
+	MountKind   string           `json:"mount_kind"`
+	Partitioned *partitionedJSON `json:"partitioned,omitempty"`
+	Paused      bool             `json:"paused"`
+	Stream      *streamJSON      `json:"stream,omitempty"`
 }
 
 // limitJSON is one flow limit of a mount as stats --json prints it (admin.LimitState):
@@ -105,6 +108,18 @@ const kindMount = "mount"
 func (a *app) statMount(ctx context.Context, mc mountConfig, reclaim time.Duration) (mountStatJSON, error) {
 	m := mountStatJSON{DeadLetter: mc.DeadLetter, Delayed: mc.Delayed, Group: mc.Group, Key: mc.Key, Kind: kindMount, Mount: mc.Name, MountKind: mc.Kind}
 	wrap := func(err error) error { return fmt.Errorf("mount %q: %w", mc.Name, err) }
+	if mc.Kind == mountPartitioned {
+		info, err := a.insp.PartitionedStream(ctx, mc.Key, mc.Group, admin.PartitionDeadLetter(mc.DeadLetter))
+		if err != nil {
+			return m, wrap(err)
+		}
+		if m.Paused, err = a.insp.Paused(ctx, mc.Key, mc.Group); err != nil {
+			return m, wrap(err)
+		}
+		j := partitionedJSONOf(info, mc.DeadLetter)
+		m.Partitioned = &j
+		return m, nil // its delay sets and dead letters are per partition, counted there
+	}
 	if mc.isStream() {
 		s, err := a.insp.Stream(ctx, mc.Key, mc.Group, admin.ReclaimIdle(reclaim))
 		if err != nil {
@@ -159,6 +174,38 @@ func (a *app) statMount(ctx context.Context, mc mountConfig, reclaim time.Durati
 		m.DeadLetters = &j
 	}
 	return m, nil
+}
+
+// printPartitioned writes the stats lines of the partitioned stream p (of the mount
+// named mount, "" for a key): one for its group, one per partition (its owner, lease
+// and backlog), one per live member (the partitions it holds).
+func printPartitioned(w io.Writer, mount string, p *partitionedJSON, paused bool) {
+	var length int64
+	owned := 0
+	for _, pt := range p.Partitions {
+		length += pt.Length
+		if pt.Owner != "" {
+			owned++
+		}
+	}
+	details := fmt.Sprintf("group %s: %d partitions, %d held, %d live members", p.Group, len(p.Partitions), owned, len(p.Members))
+	if p.Group == "" {
+		details = fmt.Sprintf("%d partitions; no --group given: no owner, lag or member read", len(p.Partitions))
+	}
+	if paused {
+		details += "; paused"
+	}
+	lead := ""
+	if mount != "" {
+		lead = mount + "\t"
+	}
+	fmt.Fprintf(w, "%s%s\tpartitioned stream\t%d\t%s\n", lead, p.Name, length, details)
+	for _, pt := range p.Partitions {
+		fmt.Fprintf(w, "%s%s\tpartition %d\t%d\t%s\n", lead, pt.Key, pt.Index, pt.Length, partitionDetails(pt, p.DeadLetter != ""))
+	}
+	for _, mb := range p.Members {
+		fmt.Fprintf(w, "%s%s\tmember\t%d\tholds %d partitions, heartbeat left %s\n", lead, mb.Member, mb.Owns, mb.Owns, dur(time.Duration(mb.TTLMS)*time.Millisecond))
+	}
 }
 
 // statConfig is stats with --config and no keys: every mount of the file (or the one
@@ -268,6 +315,9 @@ func (a *app) printConfigStats(ms []mountStatJSON, vs []groupViewJSON) error {
 			}
 			if l := m.List; l != nil {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Mount, m.Key, m.MountKind, l.Length, listDetails(l))
+			}
+			if p := m.Partitioned; p != nil {
+				printPartitioned(w, m.Mount, p, m.Paused)
 			}
 			for _, l := range m.Limits {
 				fmt.Fprintf(w, "%s\t%s\tlimit\t%d\t%s\n", m.Mount, l.Limit, l.InUse, limitDetails(l))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,6 +29,49 @@ type memberJSON struct {
 	TTLMS  int64  `json:"ttl_ms"`
 }
 
+// partitionedJSON is a partitioned stream's group as stats --json prints it: its
+// partitions and its live members.
+type partitionedJSON struct {
+	DeadLetter string          `json:"dead_letter,omitempty"`
+	Group      string          `json:"group"`
+	Hash       string          `json:"hash"`
+	Members    []memberJSON    `json:"members"`
+	Name       string          `json:"name"`
+	Partitions []partitionJSON `json:"partitions"`
+}
+
+// partitionedJSONOf is info as --json prints it (durations in milliseconds), its dead
+// letters counted in each partition's copy of deadLetter ("": not counted).
+func partitionedJSONOf(info *admin.PartitionedStreamInfo, deadLetter string) partitionedJSON {
+	out := partitionedJSON{DeadLetter: deadLetter, Group: info.Group, Hash: info.Hash, Members: []memberJSON{}, Name: info.Name, Partitions: []partitionJSON{}}
+	for _, p := range info.Partitions {
+		out.Partitions = append(out.Partitions, partitionJSON{DeadLetters: p.DeadLetters, Index: p.Index, Key: p.Key, Lag: p.Lag,
+			LeaseLeftMS: p.LeaseLeft.Milliseconds(), Length: p.Length, Owner: p.Owner, Pending: p.Pending, Token: p.Token})
+	}
+	for _, m := range info.Members {
+		out.Members = append(out.Members, memberJSON{Member: m.Name, Owns: m.Owns, TTLMS: m.TTL.Milliseconds()})
+	}
+	return out
+}
+
+// partitionDetails is the DETAILS of a partition in the stats table: its owner, lease
+// and backlog, its dead letters where counted.
+func partitionDetails(p partitionJSON, dead bool) string {
+	owner := "no owner"
+	if p.Owner != "" {
+		owner = fmt.Sprintf("owner %s (lease left %s, token %s)", p.Owner, dur(time.Duration(p.LeaseLeftMS)*time.Millisecond), p.Token)
+	}
+	lag := fmt.Sprint(p.Lag)
+	if p.Lag < 0 {
+		lag = "?"
+	}
+	d := fmt.Sprintf("%s: lag %s, pending %d", owner, lag, p.Pending)
+	if dead {
+		d += fmt.Sprintf(", dead letters %d", p.DeadLetters)
+	}
+	return d
+}
+
 func (a *app) partitionsCommand() *cobra.Command {
 	var deadLetter string
 	ls := &cobra.Command{
@@ -50,14 +94,14 @@ then one per member.`,
 				return err
 			}
 			if a.json {
-				for _, p := range info.Partitions {
-					if err := a.printJSON(partitionJSON{DeadLetters: p.DeadLetters, Index: p.Index, Key: p.Key, Lag: p.Lag, LeaseLeftMS: p.LeaseLeft.Milliseconds(),
-						Length: p.Length, Owner: p.Owner, Pending: p.Pending, Token: p.Token}); err != nil {
+				j := partitionedJSONOf(info, deadLetter)
+				for _, p := range j.Partitions {
+					if err := a.printJSON(p); err != nil {
 						return err
 					}
 				}
-				for _, m := range info.Members {
-					if err := a.printJSON(memberJSON{Member: m.Name, Owns: m.Owns, TTLMS: m.TTL.Milliseconds()}); err != nil {
+				for _, m := range j.Members {
+					if err := a.printJSON(m); err != nil {
 						return err
 					}
 				}

@@ -179,14 +179,16 @@ is an empty set.`,
 
 // statJSON is one key of stats --json: Kind says which view is filled in.
 type statJSON struct {
-	DeadLetters *summaryJSON  `json:"dead_letters,omitempty"`
-	DelaySet    *delaySetJSON `json:"delay_set,omitempty"`
-	Key         string        `json:"key"`
-	Kind        string        `json:"kind"`
-	Length      *int64        `json:"length,omitempty"`
-	List        *listJSON     `json:"list,omitempty"`
-	Stream      *streamJSON   `json:"stream,omitempty"`
-	Type        string        `json:"type"`
+	DeadLetters *summaryJSON     `json:"dead_letters,omitempty"`
+	DelaySet    *delaySetJSON    `json:"delay_set,omitempty"`
+	Key         string           `json:"key"`
+	Kind        string           `json:"kind"`
+	Length      *int64           `json:"length,omitempty"`
+	List        *listJSON        `json:"list,omitempty"`
+	Partitioned *partitionedJSON `json:"partitioned,omitempty"`
+	Paused      bool             `json:"paused,omitempty"`
+	Stream      *streamJSON      `json:"stream,omitempty"`
+	Type        string           `json:"type"`
 }
 
 // Kinds of key stats tells apart.
@@ -196,6 +198,7 @@ const (
 	kindList        = "list"
 	kindMissing     = "missing"
 	kindOther       = "other"
+	kindPartitioned = "partitioned-stream"
 	kindStream      = "stream"
 )
 
@@ -208,13 +211,17 @@ func (a *app) statsCommand() *cobra.Command {
 		Long: `Show one line per key: a stream that has the consumer group --group is shown as a
 stream (length, lag, pending, dead consumers, paused); a stream whose oldest entry is a dead
 letter as a dead-letter stream (count, oldest, the most common reason and error); any
-other stream by its length; a sorted set as a delay set (size, overdue); a list whose
+other stream by its length; a partitioned stream's name (its meta key, a hash) as a
+partitioned stream: a line for --group, a line per partition (its owner, lease left,
+fencing token, length, lag, pending; its dead letters with the mount's dead_letter in
+--config) and a line per live member of --group (how many partitions it holds);
+a sorted set as a delay set (size, overdue); a list whose
 first member is a dead letter as a dead-letter list, any other list as a (reliable) list
 (length, processing, consumers, orphaned, paused). A
 missing key is shown as missing (an empty delay set is one); other types are named.
 
 With --config FILE and no KEY: every mount the file names, by its kind (its stream and
-group, or its list; whether it is paused; its delay set and its dead letter, a missing
+group, its partitions and live members, or its list; whether it is paused; its delay set and its dead letter, a missing
 list, delay set or dead letter counted empty), then every group and dead letter of its
 inboxes (the database: --dsn, else $` + EnvDSN + `, else the file's "dsn"). --mount NAME
 shows that mount only. A mount whose stream or group does not exist is an error naming it.`,
@@ -305,9 +312,32 @@ func (a *app) stat(ctx context.Context, key, groupName string, reclaim time.Dura
 		st.Kind = kindDeadLetters
 		j := summaryJSONOf(s)
 		st.DeadLetters = &j
+	case "hash":
+		return a.statPartitioned(ctx, st, groupName)
 	default:
 		st.Kind = kindOther
 	}
+	return st, nil
+}
+
+// statPartitioned reads the hash st.Key as a partitioned stream's meta key, for the
+// group groupName (none: the partitions' lengths only): any other hash is of kind other.
+func (a *app) statPartitioned(ctx context.Context, st statJSON, groupName string) (statJSON, error) {
+	info, err := a.insp.PartitionedStream(ctx, st.Key, groupName)
+	switch {
+	case errors.Is(err, admin.ErrWrongType):
+		st.Kind = kindOther
+		return st, nil
+	case err != nil:
+		return st, err
+	}
+	if groupName != "" {
+		if st.Paused, err = a.insp.Paused(ctx, st.Key, groupName); err != nil {
+			return st, err
+		}
+	}
+	j := partitionedJSONOf(info, "")
+	st.Kind, st.Partitioned = kindPartitioned, &j
 	return st, nil
 }
 
@@ -351,6 +381,8 @@ func (a *app) printStats(stats []statJSON) error {
 			fmt.Fprintf(w, "%s\tdelay set\t%d\t%s\n", st.Key, st.DelaySet.Size, delayDetails(st.DelaySet))
 		case kindList:
 			fmt.Fprintf(w, "%s\treliable list\t%d\t%s\n", st.Key, st.List.Length, listDetails(st.List))
+		case kindPartitioned:
+			printPartitioned(w, "", st.Partitioned, st.Paused)
 		case kindMissing:
 			fmt.Fprintf(w, "%s\tmissing\t0\t(or an empty delay set)\n", st.Key)
 		default:

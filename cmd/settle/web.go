@@ -53,7 +53,8 @@ func (a *app) webCommand() *cobra.Command {
 		Short: "Serve the web console for the mounts and inboxes of --config",
 		Long: `Serve settle's web console (github.com/settlekit/settle/console) for every mount and
 inbox --config names: an overview refreshing on its own, each mount's consumers, delay set
-and dead letters (filter, replay with a rate, purge, each confirmed first), each inbox's
+and dead letters, each partitioned stream's partitions (owner, lease, backlog) and live
+members (filter, replay with a rate, purge, each confirmed first), each inbox's
 groups and dead rows, pause and resume. It prints the address it serves on, then serves
 until interrupted (SIGINT, SIGTERM), letting requests in flight finish.
 
@@ -107,6 +108,10 @@ func (a *app) web(ctx context.Context, wf webFlags) error {
 		}
 		o.Admin = a.insp
 		for _, mc := range fc.Mounts {
+			if mc.Kind == mountPartitioned {
+				o.Partitioned = append(o.Partitioned, console.PartitionedStream{DeadLetter: mc.DeadLetter, Group: mc.Group, Key: mc.Key, Name: mc.Name})
+				continue
+			}
 			limits, _ := mc.flowLimits() // checked by loadConfig
 			o.Mounts = append(o.Mounts, console.Mount{
 				DeadLetter: mc.DeadLetter, Delayed: mc.Delayed, Group: mc.Group, Key: mc.Key,
