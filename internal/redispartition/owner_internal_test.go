@@ -102,7 +102,7 @@ func TestLiveMembersShareThePartitionsEachHeldByOne(t *testing.T) {
 	step(t, a, c) // a hands over c's partitions (nothing in flight), c takes them
 	checkSplit(t, a, c)
 	if len(held(a)) == 0 || len(held(c)) == 0 {
-		t.Fatalf("a holds %v, c %v: want both some (rendezvous over a and c)", held(a), held(c))
+		t.Fatalf("a holds %v, c %v: want both some (assign over a and c)", held(a), held(c))
 	}
 	want := map[string][]int{}
 	for i, m := range assign([]string{"a", "c"}, testParts) {
@@ -301,8 +301,8 @@ func TestPartitionIsNotHandedBackWhileAReadOfItIsInProgress(t *testing.T) {
 	ctx := context.Background()
 	a := b.member(t, "a")
 	moving := -1 // a partition that is c's once c joins
-	for i := range testParts {
-		if rendezvous([]string{"a", "c"}, i) == "c" {
+	for i, m := range assign([]string{"a", "c"}, testParts) {
+		if m == "c" {
 			moving = i
 			break
 		}
