@@ -107,7 +107,13 @@ func testHooksFollowOneMessage(t *testing.T, f Features, s *Subject) {
 			t.Fatalf("settlement %s is marked a redelivery; every delivery here settled", describeOne(e))
 		}
 	}
-	if last := settled[1]; last.Action != settle.ActionDeadLetter {
+	// The later attempt's: a park is reported once its copy is scheduled, from the
+	// handler's goroutine, which a loaded machine may hold until the copy has run.
+	last := settled[1]
+	if settled[0].Attempt > last.Attempt {
+		last = settled[0]
+	}
+	if last.Action != settle.ActionDeadLetter {
 		t.Fatalf("last settlement %s, want the dead letter", describeOne(last))
 	}
 	if len(l.moves) == 0 || l.moves[len(l.moves)-1] != settle.ActionDeadLetter {
