@@ -129,6 +129,7 @@ func (m *mount) prepare(e *engine) {
 		Delay:            m.cfg.delay,
 		FlowLimits:       len(m.cfg.limits) > 0,
 		MaxAttempts:      m.cfg.maxAttempts,
+		Ordered:          m.cfg.ordered,
 		ReplyTo:          m.cfg.replyTo,
 	}
 	m.eng = e

@@ -337,9 +337,6 @@ func settlementAttrs(d *source.Delivery, o Outcome, s settlement, extra ...slog.
 // whether the delivery's move was queued to the copier, which then frees its slot.
 // ctx is the delivery's, start when its handler began (zero: it did not run).
 func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s settlement, acks *acker, delays *timerq.Queue, start time.Time) (queued bool) {
-	if m.order != nil && (s.Action == ActionCopy || s.Action == ActionPark) {
-		return m.order.retryInPlace(ctx, d, o, s, start)
-	}
 	ev := m.event(ctx, d, o, s.Action, start)
 	switch s.Action {
 	case ActionAck:
@@ -359,6 +356,9 @@ func (m *mount) apply(ctx context.Context, d *source.Delivery, o Outcome, s sett
 		acks.add(d, ev)
 		return false
 	case ActionLeave:
+		if s.InPlace {
+			return m.order.retryInPlace(ctx, d, o, s, ev)
+		}
 		if o.Kind == OutcomeRetryAfter && o.Delay != s.Delay {
 			m.warnOnce(ctx, "delay-min-idle", "settle: a claiming stream keeps delays as its min-idle: RetryAfter delays are rounded to it (use a DurableZset to keep each delay as asked); logged once per mount",
 				slog.Duration(attrDelay, o.Delay), slog.Duration("min_idle", s.Delay))
@@ -588,17 +588,26 @@ func (m *mount) reply(ctx context.Context, d *source.Delivery, outs []source.Out
 // settlement is written (settled); a head whose settlement failed keeps its key until
 // it is read again and settles. Every delivery it holds holds its slot.
 type ordering struct {
-	m     *mount
-	keys  *keyorder.Queue[*source.Delivery]
-	later *keyorder.Later[*source.Delivery]
+	m       *mount
+	keys    *keyorder.Queue[*source.Delivery]
+	retries *timerq.Queue // the heads waiting out a retry's delay, on the engine's clock
+	quit    chan struct{} // closed by stop: retries stops running
+	done    chan struct{} // closed once retries has stopped
 
 	mu      sync.Mutex // held across push: no delivery is handed over once stop has begun
 	push    func([]*source.Delivery)
+	waiting int // the retries scheduled and not handed over yet
 	stopped bool
 }
 
 func newOrdering(m *mount, push func([]*source.Delivery)) *ordering {
-	return &ordering{m: m, keys: keyorder.New[*source.Delivery](), later: keyorder.NewLater[*source.Delivery](m.eng.clock), push: push}
+	o := &ordering{m: m, keys: keyorder.New[*source.Delivery](), retries: timerq.New(m.eng.clock),
+		quit: make(chan struct{}), done: make(chan struct{}), push: push}
+	go func() {
+		defer close(o.done)
+		o.retries.Run(o.quit) // what still waits at stop is counted by waiting
+	}()
+	return o
 }
 
 // orderKey is d's message key (HeaderKey; "" orders nothing) and its id.
@@ -679,38 +688,54 @@ func (o *ordering) settled(d *source.Delivery, err error) {
 	}
 }
 
-// retryInPlace retries d, its key's head, where it is: its entry stays pending, its
-// key's later deliveries keep waiting, and once s's delay (a backoff or RetryAfter's)
-// has passed its handler runs again, as attempt d.Attempt+1, in the slot it holds. It
-// reports the retry (Action ActionLeave) and returns true: the slot is not freed.
-func (o *ordering) retryInPlace(ctx context.Context, d *source.Delivery, out Outcome, s settlement, start time.Time) (queued bool) {
+// retryInPlace retries d, its key's head, where it is, as s decided (InPlace): its
+// entry stays pending, its key's later deliveries keep waiting, and once s.Delay (a
+// backoff or RetryAfter's) has passed its handler runs again, as attempt d.Attempt+1,
+// in the slot it holds. It reports the retry (ev, Action ActionLeave) and returns true:
+// the slot is not freed.
+func (o *ordering) retryInPlace(ctx context.Context, d *source.Delivery, out Outcome, s settlement, ev Settled) (queued bool) {
 	m := o.m
-	delay := time.Duration(0)
-	if s.Action == ActionPark {
-		delay = s.Delay
-	}
-	ev := m.event(ctx, d, out, ActionLeave, start)
-	ev.Delay = delay
+	ev.Delay = s.Delay
 	m.logSettlement(ctx, slog.LevelDebug, "settle: retry in place (Ordered): the key's later messages wait", d, out, s,
-		slog.Duration(attrDelay, delay), slog.Any(attrError, out.Err))
+		slog.Duration(attrDelay, s.Delay), slog.Any(attrError, out.Err))
 	m.eng.report(ctx, ev)
-	if !o.later.After(delay, d, func(d *source.Delivery) {
+	return o.again(d, s.Delay)
+}
+
+// again hands d to the workers again, as its next attempt, once delay has passed on the
+// engine's clock, unless the ordering stops first (stop counts it then). It returns
+// false, scheduling nothing, once stopped: d's entry stays pending and its slot is the
+// caller's to free.
+func (o *ordering) again(d *source.Delivery, delay time.Duration) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopped {
+		return false
+	}
+	o.waiting++
+	o.retries.Schedule(delay, func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.stopped {
+			return // counted by stop, which frees its slot
+		}
+		o.waiting--
 		d.Attempt++
 		d.Redelivered = true
-		o.hand([]*source.Delivery{d})
-	}) {
-		return false // stopping: the entry stays pending; its slot is freed now
-	}
+		o.push([]*source.Delivery{d})
+	})
 	return true
 }
 
 // stop ends the ordering as the mount stops: it returns the deliveries waiting behind
-// their key (never started) and the retries waiting in place (their slots still held),
-// and hands nothing more to the workers.
-func (o *ordering) stop() (behind, again []*source.Delivery) {
+// their key (never started) and how many retries wait in place (their slots still
+// held; never run here), and hands nothing more to the workers.
+func (o *ordering) stop() (behind []*source.Delivery, again int) {
 	o.mu.Lock()
 	o.stopped = true
+	again = o.waiting
 	o.mu.Unlock()
-	again = o.later.Stop()
+	close(o.quit)
+	<-o.done
 	return o.keys.Stop(), again
 }

@@ -199,9 +199,14 @@ func (a Action) completes() bool {
 // settlement is the engine's decision for one delivery.
 type settlement struct {
 	Action Action
-	// Delay is how long a parked copy waits (ActionPark), or the wait a left-in-place
-	// delivery gets instead of the asked delay (ActionLeave after RetryAfter).
+	// Delay is how long a parked copy waits (ActionPark), the wait a left-in-place
+	// delivery gets instead of the asked delay (ActionLeave after RetryAfter), or how long
+	// a retry in place waits before its handler runs again (InPlace).
 	Delay time.Duration
+	// InPlace: the engine runs the handler again itself, once Delay has passed, the entry
+	// left pending meanwhile and no move written (ActionLeave on an Ordered mount: a copy
+	// would go behind the key's later messages).
+	InPlace bool
 	// Reason says why, for logs and the dead-letter reason header.
 	Reason string
 }
@@ -209,8 +214,18 @@ type settlement struct {
 // decide is the settlement engine's whole decision: given what the handler asked, the
 // delivery's attempt (1-based, the first delivery included), the mount's policy and
 // what the transport can do, it returns what to do. It is pure; transports only apply
-// its answer.
+// its answer. On an Ordered mount a retry that would write a copy, at once or after a
+// delay, is run again in place instead, after the same delay (InPlace).
 func decide(o Outcome, attempt int, p source.Policy, c source.Caps) settlement {
+	s := decideMove(o, attempt, p, c)
+	if p.Ordered && (s.Action == ActionCopy || s.Action == ActionPark) {
+		return settlement{Action: ActionLeave, Delay: s.Delay, InPlace: true, Reason: s.Reason}
+	}
+	return s
+}
+
+// decideMove is decide as a mount that does not retry in place decides.
+func decideMove(o Outcome, attempt int, p source.Policy, c source.Caps) settlement {
 	switch o.Kind {
 	case OutcomeAck:
 		return settlement{Action: ActionAck}
@@ -237,7 +252,7 @@ func decide(o Outcome, attempt int, p source.Policy, c source.Caps) settlement {
 	}
 	if delayed {
 		if refused := delayRefusal(o.Delay, p); refused != "" {
-			s := decide(Outcome{Kind: OutcomeRetry, Err: o.Err}, attempt, p, c)
+			s := decideMove(Outcome{Kind: OutcomeRetry, Err: o.Err}, attempt, p, c)
 			s.Reason = refused + " (" + s.Reason + ")"
 			return s
 		}

@@ -25,6 +25,9 @@ var (
 	policyCap3          = source.Policy{MaxAttempts: 3}
 	policyCap3DLQ       = source.Policy{MaxAttempts: 3, DeadLetter: "dlq"}
 	policyDLQ           = source.Policy{DeadLetter: "dlq"}
+	policyOrdered       = source.Policy{Ordered: true}
+	policyOrderedCap3   = source.Policy{Ordered: true, MaxAttempts: 3}
+	policyOrderedCap3DL = source.Policy{Ordered: true, MaxAttempts: 3, DeadLetter: "dlq"}
 	errBoom             = errors.New("boom")
 	outcomeAck          = Outcome{Kind: OutcomeAck}
 	outcomeDrop         = Outcome{Kind: OutcomeDrop, Err: errBoom}
@@ -44,6 +47,7 @@ func TestDecide(t *testing.T) {
 		caps    source.Caps
 		want    Action
 		delay   time.Duration
+		inPlace bool
 	}{
 		// Ack completes on every transport, whatever the policy.
 		{name: "StreamAckAcks", outcome: outcomeAck, attempt: 1, policy: policyNone, caps: capsStream, want: ActionAck},
@@ -125,6 +129,21 @@ func TestDecide(t *testing.T) {
 		{name: "ClaimingDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsClaiming, want: ActionDeadLetter},
 		{name: "DurableZsetDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter1h, attempt: 3, policy: policyCap3DLQ, caps: capsStreamZset, want: ActionDeadLetter},
 		{name: "ListDelayedRetryCountsLikeImmediate", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyCap3DLQ, caps: capsList, want: ActionDeadLetter},
+
+		// Ordered (a Stream, a PartitionedStream): a retry that would write a copy runs
+		// again in place, after the copy's delay, its entry left pending; the final
+		// settlements are as without Ordered.
+		{name: "OrderedAckAcks", outcome: outcomeAck, attempt: 1, policy: policyOrderedCap3DL, caps: capsStream, want: ActionAck},
+		{name: "OrderedDropDrops", outcome: outcomeDrop, attempt: 1, policy: policyOrderedCap3DL, caps: capsStream, want: ActionDrop},
+		{name: "OrderedRetryRunsAgainInPlaceNotACopy", outcome: outcomeRetry, attempt: 1, policy: policyOrderedCap3DL, caps: capsStream, want: ActionLeave, inPlace: true},
+		{name: "OrderedRetryWithoutCapRunsAgainInPlace", outcome: outcomeRetry, attempt: 50, policy: policyOrdered, caps: capsStream, want: ActionLeave, inPlace: true},
+		{name: "OrderedBackoffWaitsInPlace", outcome: Outcome{Kind: OutcomeRetry, Delay: 2 * time.Second, Err: errBoom}, attempt: 2, policy: policyOrderedCap3DL, caps: capsStream, want: ActionLeave, delay: 2 * time.Second, inPlace: true},
+		{name: "OrderedRetryAfterWaitsInPlaceNotParked", outcome: outcomeRetryAfter5s, attempt: 1, policy: policyOrdered, caps: capsStream, want: ActionLeave, delay: 5 * time.Second, inPlace: true},
+		{name: "OrderedRetryAfterWithDurableZsetWaitsInPlace", outcome: outcomeRetryAfter1h, attempt: 1, policy: policyOrderedCap3DL, caps: capsStreamZset, want: ActionLeave, delay: time.Hour, inPlace: true},
+		{name: "OrderedNthFailedDeliveryDeadLetters", outcome: outcomeRetry, attempt: 3, policy: policyOrderedCap3DL, caps: capsStream, want: ActionDeadLetter},
+		{name: "OrderedDelayedRetryAtCapDeadLetters", outcome: outcomeRetryAfter5s, attempt: 3, policy: policyOrderedCap3DL, caps: capsStream, want: ActionDeadLetter},
+		{name: "OrderedCapWithoutDeadLetterRejects", outcome: outcomeRetry, attempt: 3, policy: policyOrderedCap3, caps: capsStream, want: ActionReject},
+		{name: "OrderedDeadLetterWithoutCapAtFirstRetry", outcome: outcomeRetry, attempt: 1, policy: source.Policy{Ordered: true, DeadLetter: "dlq"}, caps: capsStream, want: ActionDeadLetter},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,6 +154,9 @@ func TestDecide(t *testing.T) {
 			}
 			if got.Delay != tt.delay {
 				t.Fatalf("got delay %s, want %s", got.Delay, tt.delay)
+			}
+			if got.InPlace != tt.inPlace {
+				t.Fatalf("got in place %v, want %v (settlement %+v)", got.InPlace, tt.inPlace, got)
 			}
 			if got.Action != ActionAck && got.Reason == "" {
 				t.Fatalf("got no reason for %s; every settlement but ack says why", got.Action)
@@ -287,6 +309,7 @@ func TestDecideDelayLongerThanDurableZsetTTL(t *testing.T) {
 		want    Action
 		delay   time.Duration
 		refused bool
+		inPlace bool
 	}{
 		{name: "DelayWithinTTLParks", outcome: after(30 * time.Second), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: ActionPark, delay: 30 * time.Second},
 		{name: "DelayEqualToTTLParks", outcome: after(time.Minute), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: streamZset, want: ActionPark, delay: time.Minute},
@@ -295,14 +318,15 @@ func TestDecideDelayLongerThanDurableZsetTTL(t *testing.T) {
 		{name: "DelayLongerThanTTLAtCapDeadLetters", outcome: after(time.Hour), attempt: 3, policy: source.Policy{Delay: zsetTTL1m, MaxAttempts: 3, DeadLetter: "dlq"}, caps: streamZset, want: ActionDeadLetter},
 		{name: "DelayLongerThanTTLOnClaimingLeavesPending", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m}, caps: claimZset, want: ActionLeave, delay: 30 * time.Second, refused: true},
 		{name: "NoTTLKeepsAnyDelay", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: zsetNoTTL}, caps: streamZset, want: ActionPark, delay: 1000 * time.Hour},
+		{name: "OrderedDelayLongerThanTTLRetriesNowInPlace", outcome: after(time.Hour), attempt: 1, policy: source.Policy{Delay: zsetTTL1m, Ordered: true}, caps: streamZset, want: ActionLeave, refused: true, inPlace: true},
 		{name: "InProcessHasNoTTL", outcome: after(1000 * time.Hour), attempt: 1, policy: source.Policy{Delay: delayed.InProcess{}}, caps: source.Caps{RetryWithoutCap: source.ActionCopy}, want: ActionPark, delay: 1000 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := decide(tt.outcome, tt.attempt, tt.policy, tt.caps)
-			if got.Action != tt.want || got.Delay != tt.delay {
-				t.Fatalf("decide = %s (delay %s), want %s (delay %s); reason %q", got.Action, got.Delay, tt.want, tt.delay, got.Reason)
+			if got.Action != tt.want || got.Delay != tt.delay || got.InPlace != tt.inPlace {
+				t.Fatalf("decide = %s (delay %s, in place %v), want %s (delay %s, in place %v); reason %q", got.Action, got.Delay, got.InPlace, tt.want, tt.delay, tt.inPlace, got.Reason)
 			}
 			refused := strings.Contains(got.Reason, "exceeds the TTL")
 			if refused != tt.refused {

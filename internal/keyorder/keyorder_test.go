@@ -3,9 +3,7 @@ package keyorder_test
 import (
 	"slices"
 	"testing"
-	"time"
 
-	"github.com/settlekit/settle/internal/clock"
 	"github.com/settlekit/settle/internal/keyorder"
 )
 
@@ -80,34 +78,5 @@ func TestDropAndStopReturnWhatWaitsBehindAHead(t *testing.T) {
 	}
 	if _, ok := q.Settled("b"); ok {
 		t.Fatal("a stopped queue handed a delivery over")
-	}
-}
-
-func TestLaterRunsOnceItsDelayHasPassedAndStopCancels(t *testing.T) {
-	c := clock.NewFake(time.Unix(0, 0))
-	l := keyorder.NewLater[*msg](c)
-	ran := make(chan *msg, 1)
-	a, b := &msg{"a", "1"}, &msg{"b", "2"}
-	l.After(time.Minute, a, func(m *msg) { ran <- m })
-	l.After(time.Hour, b, func(m *msg) { ran <- m })
-	select {
-	case m := <-ran:
-		t.Fatalf("%v ran before its delay", m)
-	default:
-	}
-	c.Advance(time.Minute)
-	select {
-	case m := <-ran:
-		if m != a {
-			t.Fatalf("ran %v, want a", m)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a did not run once its delay passed")
-	}
-	if got := l.Stop(); !slices.Equal(got, []*msg{b}) {
-		t.Fatalf("stop: %v, want b", got)
-	}
-	if l.After(0, a, func(*msg) { t.Error("ran after Stop") }) {
-		t.Fatal("After accepted a delivery once stopped")
 	}
 }

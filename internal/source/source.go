@@ -324,6 +324,10 @@ type Policy struct {
 	FlowLimits bool
 	// MaxAttempts caps deliveries, the first included; 0 means no cap.
 	MaxAttempts int
+	// Ordered: a key's deliveries run one at a time (settle.Ordered), so a retry runs
+	// again in place, by the engine, its entry left pending; a transport sees no move
+	// for it.
+	Ordered bool
 	// ReplyTo is where replies go (ActionReply); empty means nowhere. A transport with
 	// Caps.Replies validates it as a destination of its own store.
 	ReplyTo string

@@ -47,6 +47,7 @@ func RunOrdered(t *testing.T, newSubject func(t *testing.T) *OrderedSubject) {
 		{"ADeadLetterReleasesTheKey", testOrderedDeadLetterReleases},
 		{"AfterACrashTheInFlightRunsAgainBeforeTheKeysLaterMessages", testOrderedAfterCrash},
 		{"AHandlerCutAtStopRunsAgainBeforeTheKeysLaterMessages", testOrderedCutAtStop},
+		{"ARetryWaitingInPlaceAtStopRunsUnderTheNextReaderBeforeTheKeysLaterMessages", testOrderedRetryWaitingAtStop},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -301,6 +302,36 @@ func testOrderedCutAtStop(t *testing.T, s *OrderedSubject) {
 	got := st.check(t)
 	if len(got) != 3 || got[0] != "a1#2" || !strings.HasPrefix(got[1], "a2#") || got[2] != "a3#1" {
 		t.Fatalf("starts after the cut: %v, want a1 again (attempt 2), then a2, then a3", got)
+	}
+}
+
+// testOrderedRetryWaitingAtStop: an App stops while a key's head waits out its retry's
+// delay in place: the stopping App does not run it (its entry stays pending) and hands
+// back what waited behind it; the next App runs the head again, as its next attempt,
+// before them.
+func testOrderedRetryWaitingAtStop(t *testing.T, s *OrderedSubject) {
+	first := newStarts()
+	before := startOrderedOn(t, s, s.Before, first, func(_ context.Context, m *settle.Message) error {
+		if string(m.Payload) == "a1" {
+			return settle.RetryAfter(time.Hour, errors.New("not yet"))
+		}
+		return errors.New("only a1 runs before the stop")
+	}, settle.Concurrency(4))
+	s.Publish(t, "a", "a1")
+	s.Publish(t, "a", "a2")
+	before.Recorder.WaitFor(t, waitTimeout, "a1's retry in place", hasAction(settle.ActionLeave))
+	before.Stop(t)
+	if got := first.check(t); !slices.Equal(got, []string{"a1#1"}) {
+		t.Fatalf("starts before the stop: %v, want a1#1 only (its retry waits an hour)", got)
+	}
+	st := newStarts()
+	st.follows("a1", "a2")
+	run := startOrdered(t, s, st, func(context.Context, *settle.Message) error { return nil }, settle.Concurrency(4))
+	run.WaitFor(t, "every ack", 100*time.Millisecond, acked("a1", "a2")) // moves the clock past the first App's lease
+	run.Stop(t)
+	got := st.check(t)
+	if len(got) != 2 || got[0] != "a1#2" || !strings.HasPrefix(got[1], "a2#") {
+		t.Fatalf("starts after the stop: %v, want a1 again (attempt 2), then a2", got)
 	}
 }
 
