@@ -36,6 +36,9 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 			return queued
 		}
 	}
+	if m.order != nil {
+		m.order.keepAttempt(ctx, d)
+	}
 	if spentByCrashes(d, m.policy, m.info.Caps) {
 		// The deliveries past the cap never settled: settle this one as the cap's failure,
 		// counting the attempts spent (the cap), without running the handler again.
@@ -598,11 +601,18 @@ type ordering struct {
 	push    func([]*source.Delivery)
 	waiting int // the retries scheduled and not handed over yet
 	stopped bool
+	inPlace map[*source.Delivery]struct{} // handed over again, their attempt not yet recorded
+
+	keeper source.AttemptKeeper // the transport's, if it counts attempts by its reads
 }
 
 func newOrdering(m *mount, push func([]*source.Delivery)) *ordering {
 	o := &ordering{m: m, keys: keyorder.New[*source.Delivery](), retries: timerq.New(m.eng.clock),
-		quit: make(chan struct{}), done: make(chan struct{}), push: push}
+		quit: make(chan struct{}), done: make(chan struct{}), push: push, inPlace: map[*source.Delivery]struct{}{}}
+	o.keeper, _ = m.transport.(source.AttemptKeeper)
+	if rt, wrapped := m.transport.(replicaTransport); wrapped {
+		o.keeper, _ = rt.Transport.(source.AttemptKeeper)
+	}
 	go func() {
 		defer close(o.done)
 		o.retries.Run(o.quit) // what still waits at stop is counted by waiting
@@ -722,9 +732,35 @@ func (o *ordering) again(d *source.Delivery, delay time.Duration) bool {
 		o.waiting--
 		d.Attempt++
 		d.Redelivered = true
+		if o.keeper != nil {
+			o.inPlace[d] = struct{}{}
+		}
 		o.push([]*source.Delivery{d})
 	})
 	return true
+}
+
+// keepAttempt records, before its handler runs, the attempt of d when the ordering
+// handed it over again in place, so that the transport's count holds it should the
+// process crash or stop (source.AttemptKeeper): the re-read that follows counts on from
+// it, the run it cut included. A failed write is logged and the attempt runs: the
+// entry stays fenced to this consumer, and a crash before it settles then counts as
+// one delivery fewer.
+func (o *ordering) keepAttempt(ctx context.Context, d *source.Delivery) {
+	if o.keeper == nil {
+		return
+	}
+	o.mu.Lock()
+	_, again := o.inPlace[d]
+	delete(o.inPlace, d)
+	o.mu.Unlock()
+	if !again {
+		return
+	}
+	if err := o.keeper.KeepAttempt(o.m.writes.get(), d); err != nil {
+		o.m.logger.WarnContext(ctx, "settle: the attempt of a retry in place (Ordered) could not be recorded; a crash before it settles would count it one attempt short",
+			slog.String(attrMsgID, d.ID), slog.String(attrKey, d.Key), slog.Int(attrAttempt, d.Attempt), slog.Any(attrError, err))
+	}
 }
 
 // stop ends the ordering as the mount stops: it returns the deliveries waiting behind

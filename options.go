@@ -424,9 +424,9 @@ func newFlowLimit(name string, key func(*Message) string, hasKey bool, n int, pe
 //
 // Across a crash: a delivery of a key that was running (or waiting to retry in place)
 // when its process died may run again, under the consumer that reads the key next; a
-// later message of a key never runs before an earlier one has settled. Attempts spent
-// in place are counted in memory: after a crash the message's attempt counts its
-// deliveries from the stream (its unsettled ones included), not those in-place retries.
+// later message of a key never runs before an earlier one has settled. Each attempt
+// run in place is written to the entry's delivery count as it starts, so the reader
+// after a crash or a stop counts on from it and MaxAttempts holds.
 // While a key's head waits out a delay it holds its slot: keys that all wait fill
 // Concurrency and Prefetch, and the mount reads nothing new until one settles.
 func Ordered() MountOption {

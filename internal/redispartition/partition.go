@@ -359,6 +359,17 @@ func (t *transport) Ack(ctx context.Context, ds []*source.Delivery) error {
 	return &source.AckErrors{Errs: errs}
 }
 
+// KeepAttempt records d's attempt at its partition's stream (source.AttemptKeeper); the
+// script's check that the entry is pending to this member fences it, as a new owner
+// takes a partition's pending entries over before it reads.
+func (t *transport) KeepAttempt(ctx context.Context, d *source.Delivery) error {
+	k, ok := t.partitionOf(d).t.(source.AttemptKeeper)
+	if !ok {
+		return nil
+	}
+	return k.KeepAttempt(ctx, d)
+}
+
 // Moves applies each partition's moves at its stream, one call per partition, once the
 // member's lease on it is checked (fence); a dead letter goes to the partition's own
 // dead-letter stream.

@@ -174,6 +174,23 @@ func (t *streamTransport) TakeOver(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// KeepAttempt records d.Attempt in its entry's delivery count (source.AttemptKeeper),
+// fenced on the entry being pending to this consumer: the re-read that follows a crash
+// or a stop counts the attempts spent in place. The count is the attempt less the
+// retry-count header, as countDeliveries reads it back.
+func (t *streamTransport) KeepAttempt(ctx context.Context, d *source.Delivery) error {
+	t.mu.Lock()
+	orphaned := t.orphaned[d.ID]
+	t.mu.Unlock()
+	if orphaned {
+		return &groupMadeAgainError{key: t.cfg.Key, group: t.cfg.Group, id: d.ID}
+	}
+	if err := script.KeepAttempt(ctx, t.cfg.Client, t.cfg.Key, t.cfg.Group, t.consumer, d.ID, max(d.Attempt-d.RetryCount, 1)); err != nil {
+		return fmt.Errorf("stream %q: keep the attempt of %s: %w", t.cfg.Key, d.ID, err)
+	}
+	return nil
+}
+
 // Forget stops counting ds as in flight here without settling them (no heartbeat, no
 // re-read): a partitioned stream's member whose lease on the partition was lost leaves
 // them to the new owner, who took them over or takes them once idle.

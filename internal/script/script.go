@@ -105,6 +105,7 @@ func Sources() map[string]string {
 		"delay_promote":      aclSrc + nowSrc + delayPromoteSrc,
 		"delay_publish":      aclSrc + nowSrc + expirySrc + delayPublishSrc,
 		"idempotent_publish": aclSrc + idempotentPublishSrc,
+		"keep_attempt":       aclSrc + keepAttemptSrc,
 		"lease":              nowSrc + leaseSrc,
 		"limit_release":      limitReleaseSrc,
 		"limit_renew":        nowSrc + limitRenewSrc,

@@ -19,6 +19,7 @@ func TestSourcesAreWhatRedisIsSent(t *testing.T) {
 		"delay_promote":      delayPromote,
 		"delay_publish":      delayPublish,
 		"idempotent_publish": idempotentPublish.Script,
+		"keep_attempt":       keepAttempt,
 		"lease":              lease,
 		"limit_release":      limitRelease,
 		"limit_renew":        limitRenew,

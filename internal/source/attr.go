@@ -36,6 +36,18 @@ type ReplicaWaiter interface {
 	Replicas(ctx context.Context) (int, error)
 }
 
+// AttemptKeeper is a transport that records, with a delivery left where it is, the
+// attempts spent on it: an Ordered retry runs a delivery again in place without the
+// transport reading it again, and a transport that counts attempts by its reads (a
+// stream's delivery counter) would otherwise count from its first read after a crash
+// or a stop.
+type AttemptKeeper interface {
+	// KeepAttempt records d.Attempt as the attempts d's message has spent, before the
+	// attempt runs. An error wrapping ErrTakenOver means d is no longer this
+	// consumer's.
+	KeepAttempt(ctx context.Context, d *Delivery) error
+}
+
 // ReadAhead is a transport that can have more than one read of new messages out at
 // once, so that its server never waits on the engine between reads while work is
 // there. Fetch stays the mount's one read of everything (redeliveries, takeovers, due

@@ -48,6 +48,7 @@ func RunOrdered(t *testing.T, newSubject func(t *testing.T) *OrderedSubject) {
 		{"AfterACrashTheInFlightRunsAgainBeforeTheKeysLaterMessages", testOrderedAfterCrash},
 		{"AHandlerCutAtStopRunsAgainBeforeTheKeysLaterMessages", testOrderedCutAtStop},
 		{"ARetryWaitingInPlaceAtStopRunsUnderTheNextReaderBeforeTheKeysLaterMessages", testOrderedRetryWaitingAtStop},
+		{"AttemptsSpentInPlaceCountAfterACutAndTheCapHolds", testOrderedAttemptsInPlaceSurviveACut},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -332,6 +333,55 @@ func testOrderedRetryWaitingAtStop(t *testing.T, s *OrderedSubject) {
 	got := st.check(t)
 	if len(got) != 2 || got[0] != "a1#2" || !strings.HasPrefix(got[1], "a2#") {
 		t.Fatalf("starts after the stop: %v, want a1 again (attempt 2), then a2", got)
+	}
+}
+
+// testOrderedAttemptsInPlaceSurviveACut: a1 fails at attempt 1 and is retried in place;
+// attempt 2 is cut at stop (left unsettled, as by a crash). The next reader counts both:
+// it runs a1 at attempt 3, the cap's last, and dead-letters it there (before, the
+// attempts spent in place lived in memory only, and it ran a1 at 2 and 3 again: four
+// runs under a cap of 3).
+func testOrderedAttemptsInPlaceSurviveACut(t *testing.T, s *OrderedSubject) {
+	first := newStarts()
+	started := make(chan struct{})
+	noWait := settle.Backoff(func(int, error) time.Duration { return 0 })
+	before := startOrderedOn(t, s, s.Before, first, func(ctx context.Context, m *settle.Message) error {
+		if m.Attempt == 1 {
+			return errors.New("fails")
+		}
+		close(started)
+		<-ctx.Done() // runs until the drain timeout cuts it
+		return ctx.Err()
+	}, settle.Concurrency(4), settle.MaxAttempts(3), settle.DeadLetter(s.DeadLetter), noWait)
+	s.Publish(t, "a", "a1")
+	select {
+	case <-started:
+	case <-time.After(waitTimeout):
+		t.Fatal("a1's attempt 2 never started")
+	}
+	before.Cancel()
+	cut := time.NewTicker(nudgeEvery)
+	defer cut.Stop()
+	for done := false; !done; {
+		select {
+		case <-before.done:
+			done = true
+		case <-cut.C:
+			s.Clock.Advance(time.Second) // to the drain timeout, on the App's clock
+		case <-time.After(stopTimeout):
+			t.Fatal("the App did not stop")
+		}
+	}
+	if got := first.check(t); !slices.Equal(got, []string{"a1#1", "a1#2"}) {
+		t.Fatalf("starts before the cut: %v, want a1#1 then a1#2", got)
+	}
+	st := newStarts()
+	run := startOrdered(t, s, st, func(context.Context, *settle.Message) error { return errors.New("fails") },
+		settle.Concurrency(4), settle.MaxAttempts(3), settle.DeadLetter(s.DeadLetter), noWait)
+	run.WaitFor(t, "a1's dead letter", 100*time.Millisecond, hasAction(settle.ActionDeadLetter))
+	run.Stop(t)
+	if got := st.check(t); !slices.Equal(got, []string{"a1#3"}) {
+		t.Fatalf("starts after the cut: %v; want a1#3 alone, then its dead letter (attempts 1 and 2 were spent before the cut; the cap is 3)", got)
 	}
 }
 
