@@ -268,24 +268,7 @@ func testOrderedCutAtStop(t *testing.T, s *OrderedSubject) {
 	}, settle.Concurrency(4))
 	s.Publish(t, "a", "a1")
 	s.Publish(t, "a", "a2")
-	select {
-	case <-started:
-	case <-time.After(waitTimeout):
-		t.Fatal("a1 never started")
-	}
-	before.Cancel()
-	cut := time.NewTicker(nudgeEvery)
-	defer cut.Stop()
-	for done := false; !done; {
-		select {
-		case <-before.done:
-			done = true
-		case <-cut.C:
-			s.Clock.Advance(time.Second) // to the drain timeout, on the App's clock
-		case <-time.After(stopTimeout):
-			t.Fatal("the App did not stop")
-		}
-	}
+	cutAtStop(t, s, before, started, "a1")
 	if got := first.check(t); !slices.Equal(got, []string{"a1#1"}) {
 		t.Fatalf("starts before the stop: %v, want a1#1 only", got)
 	}
@@ -354,24 +337,7 @@ func testOrderedAttemptsInPlaceSurviveACut(t *testing.T, s *OrderedSubject) {
 		return ctx.Err()
 	}, settle.Concurrency(4), settle.MaxAttempts(3), settle.DeadLetter(s.DeadLetter), noWait)
 	s.Publish(t, "a", "a1")
-	select {
-	case <-started:
-	case <-time.After(waitTimeout):
-		t.Fatal("a1's attempt 2 never started")
-	}
-	before.Cancel()
-	cut := time.NewTicker(nudgeEvery)
-	defer cut.Stop()
-	for done := false; !done; {
-		select {
-		case <-before.done:
-			done = true
-		case <-cut.C:
-			s.Clock.Advance(time.Second) // to the drain timeout, on the App's clock
-		case <-time.After(stopTimeout):
-			t.Fatal("the App did not stop")
-		}
-	}
+	cutAtStop(t, s, before, started, "a1's attempt 2")
 	if got := first.check(t); !slices.Equal(got, []string{"a1#1", "a1#2"}) {
 		t.Fatalf("starts before the cut: %v, want a1#1 then a1#2", got)
 	}
@@ -382,6 +348,31 @@ func testOrderedAttemptsInPlaceSurviveACut(t *testing.T, s *OrderedSubject) {
 	run.Stop(t)
 	if got := st.check(t); !slices.Equal(got, []string{"a1#3"}) {
 		t.Fatalf("starts after the cut: %v; want a1#3 alone, then its dead letter (attempts 1 and 2 were spent before the cut; the cap is 3)", got)
+	}
+}
+
+// cutAtStop waits until started is closed (what, a handler that runs until its context
+// ends, has started), then stops before, moving s's clock to the drain timeout so that
+// the handler is cut: its delivery is left unsettled, as by a crash.
+func cutAtStop(t *testing.T, s *OrderedSubject, before *Running, started <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-time.After(waitTimeout):
+		t.Fatalf("%s never started", what)
+	}
+	before.Cancel()
+	cut := time.NewTicker(nudgeEvery)
+	defer cut.Stop()
+	for {
+		select {
+		case <-before.done:
+			return
+		case <-cut.C:
+			s.Clock.Advance(time.Second) // to the drain timeout, on the App's clock
+		case <-time.After(stopTimeout):
+			t.Fatal("the App did not stop")
+		}
 	}
 }
 
