@@ -320,10 +320,15 @@ func (m *mount) held() int {
 	return len(m.slots) - int(m.reading.Load())
 }
 
-// prefetch is how many deliveries the mount may hold read but not started.
+// prefetch is how many deliveries the mount may hold read but not started: by default
+// twice the source's Batch, four times when the mount reads ahead (room for a read of
+// its loop and readersAhead reads ahead beside the batches being handled).
 func (m *mount) prefetch() int {
 	if m.cfg.prefetchSet {
 		return m.cfg.prefetch
+	}
+	if _, ok := m.aheadReader(); ok {
+		return 4 * max(m.info.Batch, 1)
 	}
 	return 2 * max(m.info.Batch, 1)
 }
@@ -404,8 +409,8 @@ func (m *mount) waitPaused(ctx context.Context) {
 
 // readersAhead is how many goroutines of a mount read new messages ahead, beside its
 // read loop, when its transport can (source.ReadAhead). The read-ahead bound (Prefetch)
-// limits how many reads fit at once: at the defaults, two of a full Batch.
-const readersAhead = 1
+// limits how many reads fit at once: at the defaults, four of a full Batch.
+const readersAhead = 3
 
 // readsAhead keeps a mount's server busy while work is there: one read loop reads
 // everything (redeliveries, takeovers, due delays, the blocking wait for new work), and
@@ -475,27 +480,7 @@ func (m *mount) takeRoom(ctx context.Context, slots chan struct{}, n int) int {
 // each pushing what it reads with push; the returned func waits until they have ended
 // (once ctx is done).
 func (m *mount) startReadsAhead(ctx, readCtx context.Context, slots chan struct{}, readSize int, push func([]*source.Delivery)) func() {
-	if m.cfg.ordered {
-		// Ordered keeps a key's deliveries in read order: a read ahead could hand
-		// newer ones over before the read loop's.
-		return func() {}
-	}
-	if m.cfg.concurrency < 2 {
-		// One handler takes the deliveries in the order they were read: a read ahead
-		// could hand newer ones over before the read loop's.
-		return func() {}
-	}
-	if len(m.cfg.limits) > 0 {
-		// With flow limits the read loop asks the gate before each read (what waits
-		// starts first, MaxWaiting bounds what waits): a read ahead would not.
-		return func() {}
-	}
-	ra, ok := m.transport.(source.ReadAhead)
-	if !ok {
-		if rt, wrapped := m.transport.(replicaTransport); wrapped {
-			ra, ok = rt.Transport.(source.ReadAhead)
-		}
-	}
+	ra, ok := m.aheadReader()
 	if !ok {
 		return func() {}
 	}
@@ -515,6 +500,34 @@ func (m *mount) startReadsAhead(ctx, readCtx context.Context, slots chan struct{
 		})
 	}
 	return wg.Wait
+}
+
+// aheadReader returns the mount's transport as a source.ReadAhead when the mount reads
+// ahead: its transport can, and more than one handler runs, unordered, with no flow
+// limit.
+func (m *mount) aheadReader() (source.ReadAhead, bool) {
+	if m.cfg.ordered {
+		// Ordered keeps a key's deliveries in read order: a read ahead could hand
+		// newer ones over before the read loop's.
+		return nil, false
+	}
+	if m.cfg.concurrency < 2 {
+		// One handler takes the deliveries in the order they were read: a read ahead
+		// could hand newer ones over before the read loop's.
+		return nil, false
+	}
+	if len(m.cfg.limits) > 0 {
+		// With flow limits the read loop asks the gate before each read (what waits
+		// starts first, MaxWaiting bounds what waits): a read ahead would not.
+		return nil, false
+	}
+	ra, ok := m.transport.(source.ReadAhead)
+	if !ok {
+		if rt, wrapped := m.transport.(replicaTransport); wrapped {
+			ra, ok = rt.Transport.(source.ReadAhead)
+		}
+	}
+	return ra, ok
 }
 
 // readAhead takes a read's room, reads new messages ahead once and pushes them; true

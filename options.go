@@ -87,8 +87,9 @@ func Concurrency(n int) MountOption {
 // consumer (its heartbeat covers it), a list item in the processing list, an inbox row
 // leased; a graceful stop hands back what never started without spending an attempt.
 // On a List or PubSub, what waits is lost if the process dies. n must not be negative.
-// Defaults to twice the source's Batch: the next read goes out while a batch is still
-// being handled and settled.
+// Defaults to twice the source's Batch, four times on a mount that reads ahead (a
+// Stream, ClaimingStream or ReliableList with more than one handler, unordered, without
+// flow limits): the next reads go out while a batch is still being handled and settled.
 func Prefetch(n int) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.prefetch, c.prefetchSet = n, true })
 }
