@@ -111,7 +111,11 @@ func testDedupeMarksOnlyCompletions(t *testing.T, f Features, s *Subject) {
 			return settle.Drop(errors.New("dropped"))
 		}
 		return nil
-	}), settle.Dedupe(dedupWindow, payloadKey))
+	}), settle.Dedupe(dedupWindow, payloadKey),
+		// The wait below moves a fake clock a retryStep every nudge: at the default
+		// Timeout, a second delivery whose mark read and handler took 50 ms under load was
+		// settled as timed out (seen on PostgreSQL in CI).
+		settle.Timeout(10_000*retryStep))
 	keyed(t, s, "k")
 	run.WaitFor(t, "the retried delivery's ack", retryStep, hasAction(settle.ActionAck))
 	keyed(t, s, "dropped")
