@@ -68,7 +68,12 @@ func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, del
 	}
 	var start time.Time
 	if m.eng.observed() {
-		start = m.eng.clock.Now()
+		if m.order == nil && m.gate.Load() == nil {
+			start = w.began() // the worker's clock read as it took d: nothing waited since
+		}
+		if start.IsZero() {
+			start = m.eng.clock.Now()
+		}
 		ctx = m.started(ctx, d, waited)
 		w.observe(ctx)
 	}
@@ -552,7 +557,11 @@ func (e *engine) report(ctx context.Context, ev Settled) {
 		ctx = ev.ctx
 	}
 	if !ev.handled.IsZero() {
-		ev.SettleDuration = e.clock.Now().Sub(ev.handled)
+		written := ev.written
+		if written.IsZero() {
+			written = e.clock.Now()
+		}
+		ev.SettleDuration = written.Sub(ev.handled)
 	}
 	if e.hooks.Settled != nil {
 		e.hooks.Settled(ctx, ev)

@@ -25,7 +25,7 @@ import (
 // acker batches acks: one transport Ack call for all the acks waiting.
 type acker struct {
 	base    context.Context
-	ch      chan ackReq
+	q       *writeQueue[ackReq]
 	done    chan struct{}
 	m       *mount
 	pending atomic.Int64 // acks queued and not answered yet (see pushAlone)
@@ -40,41 +40,46 @@ type ackReq struct {
 const maxAckBatch = 512
 
 func newAcker(base context.Context, m *mount) *acker {
-	k := &acker{base: base, ch: make(chan ackReq, maxAckBatch), done: make(chan struct{}), m: m}
+	k := &acker{base: base, q: newWriteQueue[ackReq](m, false, maxAckBatch), done: make(chan struct{}), m: m}
 	go k.run()
 	return k
 }
 
 func (k *acker) add(d *source.Delivery, ev Settled) {
 	k.pending.Add(1)
-	k.ch <- ackReq{d: d, ev: ev}
+	k.q.add(ackReq{d: d, ev: ev})
 }
 
 // close flushes waiting acks and stops the acker.
 func (k *acker) close() {
-	close(k.ch)
+	k.q.close()
 	<-k.done
 }
 
 func (k *acker) run() {
 	defer close(k.done)
-	reqs := make([]ackReq, 0, 64)
+	var reqs []ackReq
 	ds := make([]*source.Delivery, 0, 64)
-	linger := newLinger(k.m, false)
-	for req := range k.ch {
-		reqs = gatherLingering(linger, k.ch, append(reqs[:0], req), maxAckBatch)
+	timer := newLingerTimer()
+	for {
+		var ok bool
+		if reqs, ok = k.q.next(reqs, timer); !ok {
+			return
+		}
 		ds = ds[:0]
 		for _, r := range reqs {
 			ds = append(ds, r.d)
 		}
 		ctx, cancel := context.WithTimeout(k.base, settleTimeout)
 		err := k.m.transport.Ack(ctx, ds)
+		written := k.m.writtenAt()
 		for i, r := range reqs {
-			r.ev.Err = source.AckError(err, i)
+			r.ev.Err, r.ev.written = source.AckError(err, i), written
 			k.m.settled(ctx, r.d, r.ev)
 		}
 		k.pending.Add(-int64(len(reqs)))
 		cancel()
+		clear(ds)
 	}
 }
 
@@ -83,69 +88,163 @@ func (k *acker) run() {
 // runs would otherwise cost a round trip per few messages.
 const writeLinger = time.Millisecond
 
-// linger gathers a batched writer's requests: what is queued already and, while other
-// deliveries are held (they will settle soon), what comes within writeLinger.
-type linger struct {
+// writeQueue gathers a batched writer's requests (the acker's, the copier's): what
+// handlers queue while the last batch is written, and, while the mount holds other
+// deliveries (they will settle soon), what comes within writeLinger of the first.
+//
+// A handler's worker appends under a lock and wakes the writer only for the first
+// request of a batch, a full batch, or the last delivery held: a channel send per
+// request woke the lingering writer for each one (a goroutine switch per message, the
+// largest cost of the ack path). At most max requests wait: an add beyond blocks until
+// the writer takes them, as a full channel would.
+type writeQueue[T any] struct {
 	m *mount
 	// holds: the requests hold their deliveries' slots until written (moves), so the
 	// batch's own deliveries are among those held; an ack's slot is freed when queued.
 	holds bool
-	timer *time.Timer
+	max   int
+	kick  chan struct{} // one wake-up waiting at most
+	stop  chan struct{} // closed by close: wakes every writer
+
+	mu     sync.Mutex
+	room   sync.Cond // adds wait on it while max requests wait; L is &mu
+	buf    []T
+	now    bool // write without lingering: an add saw nothing else held
+	closed bool
 }
 
-func newLinger(m *mount, holds bool) *linger {
+func newWriteQueue[T any](m *mount, holds bool, max int) *writeQueue[T] {
+	q := &writeQueue[T]{m: m, holds: holds, max: max, kick: make(chan struct{}, 1), stop: make(chan struct{}), buf: make([]T, 0, 64)}
+	q.room.L = &q.mu
+	return q
+}
+
+// add queues v, waking the writer when v starts a batch, fills one, or is the last
+// delivery the mount holds (nothing else will come to linger for).
+func (q *writeQueue[T]) add(v T) {
+	q.mu.Lock()
+	for len(q.buf) >= q.max && !q.closed {
+		q.room.Wait()
+	}
+	q.buf = append(q.buf, v)
+	n := len(q.buf)
+	// The adding delivery's slot is still held here, an ack's as a move's.
+	others := q.m.held() - 1
+	if q.holds {
+		others = q.m.held() - n
+	}
+	wake := n == 1 || n >= q.max || others <= 0
+	if others <= 0 {
+		q.now = true
+	}
+	q.mu.Unlock()
+	if wake {
+		select {
+		case q.kick <- struct{}{}:
+		default: // a wake-up is waiting already: the writer looks again when it takes it
+		}
+	}
+}
+
+// waiting is how many requests wait for the writer to take them.
+func (q *writeQueue[T]) waiting() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.buf)
+}
+
+// close lets the writer take what waits without lingering, then end.
+func (q *writeQueue[T]) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.room.Broadcast()
+	q.mu.Unlock()
+	close(q.stop)
+}
+
+// ready reports whether the waiting requests are to be written now. q.mu is held.
+func (q *writeQueue[T]) ready() bool {
+	if q.now || q.closed || len(q.buf) >= q.max {
+		return true
+	}
+	if q.holds {
+		return q.m.held()-len(q.buf) <= 0
+	}
+	return q.m.held() <= 0
+}
+
+// newLingerTimer returns a stopped timer for a writer's calls of next.
+func newLingerTimer() *time.Timer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &linger{m: m, holds: holds, timer: t}
+	return t
 }
 
-// others is how many deliveries the mount holds besides batch's.
-func (l *linger) others(batch int) int {
-	if l.holds {
-		return l.m.held() - batch
-	}
-	return l.m.held()
-}
-
-// gatherLingering appends to batch what ch holds, up to max: what is queued already,
-// then, while the mount holds other deliveries (they will settle soon), what comes
-// within writeLinger (real time: it only bounds a write's latency).
-func gatherLingering[T any](l *linger, ch <-chan T, batch []T, max int) []T {
-	batch = gather(ch, batch, max)
-	if len(batch) >= max || l.others(len(batch)) <= 0 {
-		return batch
-	}
-	l.timer.Reset(writeLinger)
-	defer l.timer.Stop()
-	for len(batch) < max && l.others(len(batch)) > 0 {
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch
+// next waits for the next batch and returns it, in spare's storage (the last batch,
+// given back: its elements are cleared); false once the queue is closed and empty.
+// timer is the calling writer's own (newLingerTimer).
+func (q *writeQueue[T]) next(spare []T, timer *time.Timer) ([]T, bool) {
+	clear(spare)
+	spare = spare[:0]
+	for {
+		// Wait for a first request.
+		q.mu.Lock()
+		for len(q.buf) == 0 && !q.closed {
+			q.mu.Unlock()
+			select {
+			case <-q.kick:
+			case <-q.stop:
 			}
-			batch = append(batch, v)
-		case <-l.timer.C:
-			return batch
+			q.mu.Lock()
 		}
+		// Linger while the mount holds other deliveries (real time: it only bounds a
+		// write's latency).
+		if !q.ready() {
+			q.mu.Unlock()
+			timer.Reset(writeLinger)
+		linger:
+			for {
+				select {
+				case <-q.kick:
+					q.mu.Lock()
+					ready := q.ready()
+					q.mu.Unlock()
+					if ready {
+						break linger
+					}
+				case <-timer.C:
+					break linger
+				case <-q.stop:
+					break linger
+				}
+			}
+			timer.Stop()
+			q.mu.Lock()
+		}
+		if len(q.buf) == 0 {
+			// Another writer took them meanwhile.
+			closed := q.closed
+			q.mu.Unlock()
+			if closed {
+				return spare, false
+			}
+			continue
+		}
+		batch := q.buf
+		q.buf, q.now = spare, false
+		q.room.Broadcast()
+		q.mu.Unlock()
+		return batch, true
 	}
-	return batch
 }
 
-// gather appends to batch what ch holds already, without waiting, until batch holds max:
-// what a batched writer sends in one call.
-func gather[T any](ch <-chan T, batch []T, max int) []T {
-	for len(batch) < max {
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, v)
-		default:
-			return batch
-		}
+// writtenAt is when a batched write returned, for the settle durations of its
+// settlements (one clock read per batch); zero when no hook reads them.
+func (m *mount) writtenAt() time.Time {
+	if !m.eng.observed() {
+		return time.Time{}
 	}
-	return batch
+	return m.eng.clock.Now()
 }
 
 // errShortMoves is the error of a move a transport gave no answer for.
@@ -163,6 +262,11 @@ func answer(errs []error, i int) error {
 // maxCopyBatch bounds the moves one Moves call of the copier carries.
 const maxCopyBatch = 128
 
+// copyWriters is how many Moves calls a copier has out at once: while one batch is
+// written, the next gathers and goes, so that the server is not idle for a round trip
+// and a client's decoding between two batches.
+const copyWriters = 3
+
 // copier batches a mount's moves (copies, put-backs, a claiming stream's left-pending
 // retries, parks, dead letters), as the acker batches its acks, for a transport that
 // writes many in one call (Info.BatchesMoves): a handler's worker queues the move and
@@ -175,7 +279,7 @@ const maxCopyBatch = 128
 // (settleFailed, the transport's re-read) before it reads again, as when the handler
 // waited.
 type copier struct {
-	ch    chan copyReq
+	q     *writeQueue[copyReq]
 	done  chan struct{}
 	m     *mount
 	slots chan struct{} // the mount's; each queued move holds one
@@ -192,34 +296,42 @@ func newCopier(m *mount, slots chan struct{}) *copier {
 	if !m.info.BatchesMoves {
 		return nil
 	}
-	c := &copier{ch: make(chan copyReq, maxCopyBatch), done: make(chan struct{}), m: m, slots: slots}
-	go c.run()
+	c := &copier{q: newWriteQueue[copyReq](m, true, maxCopyBatch), done: make(chan struct{}), m: m, slots: slots}
+	var wg sync.WaitGroup
+	for range copyWriters {
+		wg.Go(c.run)
+	}
+	go func() {
+		wg.Wait()
+		close(c.done)
+	}()
 	return c
 }
 
-func (c *copier) add(mv source.Move, ev Settled) { c.ch <- copyReq{move: mv, ev: ev} }
+func (c *copier) add(mv source.Move, ev Settled) { c.q.add(copyReq{move: mv, ev: ev}) }
 
 // close writes and reports the queued moves and stops the copier (nil: nothing to do).
 func (c *copier) close() {
 	if c == nil {
 		return
 	}
-	close(c.ch)
+	c.q.close()
 	<-c.done
 }
 
 func (c *copier) run() {
-	defer close(c.done)
-	reqs := make([]copyReq, 0, 64)
+	var reqs []copyReq
 	var moves []source.Move
-	linger := newLinger(c.m, true)
-	for req := range c.ch {
-		reqs = gatherLingering(linger, c.ch, append(reqs[:0], req), maxCopyBatch)
+	timer := newLingerTimer()
+	for {
+		var ok bool
+		if reqs, ok = c.q.next(reqs, timer); !ok {
+			return
+		}
 		moves = c.m.writeMoves(reqs, moves)
 		for range reqs {
 			<-c.slots
 		}
-		clear(reqs)
 	}
 }
 
@@ -232,8 +344,9 @@ func (m *mount) writeMoves(reqs []copyReq, moves []source.Move) []source.Move {
 	}
 	ctx := m.writes.get()
 	errs := m.transport.Moves(ctx, moves)
+	written := m.writtenAt()
 	for i, r := range reqs {
-		r.ev.Err = answer(errs, i)
+		r.ev.Err, r.ev.written = answer(errs, i), written
 		m.settled(ctx, r.move.Delivery, r.ev)
 	}
 	clear(moves)

@@ -205,6 +205,7 @@ type Settled struct {
 
 	ctx     context.Context  // the delivery's (Hooks.Delivery); nil when no hook is set
 	handled time.Time        // when the handler returned; zero when no hook is set
+	written time.Time        // when a batched writer's call returned; zero: report reads the clock
 	outputs *[]source.Output // a reply's outputs, written again if its write fails (a pointer: Settled stays comparable)
 }
 

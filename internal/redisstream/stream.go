@@ -309,6 +309,7 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 	all := make([]source.Delivery, len(msgs)) // one allocation for the batch, not one each
 	var gone []string
 	var big []redis.XMessage
+	var last string // a read's ids come in order: its greatest is its last
 	t.mu.Lock()
 	for i, msg := range msgs {
 		if _, busy := t.inflight[msg.ID]; busy {
@@ -323,10 +324,17 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 			continue
 		}
 		t.inflight[msg.ID] = taken
-		t.noteDelivered(msg.ID)
+		if taken {
+			t.noteDelivered(msg.ID) // a claim's ids come in the order asked
+		} else {
+			last = msg.ID
+		}
 		all[i] = t.delivery(ctx, msg)
 		all[i].TakenOver = taken
 		ds = append(ds, &all[i])
+	}
+	if last != "" {
+		t.noteDelivered(last)
 	}
 	t.mu.Unlock()
 	t.settleOversized(ctx, big)
@@ -341,7 +349,7 @@ func (t *streamTransport) deliveries(ctx context.Context, msgs []redis.XMessage,
 }
 
 func (t *streamTransport) delivery(ctx context.Context, msg redis.XMessage) source.Delivery {
-	payload, ok, headers := wire.FromStream(msg.Values)
+	payload, ok, headers := wire.FromRead(msg.Values)
 	rc, valid := wire.ParseRetryCount(headers)
 	if !valid {
 		t.garbledOnce.Do(func() {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 func TestStreamValuesLayout(t *testing.T) {
@@ -138,5 +139,29 @@ func TestStreamRoundTrip(t *testing.T) {
 	gotPayload, ok, gotHeaders := FromStream(fields)
 	if !ok || !bytes.Equal(gotPayload, payload) || !maps.Equal(gotHeaders, headers) {
 		t.Fatalf("got (%q, %t, %v), want (%q, true, %v)", gotPayload, ok, gotHeaders, payload, headers)
+	}
+}
+
+// A read's payload is its value's own bytes (go-redis reads each string into a buffer of
+// its own), not a copy; FromStream, for values of any origin, copies.
+func TestFromReadPayloadIsTheReadValuesOwnBytes(t *testing.T) {
+	v := string([]byte("a payload of a read")) // a buffer of its own, as go-redis reads it
+	read, ok, _ := FromRead(map[string]any{FieldPayload: v})
+	if !ok || string(read) != v || unsafe.SliceData(read) != unsafe.StringData(v) {
+		t.Fatalf("FromRead payload %q at %p, want the value's own bytes at %p", read, unsafe.SliceData(read), unsafe.StringData(v))
+	}
+	copied, _, _ := FromStream(map[string]any{FieldPayload: v})
+	if string(copied) != v || unsafe.SliceData(copied) == unsafe.StringData(v) {
+		t.Fatalf("FromStream payload %q shares the value's bytes, want a copy", copied)
+	}
+}
+
+// A payload of one byte is copied: Go may give a one-byte string static storage, which
+// a handler writing into its payload must not reach.
+func TestFromReadCopiesAOneBytePayload(t *testing.T) {
+	v := "x"
+	read, _, _ := FromRead(map[string]any{FieldPayload: v, "h": "1"})
+	if string(read) != v || unsafe.SliceData(read) == unsafe.StringData(v) {
+		t.Fatalf("FromRead of a one-byte payload shares its bytes, want a copy")
 	}
 }
