@@ -31,7 +31,7 @@ func (m *mount) backoff(attempt int, err error) time.Duration {
 // handle runs the handler on one delivery, decides and applies its settlement. It
 // reports whether the delivery's move was queued to the copier, which then frees its slot.
 func (m *mount) handle(ctx context.Context, d *source.Delivery, acks *acker, delays *timerq.Queue, w *worker) (queued bool) {
-	if f, ok := m.failures.get(d); ok {
+	if f := m.failures.get(d); f != nil {
 		if queued, done := m.settleAgain(ctx, d, f, acks, delays, w); done {
 			return queued
 		}

@@ -450,7 +450,7 @@ func (w *writeContexts) get() context.Context {
 // never comes back).
 type failedSettles struct {
 	mu   sync.Mutex
-	m    map[string]failedSettle
+	m    map[string]*failedSettle
 	size atomic.Int64 // len(m), read without the lock on every delivery and settlement
 }
 
@@ -471,30 +471,34 @@ func (f *failedSettles) add(d *source.Delivery, ev Settled) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil || len(f.m) >= maxFailedSettles {
-		f.m = map[string]failedSettle{}
+		f.m = map[string]*failedSettle{}
 	}
 	ev.ctx = nil // not kept past its delivery
-	r := failedSettle{ev: ev, n: f.m[id].n + 1}
+	r := &failedSettle{ev: ev, n: 1}
+	if last := f.m[id]; last != nil {
+		r.n = last.n + 1
+	}
 	f.m[id] = r
 	f.size.Store(int64(len(f.m)))
 	return r.n
 }
 
-// get returns the failed settlement of d, if any.
-func (f *failedSettles) get(d *source.Delivery) (failedSettle, bool) {
+// get returns the failed settlement of d, or nil (not copied: every delivery asks).
+func (f *failedSettles) get(d *source.Delivery) *failedSettle {
 	if f.size.Load() == 0 {
-		return failedSettle{}, false
+		return nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r, ok := f.m[d.ID]
-	return r, ok
+	return f.m[d.ID]
 }
 
 // count returns how many times the settlement of d failed.
 func (f *failedSettles) count(d *source.Delivery) int {
-	r, _ := f.get(d)
-	return r.n
+	if r := f.get(d); r != nil {
+		return r.n
+	}
+	return 0
 }
 
 // forget drops d once a settlement of it succeeded.
@@ -528,7 +532,7 @@ func waitAfterFailedSettlements(ctx context.Context, n int) {
 // settleAgain writes again the settlement of d that failed (f), at the attempt its
 // handler ran, without running the handler. It reports done false, having done
 // nothing, when the mount's policy now decides otherwise (the handler then runs).
-func (m *mount) settleAgain(ctx context.Context, d *source.Delivery, f failedSettle, acks *acker, delays *timerq.Queue, w *worker) (queued, done bool) {
+func (m *mount) settleAgain(ctx context.Context, d *source.Delivery, f *failedSettle, acks *acker, delays *timerq.Queue, w *worker) (queued, done bool) {
 	again := *d
 	again.Attempt = f.ev.Attempt
 	o := Outcome{Kind: f.ev.Outcome, Err: f.ev.HandlerErr, Delay: f.ev.Delay}

@@ -83,6 +83,7 @@ func TestHeaderNamesMatchWire(t *testing.T) {
 		{HeaderDeadReason, wire.HeaderDeadReason},
 		{HeaderDeadSource, wire.HeaderDeadSource},
 		{HeaderDeadFields, wire.HeaderDeadFields},
+		{HeaderOriginID, wire.HeaderOriginID},
 		{deadAtLayout, wire.DeadAtLayout},
 	} {
 		if tt.public != tt.internal {

@@ -523,6 +523,7 @@ func (t *streamTransport) Moves(ctx context.Context, ms []source.Move) []error {
 func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs []error) {
 	done := make([]bool, len(ms))
 	batch := make([]script.Move, 0, len(ms))
+	vals := make([]any, 0, 8*len(ms)) // every copy's fields, laid out one after another
 	idx := make([]int, 0, len(ms))
 	var parks []script.StreamPark
 	var parkIdx []int
@@ -555,7 +556,9 @@ func (t *streamTransport) writeMoves(ctx context.Context, ms []source.Move, errs
 		for j := i; j < len(ms); j++ {
 			if !done[j] && streamDest(ms[j]) == dest {
 				d := ms[j].Delivery
-				batch = append(batch, script.Move{ID: d.ID, Values: wire.StreamValues(d.Payload, ms[j].Headers)})
+				at := len(vals)
+				vals = wire.AppendStreamValues(vals, d.Payload, ms[j].Headers)
+				batch = append(batch, script.Move{ID: d.ID, Values: vals[at:len(vals):len(vals)]})
 				idx = append(idx, j)
 				done[j] = true
 			}

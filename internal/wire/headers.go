@@ -19,6 +19,7 @@ const (
 	HeaderDeadReason      = HeaderPrefix + "dead-reason"
 	HeaderDeadSource      = HeaderPrefix + "dead-source"
 	HeaderDeadFields      = HeaderPrefix + "dead-fields"
+	HeaderOriginID        = HeaderPrefix + "origin-id"
 )
 
 // DeadAtLayout is the time layout of HeaderDeadAt (time.RFC3339 parses it).

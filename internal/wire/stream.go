@@ -4,7 +4,8 @@
 package wire
 
 import (
-	"sort"
+	"slices"
+	"strings"
 	"unsafe"
 )
 
@@ -17,22 +18,47 @@ const FieldPayload = "payload"
 // payload writes no payload field (a copy of a foreign entry that had none); an empty,
 // non-nil one writes an empty field.
 func StreamValues(payload []byte, headers map[string]string) []any {
-	var buf [8]string // the names of a few headers need no allocation
-	names := buf[:0]
-	for k := range headers {
+	return AppendStreamValues(make([]any, 0, 2+2*len(headers)), payload, headers)
+}
+
+// AppendStreamValues appends StreamValues(payload, headers) to dst: a batch of moves
+// lays out all its entries in one slice.
+func AppendStreamValues(dst []any, payload []byte, headers map[string]string) []any {
+	type pair struct{ k, v string }
+	var buf [8]pair // a few headers need no allocation
+	pairs := buf[:0]
+	for k, v := range headers {
 		if k != FieldPayload {
-			names = append(names, k)
+			pairs = append(pairs, pair{k, v})
 		}
 	}
-	sort.Strings(names)
-	vals := make([]any, 0, 2+2*len(names))
+	slices.SortFunc(pairs, func(a, b pair) int { return strings.Compare(a.k, b.k) })
 	if payload != nil {
-		vals = append(vals, FieldPayload, payload)
+		dst = append(dst, FieldPayload, payload)
 	}
-	for _, k := range names {
-		vals = append(vals, k, headers[k])
+	for _, p := range pairs {
+		dst = append(dst, boxedName(p.k), p.v)
 	}
-	return vals
+	return dst
+}
+
+// The names of the headers settle writes on every copy, boxed once: a string put in an
+// interface is copied to the heap, and a retry's copy names them every time.
+var (
+	boxedRetryCount any = HeaderRetryCount
+	boxedOriginID   any = HeaderOriginID
+)
+
+// boxedName returns name as an interface value, without an allocation for settle's own
+// copy headers.
+func boxedName(name string) any {
+	switch name {
+	case HeaderRetryCount:
+		return boxedRetryCount
+	case HeaderOriginID:
+		return boxedOriginID
+	}
+	return name
 }
 
 // FromStream reads an entry written by settle or by any other client. The payload field
