@@ -51,6 +51,7 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 	app.Mount(b.Stream(), settle.Reply[string, string](nil), settle.Name("nil-reply"))
 	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("no-concurrency"), settle.Concurrency(0))
 	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("negative-cap"), settle.MaxAttempts(-1))
+	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("no-prefetch-bytes"), settle.PrefetchBytes(0))
 	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("zero-cap"), settle.MaxAttempts(0))
 	app.Mount(settle.List(b.Client, b.In+":list"), sourcetest.Ack, settle.Name("trimmed-list-dlq"), settle.DeadLetter(b.DLQ), settle.DeadLetterMaxLen(10))
 	app.Mount(b.Stream(), sourcetest.Ack, settle.Name("dlq-is-source"), settle.DeadLetter(b.In))
@@ -64,18 +65,19 @@ func TestAppValidateReportsEveryRefusal(t *testing.T) {
 		t.Fatal("Validate = nil, want every refusal")
 	}
 	want := map[string]string{
-		"nil-handler":      "handler is nil",
-		"nil-func":         "handler is nil",
-		"nil-typed":        "handler is nil",
-		"nil-reply":        "handler is nil",
-		"no-concurrency":   "Concurrency(0)",
-		"negative-cap":     "MaxAttempts(-1)",
-		"zero-cap":         "MaxAttempts(0): the cap must be at least 1",
-		"trimmed-list-dlq": "DeadLetterMaxLen(10): only a stream's dead letters can be trimmed",
-		"dlq-is-source":    b.In,
-		"twice":            "name",
-		"wait-on-a-list":   "WaitReplicas: only a stream or reliable list mount's settlements are Redis writes to wait for, not a list source's",
-		"wait-forever":     "WaitReplicas(…, 0s): the timeout must be at least 1ms",
+		"nil-handler":       "handler is nil",
+		"nil-func":          "handler is nil",
+		"nil-typed":         "handler is nil",
+		"nil-reply":         "handler is nil",
+		"no-concurrency":    "Concurrency(0)",
+		"negative-cap":      "MaxAttempts(-1)",
+		"no-prefetch-bytes": "PrefetchBytes(0): must be positive",
+		"zero-cap":          "MaxAttempts(0): the cap must be at least 1",
+		"trimmed-list-dlq":  "DeadLetterMaxLen(10): only a stream's dead letters can be trimmed",
+		"dlq-is-source":     b.In,
+		"twice":             "name",
+		"wait-on-a-list":    "WaitReplicas: only a stream or reliable list mount's settlements are Redis writes to wait for, not a list source's",
+		"wait-forever":      "WaitReplicas(…, 0s): the timeout must be at least 1ms",
 	}
 	refusals := configErrors(t, err)
 	if len(refusals) != len(want) {

@@ -87,10 +87,13 @@ type mount struct {
 
 	slots   chan struct{} // one per delivery held (see run); nil until run
 	reading atomic.Int64  // the slots the reads in progress have taken for what they may return
-	ahead   readsAhead    // the reads of new messages beside the read loop's (see readsAhead)
-	writes  writeContexts // the contexts of settlement writes other than acks
-	copies  *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
-	due     *dueCopies    // writes in-process delays as they come due; nil: each on its own goroutine
+	// payloadMean is the mean payload size of recent reads, in bytes (0: none read yet):
+	// what bounds Prefetch by PrefetchBytes (readRoom).
+	payloadMean atomic.Int64
+	ahead       readsAhead    // the reads of new messages beside the read loop's (see readsAhead)
+	writes      writeContexts // the contexts of settlement writes other than acks
+	copies      *copier       // queues retries and dead letters while Run runs; nil: each written in its handler
+	due         *dueCopies    // writes in-process delays as they come due; nil: each on its own goroutine
 
 	// What a TestProbe reads: the mount's state once run has made it (nil before), the
 	// reads begun (each numbered by this count), the number of the last one that came
@@ -231,6 +234,9 @@ func (m *mount) validate() []error {
 	}
 	if m.cfg.prefetch < 0 {
 		add("Prefetch(%d): must not be negative", m.cfg.prefetch)
+	}
+	if m.cfg.prefetchBytesSet && m.cfg.prefetchBytes < 1 {
+		add("PrefetchBytes(%d): must be positive", m.cfg.prefetchBytes)
 	}
 	if m.cfg.deadLetterMaxLen < 0 {
 		add("DeadLetterMaxLen(%d): must not be negative", m.cfg.deadLetterMaxLen)

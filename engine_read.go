@@ -174,8 +174,17 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		if gate != nil && (!gate.Resumed(ctx) || !gate.Room(ctx)) {
 			continue // what waits for its flow limits starts first, or fills the mount: read nothing new
 		}
-		n := m.takeRoom(ctx, slots, readSize)
-		if n < readSize && (m.order == nil || n == 0 || ctx.Err() != nil) {
+		size := m.readRoom(readSize)
+		if size == 0 {
+			// The payloads held fill PrefetchBytes: wait for some to settle.
+			select {
+			case <-time.After(roomTick):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		n := m.takeRoom(ctx, slots, size)
+		if n < size && (m.order == nil || n == 0 || ctx.Err() != nil) {
 			for range n {
 				<-slots
 			}
@@ -203,6 +212,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 		read := m.readsBegun.Add(1)
 		ds, err := m.transport.Fetch(readCtx, n, m.blockBound())
 		if err == nil {
+			m.notePayloads(ds)
 			m.delivered.Add(uint64(len(ds)))
 			if len(ds) == 0 {
 				m.lastEmpty.Store(read)
@@ -321,17 +331,57 @@ func (m *mount) held() int {
 }
 
 // prefetch is how many deliveries the mount may hold read but not started: by default
-// twice the source's Batch, four times when the mount reads ahead (room for a read of
-// its loop and readersAhead reads ahead beside the batches being handled).
+// twice the source's Batch, eight times when the mount reads ahead (room for a read of
+// its loop and readersAhead reads ahead beside the batches being handled and settled);
+// readRoom bounds it by bytes.
 func (m *mount) prefetch() int {
 	if m.cfg.prefetchSet {
 		return m.cfg.prefetch
 	}
 	if _, ok := m.aheadReader(); ok {
-		return 4 * max(m.info.Batch, 1)
+		return 8 * max(m.info.Batch, 1)
 	}
 	return 2 * max(m.info.Batch, 1)
 }
+
+// readRoom is the room the next read asks for: size, or less so that, at the mean
+// payload size of recent reads, what the mount holds beside Concurrency stays within
+// PrefetchBytes; 0 when nothing fits (the read waits; the Concurrency deliveries always
+// fit). Reads in flight count as full.
+func (m *mount) readRoom(size int) int {
+	mean := m.payloadMean.Load()
+	if mean <= 0 {
+		return size
+	}
+	limit := m.cfg.prefetchBytes
+	if !m.cfg.prefetchBytesSet {
+		limit = DefaultPrefetchBytes
+	}
+	held := int64(len(m.slots))
+	fit := int64(m.cfg.concurrency) + limit/mean - held
+	return int(max(min(fit, int64(size)), 0))
+}
+
+// notePayloads folds the payload sizes of a read into the mount's mean (readRoom): a
+// moving mean that weighs the last read a quarter.
+func (m *mount) notePayloads(ds []*source.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	var sum int64
+	for _, d := range ds {
+		sum += int64(len(d.Payload))
+	}
+	read := max(sum/int64(len(ds)), 1)
+	if old := m.payloadMean.Load(); old > 0 {
+		read = old + (read-old)/4
+	}
+	m.payloadMean.Store(max(read, 1))
+}
+
+// roomTick is how often a read that found no room for its bytes looks again (real
+// time: only a mount of payloads large beside PrefetchBytes waits so).
+const roomTick = time.Millisecond
 
 // blockBound is how long one read may block: at most TestBlock under a TestProbe and
 // a test clock (see TestConfig.Probe).
@@ -533,6 +583,9 @@ func (m *mount) aheadReader() (source.ReadAhead, bool) {
 // readAhead takes a read's room, reads new messages ahead once and pushes them; true
 // when the read came back full (read on).
 func (m *mount) readAhead(ctx, readCtx context.Context, ra source.ReadAhead, slots chan struct{}, n int, push func([]*source.Delivery)) bool {
+	if m.readRoom(n) < n {
+		return false // the payloads held fill PrefetchBytes: the read loop reads what fits
+	}
 	if got := m.takeRoom(ctx, slots, n); got < n {
 		for range got {
 			<-slots
@@ -555,6 +608,7 @@ func (m *mount) readAhead(ctx, readCtx context.Context, ra source.ReadAhead, slo
 	m.ahead.out.Add(1)
 	defer m.ahead.out.Add(-1)
 	ds, err := ra.FetchAhead(readCtx, n)
+	m.notePayloads(ds)
 	m.delivered.Add(uint64(len(ds)))
 	free(n - len(ds))
 	if len(ds) > 0 {

@@ -29,7 +29,9 @@ type mountConfig struct {
 	name             string
 	ordered          bool // Ordered: one delivery of a key at a time, in stream order
 	prefetch         int
-	prefetchSet      bool // Prefetch was given; else the source's Batch
+	prefetchSet      bool  // Prefetch was given; else the source's Batch
+	prefetchBytes    int64 // PrefetchBytes
+	prefetchBytesSet bool  // PrefetchBytes was given; else DefaultPrefetchBytes
 	replicas         replicaWait
 	replier          Replier
 	replyTo          string
@@ -87,11 +89,27 @@ func Concurrency(n int) MountOption {
 // consumer (its heartbeat covers it), a list item in the processing list, an inbox row
 // leased; a graceful stop hands back what never started without spending an attempt.
 // On a List or PubSub, what waits is lost if the process dies. n must not be negative.
-// Defaults to twice the source's Batch, four times on a mount that reads ahead (a
+// Defaults to twice the source's Batch, eight times on a mount that reads ahead (a
 // Stream, ClaimingStream or ReliableList with more than one handler, unordered, without
-// flow limits): the next reads go out while a batch is still being handled and settled.
+// flow limits): the next reads go out while batches are still being handled and
+// settled. Either way PrefetchBytes bounds it by the size of the payloads.
 func Prefetch(n int) MountOption {
 	return mountOptionFunc(func(c *mountConfig) { c.prefetch, c.prefetchSet = n, true })
+}
+
+// DefaultPrefetchBytes is how many payload bytes a mount's Prefetch may hold by default
+// (PrefetchBytes).
+const DefaultPrefetchBytes = 64 << 20
+
+// PrefetchBytes bounds, in payload bytes, what Prefetch may hold: at the mean payload
+// size of the mount's recent reads, a read asks for no more than fits in n beside the
+// Concurrency it runs, and waits while the mount holds more (it never holds fewer than
+// Concurrency deliveries for it, and reads one at a time when one payload is larger
+// than n). A mount of small messages reads ahead as Prefetch says; one of large ones
+// does not hold Prefetch times their size. n must be positive. Defaults to
+// DefaultPrefetchBytes (64 MiB).
+func PrefetchBytes(n int64) MountOption {
+	return mountOptionFunc(func(c *mountConfig) { c.prefetchBytes, c.prefetchBytesSet = n, true })
 }
 
 // Backoff sets how long a delivery that failed with a plain error (not Drop, Retry or

@@ -504,6 +504,34 @@ func TestStreamConcurrencyBoundsHandlersNotReads(t *testing.T) {
 	}
 }
 
+// PrefetchBytes bounds Prefetch by the payloads' size: with one handler blocked,
+// Concurrency(1), Batch(2), Prefetch(20) and payloads of 64 KiB, PrefetchBytes(256 KiB)
+// lets the consumer hold 5 entries (the one running and 256 KiB of waiting ones): the
+// first read, before any size is known, takes a Batch, the next a Batch, the third what
+// fits, and none goes out after.
+func TestStreamPrefetchBytesBoundsWhatIsHeldByThePayloadsSize(t *testing.T) {
+	t.Parallel()
+	b := sourcetest.SetupStream(t)
+	const n, size = 30, 64 << 10
+	for range n {
+		b.Publish(t, strings.Repeat("x", size-8), nil) // msgpack adds a few bytes
+	}
+	release := make(chan struct{})
+	h := settle.HandlerFunc(func(context.Context, *settle.Message) error {
+		<-release
+		return nil
+	})
+	sourcetest.RunApp(t, b.App(t, b.Stream(settle.Batch(2)), h, settle.Concurrency(1), settle.Prefetch(20), settle.PrefetchBytes(4*size)))
+	b.Cmds.WaitN(t, "three reads of new entries", 3, func(c sourcetest.RecordedCmd) bool {
+		return c.Name() == "xreadgroup" && fmt.Sprint(c.Args[len(c.Args)-1]) == ">"
+	})
+	if got := b.Pending(t); got != 5 {
+		t.Fatalf("%d entries held with one handler blocked, want 5 (1 running + PrefetchBytes of 4 payloads)", got)
+	}
+	close(release)
+	sourcetest.WaitFinals(t, b.Rec, n)
+}
+
 // Prefetch bounds what a mount holds read and not started: with one handler blocked,
 // Concurrency(1), Batch(2) and Prefetch(3), the consumer holds 4 entries (one running,
 // three waiting), read two at a time, and reads no more until some settle.
