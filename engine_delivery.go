@@ -136,7 +136,6 @@ func (m *mount) message(d *source.Delivery) *Message {
 		Payload:   d.Payload,
 		codec:     m.cfg.codec,
 		noPayload: !d.HasPayload,
-		replyTo:   m.cfg.replyTo,
 		mount:     m,
 		takenOver: d.TakenOver,
 	}

@@ -30,11 +30,19 @@ type Message struct {
 	Payload []byte
 
 	codec     Codec
-	noPayload bool            // the message arrived without a payload field (or as an invalid envelope)
 	outputs   []source.Output // the replies the handler added (see Message.Reply)
-	replyTo   string          // the mount's ReplyTo
 	mount     *mount          // the mount it was read by (nil: a Message a test built)
+	noPayload bool            // the message arrived without a payload field (or as an invalid envelope)
 	takenOver bool            // taken over from a consumer that never settled it: runs alone
+}
+
+// replyTo is the ReplyTo of the mount that read m ("" for none, or for a Message a test
+// built). Read from the mount, not kept in each Message: every delivery allocates one.
+func (m *Message) replyTo() string {
+	if m.mount == nil {
+		return ""
+	}
+	return m.mount.cfg.replyTo
 }
 
 // Decode decodes the payload into v (a pointer) with the mount's codec. A message that

@@ -44,7 +44,7 @@ func Reply[In, Out any](fn func(ctx context.Context, m *Message, v In) (Out, err
 // and a *EncodeError when the codec refuses v; returned from the handler, either
 // settles the delivery as a failure.
 func (m *Message) Reply(v any) error {
-	if m.replyTo == "" {
+	if m.replyTo() == "" {
 		return ErrNoReplyTo
 	}
 	c := m.codec
