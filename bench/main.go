@@ -28,6 +28,7 @@ import (
 	"path"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -366,6 +367,13 @@ func run(ctx context.Context, cfg config) error {
 		}()
 	}
 
+	stolen0, total0 := cpuSteal()
+	defer func() {
+		if stolen, total := cpuSteal(); total > total0 {
+			fmt.Printf("host steal during the run: %.1f%% of this machine's CPU time (a few %% is a quiet host; more, and the ratios of this run are not comparable with another's)\n",
+				100*float64(stolen-stolen0)/float64(total-total0))
+		}
+	}()
 	res := results{}
 	if len(redisPlans) > 0 {
 		if err := runRedis(ctx, cfg, redisPlans, &res); err != nil {
@@ -487,6 +495,30 @@ func machine() string {
 	f := strings.Fields(string(load))
 	return fmt.Sprintf("%s/%s, %d CPUs (%s), %s; load average %s",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), runtime.Version(), strings.Join(f[:min(3, len(f))], " "))
+}
+
+// cpuSteal returns the time the host took from this (virtual) machine's CPUs and their
+// time in all, in clock ticks since boot (/proc/stat); zeros where it cannot tell.
+func cpuSteal() (stolen, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i < 8 { // user … steal; guest time is counted in user already
+			total += n
+		}
+		if i == 7 {
+			stolen = n
+		}
+	}
+	return stolen, total
 }
 
 func cpuModel() string {
