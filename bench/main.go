@@ -7,7 +7,7 @@
 //	cd bench && go run . -spawn -n 50000        # everything; its own redis-server
 //	cd bench && go run . -n 50000               # the Redis at -redis
 //	cd bench && go run . -n 2000 -runs 1 -only 'raw,settle-stream-*' -scenarios drain-8
-//	cd bench && go run . -only 'settle-inbox,river-*' -scenarios 'sql-*'   # PostgreSQL only
+//	cd bench && go run . -only 'settle-inbox*,river-*' -scenarios 'sql-*'   # PostgreSQL only
 //	cd bench && go run . -spawn -idle 60s -idlemounts 1,100   # what idle mounts cost
 //	cd bench && go run . -spawn -limits 30s -n 50000          # the flow limits' rows
 //	cd bench && go run . -partitions 16 -n 50000              # one stream vs a partitioned one on clusters of 1, 2, 3 masters
@@ -148,6 +148,9 @@ func systems(cfg config) []system {
 		system{name: "settle-inbox", settle: true, sql: true, options: func(sc scenario) string {
 			return fmt.Sprintf("1 mount, Concurrency(%d), inbox defaults", sc.workers)
 		}, run: runInbox},
+		system{name: "settle-inbox-indexed", settle: true, sql: true, options: func(sc scenario) string {
+			return fmt.Sprintf("1 mount, Concurrency(%d), inbox defaults, the README's table (index on name, retry_after, id; last_error, dead_at)", sc.workers)
+		}, run: runInboxIndexed},
 		system{name: "river-cooldown-1ms", sql: true, options: func(sc scenario) string {
 			return fmt.Sprintf("MaxWorkers %d, FetchCooldown 1ms", sc.workers)
 		}, run: runRiver(time.Millisecond)},

@@ -139,7 +139,7 @@ func printSQLHeader(cfg config, pg *pgServer) {
 	fmt.Printf("settle inbox bench: N=%d rows of %d bytes, median of %d runs, a run ending at N rows done or after %s (then rated on the rows done); PostgreSQL %s (%s); %s\n",
 		cfg.sqlN, payloadSize, cfg.sqlRuns, cfg.sqlCap, pg.version, redactDSN(cfg.pg), cpuNote)
 	fmt.Printf("machine: %s\n", machine())
-	fmt.Printf("settle-inbox: inbox.Postgres on examples/mailer's table (no index but the primary key), 1 mount, Concurrency(c), no inbox option; "+
+	fmt.Printf("settle-inbox: inbox.Postgres on examples/mailer's table (no index but the primary key), 1 mount, Concurrency(c), no inbox option; settle-inbox-indexed: the same on the README's recommended table (index on name, retry_after, id; last_error, dead_at); "+
 		"River v0.51.2 (riverpgxv5, pgx v5): one client, MaxWorkers c, a retry policy retrying at once, a job counted on its JobCompleted event; "+
 		"every run in a schema of its own, rows published and ANALYZEd before the timer starts; pools of %d connections (database/sql MaxOpenConns and MaxIdleConns, pgxpool MaxConns)\n\n",
 		cfg.pgConns)
