@@ -402,72 +402,90 @@ func runRedis(ctx context.Context, cfg config, plans []plan, res *results) error
 
 	printHeader(ctx, cfg, srv, admin)
 	for _, p := range plans {
-		for _, sys := range p.systems {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			*res = append(*res, runRow(ctx, cfg, cfg.runs, sys, p.sc, func() (*runCtx, func(), error) {
-				tok := token()
-				rc := &runCtx{
-					meter: &meter{admin: admin, serverCPU: func() (time.Duration, error) { return serverCPU(srv.pid) }},
-					n:     cfg.n, pool: cfg.pool, prefix: "bench:{" + tok + "}:", srv: srv, timeout: cfg.timeout, tok: tok,
-				}
-				return rc, func() {
-					if _, err := deleteKeys(context.WithoutCancel(ctx), admin, tok); err != nil {
-						fmt.Fprintf(os.Stderr, "bench: delete keys of %s: %v\n", tok, err)
-					}
-				}, nil
-			}))
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		*res = append(*res, runRows(ctx, cfg, cfg.runs, p.systems, p.sc, func() (*runCtx, func(), error) {
+			tok := token()
+			rc := &runCtx{
+				meter: &meter{admin: admin, serverCPU: func() (time.Duration, error) { return serverCPU(srv.pid) }},
+				n:     cfg.n, pool: cfg.pool, prefix: "bench:{" + tok + "}:", srv: srv, timeout: cfg.timeout, tok: tok,
+			}
+			return rc, func() {
+				if _, err := deleteKeys(context.WithoutCancel(ctx), admin, tok); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: delete keys of %s: %v\n", tok, err)
+				}
+			}, nil
+		})...)
 		res.printScenario(os.Stdout, p.sc)
 	}
 	return nil
 }
 
-// runRow runs one system on one scenario runs times; fresh gives each run its context and
-// what cleans up after it.
-func runRow(ctx context.Context, cfg config, runs int, sys system, sc scenario, fresh func() (*runCtx, func(), error)) row {
-	r := row{system: sys, scenario: sc}
-	if sys.options != nil {
-		r.options = sys.options(sc)
+// runRows runs each of systems on one scenario runs times, in turns (run 1 of every
+// system, then run 2 of every system, ...), so that a host that slows down or speeds up
+// during the scenario weighs on every row alike and the ratios between rows hold; fresh
+// gives each run its context and what cleans up after it.
+func runRows(ctx context.Context, cfg config, runs int, systems []system, sc scenario, fresh func() (*runCtx, func(), error)) []row {
+	rows := make([]row, len(systems))
+	done := make([]bool, len(systems))
+	for j, sys := range systems {
+		rows[j] = row{system: sys, scenario: sc}
+		if sys.options != nil {
+			rows[j].options = sys.options(sc)
+		}
 	}
 	for i := range runs {
-		if ctx.Err() != nil {
-			r.err = ctx.Err()
-			break
-		}
-		rc, cleanup, err := fresh()
-		var s *sample
-		if err == nil {
-			s, err = sys.run(ctx, rc, sc)
-			cleanup()
-		}
-		var na naError
-		if errors.As(err, &na) {
-			r.na = string(na)
-			break
-		}
-		if err != nil {
-			r.err = err
-			fmt.Fprintf(os.Stderr, "bench: %s %s run %d: %v\n", sys.name, sc.name, i+1, err)
-			break
-		}
-		r.samples = append(r.samples, s)
-		if cfg.verbose {
-			late := ""
-			if len(s.late) > 0 {
-				late = fmt.Sprintf(" late p50 %s p99 %s;", percentile(s.late, 0.50).Round(100*time.Microsecond), percentile(s.late, 0.99).Round(100*time.Microsecond))
+		for j := range systems {
+			if done[j] {
+				continue
 			}
-			if sc.sql {
-				fmt.Fprintf(os.Stderr, "  %-28s %-18s run %d: %8.0f rows/s, %d rows in %s, db CPU %s\n", sys.name, sc.name, i+1,
-					s.rate(), s.msgs, s.elapsed.Round(time.Millisecond), s.srvCPU)
-			} else {
-				fmt.Fprintf(os.Stderr, "  %-28s %-18s run %d: %8.0f msgs/s%s %6.3f cmds/msg:%s\n", sys.name, sc.name, i+1,
-					s.rate(), late, s.perMsg(float64(s.totalCmds())), topCommands(s.cmds, s.msgs))
+			if ctx.Err() != nil {
+				rows[j].err = ctx.Err()
+				done[j] = true
+				continue
 			}
+			done[j] = runOnce(ctx, cfg, &rows[j], i, fresh)
 		}
 	}
-	return r
+	return rows
+}
+
+// runOnce runs r's system once more and adds the sample to r; it says whether r is done
+// (the system does not fit, or the run failed).
+func runOnce(ctx context.Context, cfg config, r *row, i int, fresh func() (*runCtx, func(), error)) bool {
+	sys, sc := r.system, r.scenario
+	rc, cleanup, err := fresh()
+	var s *sample
+	if err == nil {
+		s, err = sys.run(ctx, rc, sc)
+		cleanup()
+	}
+	var na naError
+	if errors.As(err, &na) {
+		r.na = string(na)
+		return true
+	}
+	if err != nil {
+		r.err = err
+		fmt.Fprintf(os.Stderr, "bench: %s %s run %d: %v\n", sys.name, sc.name, i+1, err)
+		return true
+	}
+	r.samples = append(r.samples, s)
+	if cfg.verbose {
+		late := ""
+		if len(s.late) > 0 {
+			late = fmt.Sprintf(" late p50 %s p99 %s;", percentile(s.late, 0.50).Round(100*time.Microsecond), percentile(s.late, 0.99).Round(100*time.Microsecond))
+		}
+		if sc.sql {
+			fmt.Fprintf(os.Stderr, "  %-28s %-18s run %d: %8.0f rows/s, %d rows in %s, db CPU %s\n", sys.name, sc.name, i+1,
+				s.rate(), s.msgs, s.elapsed.Round(time.Millisecond), s.srvCPU)
+		} else {
+			fmt.Fprintf(os.Stderr, "  %-28s %-18s run %d: %8.0f msgs/s%s %6.3f cmds/msg:%s\n", sys.name, sc.name, i+1,
+				s.rate(), late, s.perMsg(float64(s.totalCmds())), topCommands(s.cmds, s.msgs))
+		}
+	}
+	return false
 }
 
 func printHeader(ctx context.Context, cfg config, srv *server, admin *redis.Client) {

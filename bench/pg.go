@@ -106,26 +106,24 @@ func runSQL(ctx context.Context, cfg config, plans []plan, res *results) error {
 	defer pg.close()
 	printSQLHeader(cfg, pg)
 	for _, p := range plans {
-		for _, sys := range p.systems {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			*res = append(*res, runRow(ctx, cfg, cfg.sqlRuns, sys, p.sc, func() (*runCtx, func(), error) {
-				tok := token()
-				rc := &runCtx{
-					capAfter: cfg.sqlCap, meter: &meter{serverCPU: pg.cpu}, n: cfg.sqlN, pg: pg,
-					schema: tok, timeout: cfg.timeout, tok: tok,
-				}
-				if err := pg.createSchema(ctx, tok); err != nil {
-					return nil, nil, fmt.Errorf("create schema %s: %w", tok, err)
-				}
-				return rc, func() {
-					if err := pg.dropSchema(context.WithoutCancel(ctx), tok); err != nil {
-						fmt.Fprintf(os.Stderr, "bench: drop schema %s: %v\n", tok, err)
-					}
-				}, nil
-			}))
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		*res = append(*res, runRows(ctx, cfg, cfg.sqlRuns, p.systems, p.sc, func() (*runCtx, func(), error) {
+			tok := token()
+			rc := &runCtx{
+				capAfter: cfg.sqlCap, meter: &meter{serverCPU: pg.cpu}, n: cfg.sqlN, pg: pg,
+				schema: tok, timeout: cfg.timeout, tok: tok,
+			}
+			if err := pg.createSchema(ctx, tok); err != nil {
+				return nil, nil, fmt.Errorf("create schema %s: %w", tok, err)
+			}
+			return rc, func() {
+				if err := pg.dropSchema(context.WithoutCancel(ctx), tok); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: drop schema %s: %v\n", tok, err)
+				}
+			}, nil
+		})...)
 		res.printScenario(os.Stdout, p.sc)
 	}
 	return nil
