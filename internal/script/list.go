@@ -110,11 +110,11 @@ var listDone = redis.NewScript(aclSrc + nowSrc + expirySrc + dedupSrc + listDone
 const maxListDone = 1000
 
 // ListDone takes completed items out of a reliable list consumer's processing list,
-// each once (its first occurrence, byte for byte), in one script call per 1,000 items
-// (see list_done.lua), and, with marks (settle.Dedupe; nil: none), marks the dedup key
-// of each item removed in the same call. It returns, in order, whether each was there;
-// an error when a call failed (its items are then reported not removed, though the call
-// may have run and only its reply been lost).
+// each once, byte for byte (from the head, else from the tail), in one script call per
+// 1,000 items (see list_done.lua), and, with marks (settle.Dedupe; nil: none), marks
+// the dedup key of each item removed in the same call. It returns, in order, whether
+// each was there; an error when a call failed (its items are then reported not removed,
+// though the call may have run and only its reply been lost).
 func ListDone(ctx context.Context, rdb redis.Scripter, processing string, items []string, marks *Marks) ([]bool, error) {
 	removed := make([]bool, len(items))
 	var firstErr error
