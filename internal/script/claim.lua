@@ -12,7 +12,8 @@
 -- ARGV[3] -> min-idle in milliseconds
 -- ARGV[4] -> the XAUTOCLAIM cursor: the lowest id to look at ("0-0" for the start), or
 --            "" to claim the ids listed after the ones in flight
--- ARGV[5] -> the most entries to claim (XAUTOCLAIM scans at most ten times as many)
+-- ARGV[5] -> the most entries to claim (each XAUTOCLAIM scans at most ten times as
+--            many; the script calls it again while it claims nothing, see scanBudget)
 -- ARGV[6] -> n, how many ids in flight follow
 -- ARGV[7..6+n] -> ids in flight at ARGV[2]: XAUTOCLAIM may take them (they are idle
 --                 enough) but they are not returned, and the delivery count the claim
@@ -82,40 +83,54 @@ if ARGV[4] == '' then
   return {'', entries, counts, {}, -1}
 end
 
-local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
-local claimed, ids = {}, {}
-for _, e in ipairs(r[2]) do
-  -- Redis 6.2 reports an entry deleted from the stream as a nil; skip it.
-  if e then
-    claimed[#claimed + 1] = e
-    ids[#ids + 1] = e[1]
-  end
-end
-local found = {}
-if #ids > 0 then
-  found = pendingAt(ids, #ids + 16)
-end
+-- A scan goes on inside the script while it claims nothing new, up to scanBudget pending
+-- entries examined (XAUTOCLAIM examines at most ten per entry it may claim): a lot of one
+-- examined ten entries per round trip, so that a pass over a pending list of a few hundred
+-- entries in flight (a drain at the defaults) took dozens of calls, each sending the ids
+-- in flight again. The budget bounds how long one call holds the server on a long list.
+local scanBudget = 1000
+local cursor, examined = ARGV[4], 0
+local deleted = {}
 local back = {}
-for _, e in ipairs(claimed) do
-  local c = 1
-  if found[e[1]] then
-    c = found[e[1]][2]
+repeat
+  local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], cursor, 'COUNT', ARGV[5])
+  cursor, examined = r[1], examined + 10 * tonumber(ARGV[5])
+  for _, id in ipairs(r[3] or {}) do
+    deleted[#deleted + 1] = id
   end
-  if inflight[e[1]] then
-    local keep = math.max(c - 1, 1)
-    back[keep] = back[keep] or {}
-    table.insert(back[keep], e[1])
-  else
-    entries[#entries + 1] = e
-    counts[#counts + 1] = c
+  local claimed, ids = {}, {}
+  for _, e in ipairs(r[2]) do
+    -- Redis 6.2 reports an entry deleted from the stream as a nil; skip it.
+    if e then
+      claimed[#claimed + 1] = e
+      ids[#ids + 1] = e[1]
+    end
   end
-end
+  local found = {}
+  if #ids > 0 then
+    found = pendingAt(ids, #ids + 16)
+  end
+  for _, e in ipairs(claimed) do
+    local c = 1
+    if found[e[1]] then
+      c = found[e[1]][2]
+    end
+    if inflight[e[1]] then
+      local keep = math.max(c - 1, 1)
+      back[keep] = back[keep] or {}
+      table.insert(back[keep], e[1])
+    else
+      entries[#entries + 1] = e
+      counts[#counts + 1] = c
+    end
+  end
+until #entries > 0 or cursor == '0-0' or examined >= scanBudget
 -- Entries in flight here get the count the claim added taken back.
 resetCounts(back)
 -- A pass that is over says how many entries are still pending: none at all means none can
 -- be idle enough before min-idle has passed (see claimer.fetch).
 local pending = -1
-if r[1] == '0-0' then
+if cursor == '0-0' then
   pending = redis.call('XPENDING', KEYS[1], ARGV[1])[1]
 end
-return {r[1], entries, counts, r[3] or {}, pending}
+return {cursor, entries, counts, deleted, pending}

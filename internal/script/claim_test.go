@@ -128,6 +128,29 @@ func TestClaim(t *testing.T) {
 	})
 }
 
+// TestClaimScansOnWithinOneCallWhileItClaimsNothing: a scan for a lot of one (a
+// taken-over delivery runs alone) goes on past the ten entries one XAUTOCLAIM examines,
+// within one call, so that a pass over a few hundred entries in flight is one round
+// trip, not one per ten entries.
+func TestClaimScansOnWithinOneCallWhileItClaimsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupClaim(t, 301)
+	idle := b.ids[300]
+	if err := b.r.Client.Do(b.ctx, "XCLAIM", b.stream, "g", "dead", 0, idle, "IDLE", time.Hour.Milliseconds(), "RETRYCOUNT", 1, "JUSTID").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := script.Claim(b.ctx, b.r.Client, b.stream, "g", "me", time.Minute, "0-0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Entries) != 1 || res.Entries[0].ID != idle {
+		t.Fatalf("one call claimed %d entries (next %q); want the idle one behind 300 busy ones, %s", len(res.Entries), res.Next, idle)
+	}
+	if owner, _ := b.pending(t, b.ids[0]); owner != "dead" {
+		t.Fatalf("a busy entry went to %q", owner)
+	}
+}
+
 func TestClaimSkipsEntriesInFlight(t *testing.T) {
 	t.Parallel()
 	b := setupClaim(t, 2)
