@@ -451,10 +451,18 @@ func runRows(ctx context.Context, cfg config, runs int, systems []system, sc sce
 	return rows
 }
 
+// settleBetweenRuns is how long a run waits, after the last one, before it starts.
+const settleBetweenRuns = 200 * time.Millisecond
+
 // runOnce runs r's system once more and adds the sample to r; it says whether r is done
 // (the system does not fit, or the run failed).
 func runOnce(ctx context.Context, cfg config, r *row, i int, fresh func() (*runCtx, func(), error)) bool {
 	sys, sc := r.system, r.scenario
+	// Each run starts from a collected heap, a moment after the last run's goroutines
+	// (a peer's pollers, an App's closing writers) have wound down: whatever a row leaves
+	// behind would otherwise be charged to the row after it.
+	runtime.GC()
+	time.Sleep(settleBetweenRuns)
 	rc, cleanup, err := fresh()
 	var s *sample
 	if err == nil {
