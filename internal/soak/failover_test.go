@@ -24,6 +24,9 @@ const (
 	failoverBefore   = 100
 	failoverFrozen   = 100
 	failoverDeadline = 60 * time.Second
+	// failoverAttempts bounds how many times the Async case sets up its window again
+	// when the freeze missed it (see the test).
+	failoverAttempts = 3
 )
 
 // TestFailoverUndoesNoSettlementReportedAppliedWithWaitReplicas: a primary and a replica
@@ -48,6 +51,13 @@ func TestFailoverUndoesNoSettlementReportedAppliedWithWaitReplicas(t *testing.T)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := failover(t, tc.wait)
+			for attempt := 2; !tc.wait && r.undone == 0 && r.runs == failoverN && attempt <= failoverAttempts; attempt++ {
+				// Every ack reached the replica: the freeze missed the acks it was to cut
+				// off (seen once under -race on a loaded machine). The window is the
+				// harness's, not settle's: set it up again on new servers.
+				t.Logf("attempt %d: %d handler runs, none again after the failover (replica links cut: %d): the frozen replica did not make the window; trying again", attempt-1, r.runs, r.cut)
+				r = failover(t, tc.wait)
+			}
 			t.Logf("%d messages: %d handler runs (%d again after the failover), %d acks reported applied and then undone, %d reported failed; lost %d",
 				failoverN, r.runs, r.runs-failoverN, r.undone, r.failed, r.lost)
 			if r.lost != 0 {
@@ -68,6 +78,7 @@ func TestFailoverUndoesNoSettlementReportedAppliedWithWaitReplicas(t *testing.T)
 
 type failoverResult struct {
 	runs, undone, failed, lost int
+	cut                        int64 // replica links the freeze cut (CLIENT KILL's count)
 }
 
 func failover(t *testing.T, wait bool) failoverResult {
@@ -172,7 +183,8 @@ func failover(t *testing.T, wait bool) failoverResult {
 	if err := syscall.Kill(replica.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+	cut, err := rdb.ClientKillByFilter(ctx, "TYPE", "replica").Result()
+	if err != nil {
 		t.Fatalf("CLIENT KILL TYPE replica: %v", err)
 	}
 	close(frozen)
@@ -216,7 +228,7 @@ func failover(t *testing.T, wait bool) failoverResult {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	r := failoverResult{undone: len(undone), failed: failed, lost: failoverN - len(runs)}
+	r := failoverResult{undone: len(undone), failed: failed, lost: failoverN - len(runs), cut: cut}
 	for _, c := range runs {
 		r.runs += c
 	}
