@@ -254,9 +254,10 @@ func TestListTake(t *testing.T) {
 	})
 }
 
-// ListDone removes what an LREM count 1 per item, in order, would remove, and answers
-// as it would, wherever the items sit in the processing list: at its head in order (the
-// common case), out of order, twice, gone, or beyond the head the script reads.
+// ListDone removes each item once, byte for byte, and answers as an LREM per item
+// would, wherever the items sit in the processing list: at its head in order (the
+// common case), out of order, twice, gone, or beyond the head the script reads (then
+// from the tail: see listDoneModel).
 func TestListDoneRemovesEachItemOnceFromTheHeadElseFromTheTail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
