@@ -8,6 +8,7 @@
 //	cd bench && go run . -n 50000               # the Redis at -redis
 //	cd bench && go run . -n 2000 -runs 1 -only 'raw,settle-stream-*' -scenarios drain-8
 //	cd bench && go run . -only 'settle-inbox*,river-*' -scenarios 'sql-*'   # PostgreSQL only
+//	cd bench && go run . -spawn -movecost 125 -runs 9           # what one retry copy costs the server, three ways
 //	cd bench && go run . -spawn -idle 60s -idlemounts 1,100   # what idle mounts cost
 //	cd bench && go run . -spawn -limits 30s -n 50000          # the flow limits' rows
 //	cd bench && go run . -partitions 16 -n 50000              # one stream vs a partitioned one on clusters of 1, 2, 3 masters
@@ -204,6 +205,7 @@ func main() {
 		memprofile  = flag.String("memprofile", "", "write an allocation profile of the whole run to this file at the end")
 		timeout     = flag.Duration("timeout", 5*time.Minute, "give up on one run after this long")
 		verbose     = flag.Bool("v", false, "print each run and its commands per message")
+		moveCost    = flag.Int("movecost", 0, "instead of the scenarios, measure what one retry copy costs the server (-n pending entries, moved in batches of this many): a pipeline, the least Lua script, settle's stream_move")
 		idle        = flag.Duration("idle", 0, "instead of the scenarios, watch idle mounts of each transport (-only: stream, claiming-stream, list, reliable-list, pubsub, pubsub-pattern) for this long (see -idlemounts)")
 		idleMounts  = flag.String("idlemounts", "1,100", "comma-separated numbers of idle mounts in one App (with -idle)")
 		limits      = flag.Duration("limits", 0, "instead of the scenarios, measure the flow limits (RateLimit, RateLimitBy, ConcurrencyBy), each row for about this long")
@@ -249,6 +251,8 @@ func main() {
 		err = limitChild(ctx, *redisURL, childFlags{row: *limitChildR, key: *limitKey, end: *limitEnd})
 	case *limits > 0:
 		err = runLimits(ctx, cfg, *limits)
+	case *moveCost > 0:
+		err = runMoveCost(ctx, cfg, *moveCost)
 	case *idle > 0:
 		counts, _ := ints(*idleMounts)
 		err = runIdle(ctx, cfg, *idle, counts)

@@ -142,11 +142,17 @@ func infoField(info, name string) string {
 // commandStats returns the calls of every command (INFO commandstats), INFO itself left
 // out.
 func commandStats(ctx context.Context, rdb *redis.Client) (map[string]int64, error) {
+	return commandStat(ctx, rdb, "calls")
+}
+
+// commandStat returns one field of every command's INFO commandstats line ("calls",
+// "usec"), INFO itself left out.
+func commandStat(ctx context.Context, rdb *redis.Client, field string) (map[string]int64, error) {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
 	}
-	calls := map[string]int64{}
+	out := map[string]int64{}
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		line, ok := strings.CutPrefix(sc.Text(), "cmdstat_")
@@ -158,13 +164,12 @@ func commandStats(ctx context.Context, rdb *redis.Client) (map[string]int64, err
 			continue
 		}
 		for f := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				calls[name] = n
+			if v, ok := strings.CutPrefix(f, field+"="); ok {
+				out[name], _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
 	}
-	return calls, sc.Err()
+	return out, sc.Err()
 }
 
 // serverCPU is the server's user + system CPU time so far, from /proc/<pid>/stat.

@@ -56,9 +56,9 @@ if denied then
   return denied
 end
 
-local moves = 0
-local i = 6
-while i <= #ARGV do
+local nargs = #ARGV
+local moves, i = 0, 6
+while i <= nargs do
   moves = moves + 1
   i = i + 2 + tonumber(ARGV[i + 1])
 end
@@ -67,56 +67,52 @@ for _, p in ipairs(redis.call('XPENDING', KEYS[2], group, ARGV[4], ARGV[5], 2 * 
   owned[p[1]] = true
 end
 
--- owns(id): whether entry id is pending to the consumer (false once this batch moved
--- it), or the error reply of its check
-local function owns(id)
-  local known = owned[id]
-  if known ~= nil then
-    return known
-  end
-  local pending = redis.pcall('XPENDING', KEYS[2], group, id, id, 1, consumer)
-  if pending['err'] then
-    return pending
-  end
-  return #pending > 0
-end
-
-local replies, acks, added, at = {}, {}, {}, {} -- acks[k]: written as added[k], answered in replies[at[k]]
+local replies, acks, added, at, k = {}, {}, {}, {}, 0 -- acks[k]: written as added[k], answered in replies[at[k]]
 i = 6
-while i <= #ARGV do
+for m = 1, moves do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
   local first, last = i + 2, i + 1 + n
   i = last + 1
-  local mine = owns(id)
-  local reply = tooMany(n)
-  if reply then
-    reply = redis.error_reply(reply['err'] .. ' (entry ' .. id .. ')')
-  elseif type(mine) == 'table' then
-    reply = mine
-  elseif not mine then
+  local mine = owned[id]
+  if mine == nil then -- outside the range's answer: checked on its own
+    local pending = redis.pcall('XPENDING', KEYS[2], group, id, id, 1, consumer)
+    if pending['err'] then
+      mine = pending
+    else
+      mine = #pending > 0
+    end
+  end
+  local reply
+  if n > 4000 then
+    reply = redis.error_reply(tooMany(n)['err'] .. ' (entry ' .. id .. ')')
+  elseif mine == true then
+    if bounded then -- n is within what unpack takes, so nothing here raises
+      reply = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
+    else
+      reply = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    end
+    if type(reply) == 'string' then -- the new entry's id: its original is acknowledged below
+      owned[id] = false
+      k = k + 1
+      acks[k], added[k], at[k] = id, reply, m
+      reply = 1
+    end
+  elseif mine == false then
     reply = redis.error_reply('NOTOWNER entry ' .. id .. ' is not pending to consumer ' .. consumer)
-  elseif bounded then -- n is within what unpack takes (tooMany), so nothing here raises
-    reply = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
   else
-    reply = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    reply = mine
   end
-  if type(reply) == 'string' then -- the new entry's id: its original is acknowledged below
-    owned[id] = false
-    local k = #acks + 1
-    acks[k], added[k], at[k] = id, reply, #replies + 1
-    reply = 1
-  end
-  replies[#replies + 1] = reply
+  replies[m] = reply
 end
 
 -- The acknowledgements, in pieces of 4,000 ids; a piece that fails takes back its copies.
-for first = 1, #acks, 4000 do
-  local last = math.min(first + 3999, #acks)
+for first = 1, k, 4000 do
+  local last = math.min(first + 3999, k)
   local acked = redis.pcall('XACK', KEYS[2], group, unpack(acks, first, last))
   if type(acked) == 'table' and acked['err'] then
     redis.pcall('XDEL', KEYS[1], unpack(added, first, last))
-    for k = first, last do
-      replies[at[k]] = acked
+    for j = first, last do
+      replies[at[j]] = acked
     end
   end
 end
