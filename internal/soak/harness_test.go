@@ -120,6 +120,18 @@ func (h *harness) kill(slot int) {
 }
 
 // tail returns the end of a worker's log.
+// logs returns each worker's whole log, in slot order ("" for a slot never started).
+func (h *harness) logs() []string {
+	out := make([]string, len(h.slots))
+	for i, p := range h.slots {
+		if p != nil {
+			b, _ := os.ReadFile(p.log)
+			out[i] = string(b)
+		}
+	}
+	return out
+}
+
 func (p *proc) tail() string {
 	b, _ := os.ReadFile(p.log)
 	if len(b) > 4000 {

@@ -233,7 +233,7 @@ func redisRestart(t *testing.T, transport string, idle time.Duration) {
 	t.Logf("%s: %d messages drained in %s over %d Redis restarts (outages %v): %s; settlements failed during the outages: %d",
 		transport, published, drainedAfter.Round(time.Millisecond), srv.restarts, outages, rep, failed)
 	if !rep.OK() {
-		t.Fatalf("the ledger does not hold (seed %d):\n%s\nthe ledger lines of those messages:\n%s", seed, firstProblems(rep, 30), problemEvents(evs, rep, 5))
+		t.Fatalf("the ledger does not hold (seed %d):\n%s\nthe ledger lines of those messages:\n%s", seed, firstProblems(rep, 30), problemEvents(evs, rep, 5, h.logs()))
 	}
 	if rep.Published != published {
 		t.Fatalf("got %d messages in the ledger, want %d", rep.Published, published)
@@ -313,18 +313,36 @@ func readFailures(t *testing.T, log string) []readFailure {
 	return out
 }
 
-// problemEvents returns the ledger lines of the messages named by the first problems.
-func problemEvents(evs []ledger.Event, rep ledger.Report, n int) string {
+// problemEvents returns the ledger lines of the messages named by the first n problems,
+// with the lines that name one of their deliveries but no message (a settlement the
+// engine wrote again without a run), and the workers' log lines naming those deliveries.
+func problemEvents(evs []ledger.Event, rep ledger.Report, n int, logs []string) string {
 	want := map[string]bool{}
 	for _, p := range rep.Problems {
 		if m := problemID.FindStringSubmatch(p); m != nil && len(want) < n {
 			want[m[1]] = true
 		}
 	}
+	deliveries := map[string]bool{}
+	for _, e := range evs {
+		if want[e.ID] && e.Delivery != "" {
+			deliveries[e.Delivery] = true
+		}
+	}
 	var b strings.Builder
 	for _, e := range evs {
-		if want[e.ID] {
+		if want[e.ID] || e.ID == "" && deliveries[e.Delivery] {
 			fmt.Fprintf(&b, "%+v\n", e)
+		}
+	}
+	for i, log := range logs {
+		for line := range strings.Lines(log) {
+			for d := range deliveries {
+				if strings.Contains(line, d) {
+					fmt.Fprintf(&b, "worker %d: %s", i, line)
+					break
+				}
+			}
 		}
 	}
 	return b.String()

@@ -101,7 +101,9 @@ func TestSoakWorker(t *testing.T) {
 	var ids sync.Map
 	delivery := deliveryName(cfg.Transport)
 	app, err := settle.New(settle.Config{
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// Info: the rare lines a failure needs explained (a settlement written again
+		// without a run); the retries' lines are at Debug.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		OnSettled: func(_ context.Context, s settle.Settled) {
 			if s.Deduplicated {
 				// Acked without a run: its Dedupe key was completed (limits_test.go).
