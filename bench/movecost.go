@@ -120,9 +120,12 @@ func moveCostRun(ctx context.Context, srv *server, rdb, admin *redis.Client, way
 	var ids []string
 	var values [][]any
 	for len(ids) < n {
-		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{key, ">"}, Count: 1000}).Result()
+		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{key, ">"}, Count: 1000, Block: -1}).Result()
 		if err != nil {
 			return 0, 0, err
+		}
+		if len(res) == 0 || len(res[0].Messages) == 0 {
+			return 0, 0, fmt.Errorf("%d entries read of the %d published", len(ids), n)
 		}
 		for _, m := range res[0].Messages {
 			p, _ := m.Values[wire.FieldPayload].(string)
