@@ -55,10 +55,10 @@ const Horizon = time.Second
 // its place is given up and it asks again (see MaxLate).
 const SlackShare = 50
 
-// MaxLate is how many times running a delivery gives up a start it came to late before
-// it begins one however late: a process stalled longer than the slack at every try
-// starts its deliveries late (its starts may then bunch past n + burst) rather than
-// never.
+// MaxLate is how many starts a delivery gives up because it came to them late before it
+// begins one however late, counted until it starts, across its waits: a process stalled
+// longer than the slack at every try starts its deliveries late (its starts may then
+// bunch past n + burst) rather than never.
 const MaxLate = 3
 
 // Slack is how late a start of a rate limit of period per may begin (see SlackShare).
@@ -127,6 +127,7 @@ type Gate struct {
 	resumed  chan struct{}                    // closed when resuming falls to 0
 	waited   map[*source.Delivery]waitRecord  // deliveries that waited, until they start
 	reserved map[*source.Delivery]reservation // deliveries whose start is reserved
+	lates    map[*source.Delivery]int         // starts each delivery gave up for lateness, until it starts
 	lateness atomic.Int64                     // starts given up because they came late
 	stopped  bool                             // Stop was called: parked deliveries wait for TakeWaiting
 
@@ -158,12 +159,10 @@ type waitRecord struct {
 	since  time.Time
 }
 
-// reservation is a reserved start: the ticket it holds, the latest it may begin, and
-// how many starts the delivery gave up before it because they came late.
+// reservation is a reserved start: the ticket it holds and the latest it may begin.
 type reservation struct {
-	t     *Ticket
-	by    time.Time // zero: no deadline (no rate limit asked the wait)
-	tries int
+	t  *Ticket
+	by time.Time // zero: no deadline (no rate limit asked the wait)
 }
 
 // Ticket is what a started delivery holds: its concurrency slots, freed by Done.
@@ -206,6 +205,7 @@ func New(c Config) *Gate {
 		lines:    map[string]*rateLine{},
 		waited:   map[*source.Delivery]waitRecord{},
 		reserved: map[*source.Delivery]reservation{},
+		lates:    map[*source.Delivery]int{},
 	}
 	g.names = Names(c.Limits)
 	return g
@@ -275,6 +275,7 @@ func (g *Gate) TakeWaiting(ctx context.Context) []*source.Delivery {
 		}
 	}
 	clear(g.waiting)
+	clear(g.lates)
 	clear(g.byValue)
 	clear(g.lines)
 	g.freeRoom()
@@ -351,36 +352,39 @@ func (g *Gate) Late() int64 { return g.lateness.Load() }
 //
 // A start that comes later than its rate limits' slack after the start they let
 // through (measured from before the take was sent, so a slow answer counts) is given
-// up, its slots freed, and the delivery asks again at once, up to MaxLate times
-// running: so no window of a limit's period sees more than n + burst starts.
+// up, its slots freed, and the delivery asks again at once; once it gave up MaxLate
+// starts (counted until it starts, across its waits: a retake refused in between does
+// not start the count again) it begins the next however late. So no window of a limit's
+// period sees more than n + burst starts, and a host that is always late still starts
+// its deliveries.
 func (g *Gate) Admit(ctx context.Context, d *source.Delivery) (*Ticket, bool) {
-	tries := 0
 	g.mu.Lock()
 	if r, ok := g.reserved[d]; ok {
 		delete(g.reserved, d)
-		if r.by.IsZero() || r.tries >= MaxLate || !g.cfg.Clock.Now().After(r.by) {
+		if r.by.IsZero() || g.lates[d] >= MaxLate || !g.cfg.Clock.Now().After(r.by) {
 			g.started(d, r.t)
 			g.mu.Unlock()
 			return r.t, true
 		}
 		g.mu.Unlock()
 		g.late(ctx, d, r.t)
-		tries = r.tries + 1
 	} else {
 		g.mu.Unlock()
 	}
 	for {
-		t, ok, again := g.admit(ctx, d, tries)
+		t, ok, again := g.admit(ctx, d)
 		if !again {
 			return t, ok
 		}
-		tries++
 	}
 }
 
 // late gives up a start of d that came too late: its slots are freed.
 func (g *Gate) late(ctx context.Context, d *source.Delivery, t *Ticket) {
 	g.lateness.Add(1)
+	g.mu.Lock()
+	g.lates[d]++
+	g.mu.Unlock()
 	if g.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
 		g.cfg.Logger.DebugContext(ctx, "settle: a delivery came late to the start its rate limit let through; it gives it up and asks again",
 			slog.String(source.AttrMsgID, d.ID))
@@ -388,9 +392,9 @@ func (g *Gate) late(ctx context.Context, d *source.Delivery, t *Ticket) {
 	g.Done(ctx, t)
 }
 
-// admit asks the limits' store once for d, the tries-th time after a start given up
-// for lateness: again when this start came late too and d must ask again.
-func (g *Gate) admit(ctx context.Context, d *source.Delivery, tries int) (t *Ticket, ok, again bool) {
+// admit asks the limits' store once for d: again when the start it took came late and d
+// must ask again.
+func (g *Gate) admit(ctx context.Context, d *source.Delivery) (t *Ticket, ok, again bool) {
 	gates := make([]source.Gate, len(g.cfg.Limits))
 	var slack time.Duration // the least of the rate limits' slacks; 0: no rate limit
 	for i, l := range g.cfg.Limits {
@@ -434,7 +438,7 @@ func (g *Gate) admit(ctx context.Context, d *source.Delivery, tries int) (t *Tic
 			g.held[t] = struct{}{} // renewed while it waits for its reserved start, and runs
 		}
 		if take.Wait == 0 {
-			if slack > 0 && tries < MaxLate && g.cfg.Clock.Now().Sub(sent) > slack {
+			if slack > 0 && g.lates[d] < MaxLate && g.cfg.Clock.Now().Sub(sent) > slack {
 				g.mu.Unlock()
 				g.late(ctx, d, t) // the answer came back later than the slack
 				return nil, false, true
@@ -443,7 +447,7 @@ func (g *Gate) admit(ctx context.Context, d *source.Delivery, tries int) (t *Tic
 			g.mu.Unlock()
 			return t, true, false
 		}
-		r := reservation{t: t, tries: tries}
+		r := reservation{t: t}
 		if slack > 0 {
 			r.by = sent.Add(take.Wait + slack)
 		}
@@ -473,6 +477,7 @@ func (g *Gate) admit(ctx context.Context, d *source.Delivery, tries int) (t *Tic
 
 // started fills t's wait from d's record, once d starts. g.mu is held.
 func (g *Gate) started(d *source.Delivery, t *Ticket) {
+	delete(g.lates, d)
 	if r, ok := g.waited[d]; ok {
 		delete(g.waited, d)
 		t.Kind, t.Reason, t.Waited = r.kind, r.reason, g.cfg.Clock.Now().Sub(r.since)

@@ -307,3 +307,60 @@ func TestDeliveriesRefusedByOneRateLimitAskAgainOneAtATime(t *testing.T) {
 	}
 	g.Stop(ctx)
 }
+
+// lateStore is a Limiter of one rate limit whose takes take turns: a start reserved
+// reserve ahead, then a refusal to wait refuse (taking nothing), and so on.
+type lateStore struct {
+	mu             sync.Mutex
+	takes          int
+	reserve, refus time.Duration
+}
+
+func (s *lateStore) LimitTake(context.Context, []source.Gate, string, time.Duration) (source.Take, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.takes++
+	if s.takes%2 == 1 {
+		return source.Take{Wait: s.reserve, Which: 0, Reserved: true}, nil
+	}
+	return source.Take{Wait: s.refus, Which: 0}, nil
+}
+
+func (s *lateStore) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
+	return nil, nil
+}
+
+func (s *lateStore) LimitRelease(context.Context, []source.Held) error { return nil }
+
+func TestLateStartsCountAcrossARefusalSoADeliveryAlwaysLateStillStarts(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Unix(0, 0))
+	// Every reserved start fires later than the slack, and each retake after one given up
+	// is refused for a moment before the next reservation: were the count of starts given
+	// up begun again at each refusal, the delivery would never start (and each round
+	// would spend a start of its limit on nobody).
+	store := &lateStore{reserve: 100 * time.Millisecond, refus: 10 * time.Millisecond}
+	g, resumed := limitGate(t, fake, store, flow.Limit{N: 10, Per: time.Second, Burst: 1})
+	ctx := context.Background()
+	d := &source.Delivery{ID: "1"}
+	started := false
+	for round := 0; round < 4*(flow.MaxLate+1) && !started; round++ {
+		if _, ok := g.Admit(ctx, d); ok {
+			started = true
+			break
+		}
+		fake.Advance(100*time.Millisecond + flow.Slack(time.Second) + time.Millisecond)
+		select {
+		case <-resumed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiting delivery was not resumed")
+		}
+	}
+	if !started {
+		t.Fatalf("the delivery did not start after %d takes: a start given up for lateness must count toward MaxLate across the refusals between", store.takes)
+	}
+	if got := g.Late(); got != flow.MaxLate {
+		t.Fatalf("Late() = %d, want %d", got, flow.MaxLate)
+	}
+	g.Stop(ctx)
+}
