@@ -119,10 +119,21 @@ func TestStopHandsBackEveryWaitingDeliveryAndRoomBlocksAtTheBound(t *testing.T) 
 	}
 }
 
+// rateOnly is the part of a Limiter a store of rate limits only needs: no slot is held,
+// so nothing is renewed or released.
+type rateOnly struct{}
+
+func (rateOnly) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
+	return nil, nil
+}
+
+func (rateOnly) LimitRelease(context.Context, []source.Held) error { return nil }
+
 // rateStore is a Limiter of one rate limit: it reserves its first take's start wait
 // ahead, lets every later take start at once, and moves the fake clock by slow on each
 // answer (a slow round trip).
 type rateStore struct {
+	rateOnly
 	clock *clock.Fake
 	wait  time.Duration
 	slow  time.Duration
@@ -141,12 +152,6 @@ func (s *rateStore) LimitTake(context.Context, []source.Gate, string, time.Durat
 	}
 	return source.Take{Which: -1}, nil
 }
-
-func (s *rateStore) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
-	return nil, nil
-}
-
-func (s *rateStore) LimitRelease(context.Context, []source.Held) error { return nil }
 
 func (s *rateStore) count() int {
 	s.mu.Lock()
@@ -242,6 +247,7 @@ func TestStartWhoseTakeAnsweredLaterThanTheSlackAsksAgainUpToMaxLate(t *testing.
 // refuseStore is a Limiter of one rate limit that refuses its first refuse takes for an
 // hour (taking nothing) and lets every later one start.
 type refuseStore struct {
+	rateOnly
 	mu     sync.Mutex
 	refuse int
 	takes  int
@@ -256,12 +262,6 @@ func (s *refuseStore) LimitTake(context.Context, []source.Gate, string, time.Dur
 	}
 	return source.Take{Which: -1}, nil
 }
-
-func (s *refuseStore) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
-	return nil, nil
-}
-
-func (s *refuseStore) LimitRelease(context.Context, []source.Held) error { return nil }
 
 func TestDeliveriesRefusedByOneRateLimitAskAgainOneAtATime(t *testing.T) {
 	t.Parallel()
@@ -311,9 +311,10 @@ func TestDeliveriesRefusedByOneRateLimitAskAgainOneAtATime(t *testing.T) {
 // lateStore is a Limiter of one rate limit whose takes take turns: a start reserved
 // reserve ahead, then a refusal to wait refuse (taking nothing), and so on.
 type lateStore struct {
-	mu             sync.Mutex
-	takes          int
-	reserve, refus time.Duration
+	rateOnly
+	mu              sync.Mutex
+	takes           int
+	reserve, refuse time.Duration
 }
 
 func (s *lateStore) LimitTake(context.Context, []source.Gate, string, time.Duration) (source.Take, error) {
@@ -323,14 +324,8 @@ func (s *lateStore) LimitTake(context.Context, []source.Gate, string, time.Durat
 	if s.takes%2 == 1 {
 		return source.Take{Wait: s.reserve, Which: 0, Reserved: true}, nil
 	}
-	return source.Take{Wait: s.refus, Which: 0}, nil
+	return source.Take{Wait: s.refuse, Which: 0}, nil
 }
-
-func (s *lateStore) LimitRenew(context.Context, []source.Held, time.Duration) ([]int, error) {
-	return nil, nil
-}
-
-func (s *lateStore) LimitRelease(context.Context, []source.Held) error { return nil }
 
 func TestLateStartsCountAcrossARefusalSoADeliveryAlwaysLateStillStarts(t *testing.T) {
 	t.Parallel()
@@ -339,7 +334,7 @@ func TestLateStartsCountAcrossARefusalSoADeliveryAlwaysLateStillStarts(t *testin
 	// is refused for a moment before the next reservation: were the count of starts given
 	// up begun again at each refusal, the delivery would never start (and each round
 	// would spend a start of its limit on nobody).
-	store := &lateStore{reserve: 100 * time.Millisecond, refus: 10 * time.Millisecond}
+	store := &lateStore{reserve: 100 * time.Millisecond, refuse: 10 * time.Millisecond}
 	g, resumed := limitGate(t, fake, store, flow.Limit{N: 10, Per: time.Second, Burst: 1})
 	ctx := context.Background()
 	d := &source.Delivery{ID: "1"}
