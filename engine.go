@@ -116,6 +116,11 @@ type mount struct {
 	keys       source.KeyChecker // the transport's key check (nil: it writes no other key)
 	keysSaid   keyCheck          // the last answer of keys, reused for a second
 
+	// settling is held for reading by each settlement write, from before its transport
+	// call until its failures are recorded in failures; the read loop takes it for
+	// writing before it hands out a delivery read again (see settlingBarrier).
+	settling sync.RWMutex
+
 	gate  atomic.Pointer[flow.Gate] // the mount's flow limits while run runs; nil: none
 	order *ordering                 // Ordered's per-key queue while run runs; nil: not ordered
 }

@@ -419,6 +419,8 @@ func (m *mount) move(mv source.Move, ev Settled) (queued bool) {
 		return true
 	}
 	ctx := m.writes.get()
+	m.settling.RLock()
+	defer m.settling.RUnlock()
 	ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
 	m.settled(ctx, mv.Delivery, ev)
 	return false
@@ -449,6 +451,8 @@ func (m *mount) scheduleCopy(d *source.Delivery, ev Settled, delay time.Duration
 		m.eng.goDelayed(func() {
 			ctx := m.writes.get()
 			ev := m.cameDue(ev, due)
+			m.settling.RLock()
+			defer m.settling.RUnlock()
 			ev.Err = answer(m.transport.Moves(ctx, []source.Move{mv}), 0)
 			m.settled(ctx, d, ev)
 		})

@@ -235,6 +235,7 @@ func (m *mount) run(ctx context.Context, delays *timerq.Queue) {
 			continue
 		}
 		backoff = 0
+		m.settlingBarrier(ds) // a re-read delivery whose write just failed: the failure is recorded first
 		if len(ds) > 0 && m.settleFailed.Swap(false) {
 			// A settlement failed while this read was out (the read does not wait for
 			// settlement writes), so the read may hold its delivery again: pause first.

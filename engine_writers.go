@@ -71,12 +71,14 @@ func (k *acker) run() {
 			ds = append(ds, r.d)
 		}
 		ctx, cancel := context.WithTimeout(k.base, settleTimeout)
+		k.m.settling.RLock()
 		err := k.m.transport.Ack(ctx, ds)
 		written := k.m.writtenAt()
 		for i, r := range reqs {
 			r.ev.Err, r.ev.written = source.AckError(err, i), written
 			k.m.settled(ctx, r.d, r.ev)
 		}
+		k.m.settling.RUnlock()
 		k.pending.Add(-int64(len(reqs)))
 		cancel()
 		clear(ds)
@@ -343,12 +345,14 @@ func (m *mount) writeMoves(reqs []copyReq, moves []source.Move) []source.Move {
 		moves = append(moves, r.move)
 	}
 	ctx := m.writes.get()
+	m.settling.RLock()
 	errs := m.transport.Moves(ctx, moves)
 	written := m.writtenAt()
 	for i, r := range reqs {
 		r.ev.Err, r.ev.written = answer(errs, i), written
 		m.settled(ctx, r.move.Delivery, r.ev)
 	}
+	m.settling.RUnlock()
 	clear(moves)
 	return moves
 }
@@ -511,6 +515,22 @@ func (f *failedSettles) forget(d *source.Delivery) {
 	delete(f.m, id)
 	f.size.Store(int64(len(f.m)))
 	f.mu.Unlock()
+}
+
+// settlingBarrier returns once every settlement write begun before it has recorded its
+// failures (mount.settling). The read loop calls it before it hands out a delivery read
+// again (Redelivered): a transport re-reads an entry whose write failed as soon as the
+// write fails (a stream, its own pending entries), before the engine has recorded the
+// failure, and without the barrier that delivery could reach a worker first and run its
+// handler again instead of its settlement being written again.
+func (m *mount) settlingBarrier(ds []*source.Delivery) {
+	for _, d := range ds {
+		if d.Redelivered {
+			m.settling.Lock()
+			m.settling.Unlock() //nolint:staticcheck // an empty section: a barrier
+			return
+		}
+	}
 }
 
 // waitAfterFailedSettlements waits before a delivery whose settlement failed n times

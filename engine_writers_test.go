@@ -557,3 +557,100 @@ func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing
 		t.Fatalf("dead letters %d, %v; want %d", l, err, n)
 	}
 }
+
+// rereadTransport hands out one delivery. Its first Ack fails and, as a stream does
+// after a failed write (it re-reads its own pending entries), it hands the entry out
+// again at once, before that Ack returns: the Ack returns once a handler ran a second
+// time, or after a moment.
+type rereadTransport struct {
+	nopTransport
+	rerun chan struct{} // closed by the test's handler when it runs a second time
+
+	mu      sync.Mutex
+	pending []*source.Delivery
+	acks    int
+}
+
+func (t *rereadTransport) Transport(source.Env) source.Transport { return t }
+
+func (t *rereadTransport) Info() source.Info {
+	info := t.nopTransport.Info()
+	info.Block = 10 * time.Millisecond
+	return info
+}
+
+func (t *rereadTransport) Fetch(ctx context.Context, _ int, wait time.Duration) ([]*source.Delivery, error) {
+	t.mu.Lock()
+	ds := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	if len(ds) == 0 {
+		select { // a read that finds nothing waits its bound, as Redis would
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+	}
+	return ds, nil
+}
+
+func (t *rereadTransport) Ack(_ context.Context, ds []*source.Delivery) error {
+	t.mu.Lock()
+	t.acks++
+	first := t.acks == 1
+	if first {
+		again := *ds[0]
+		again.Attempt, again.Redelivered = 2, true
+		t.pending = append(t.pending, &again)
+	}
+	t.mu.Unlock()
+	if !first {
+		return nil
+	}
+	select {
+	case <-t.rerun:
+	case <-time.After(time.Second):
+	}
+	return errors.New("connection refused")
+}
+
+// A delivery read again because its ack failed is handed to a worker only once the
+// engine recorded the failure: its ack is written again and its handler does not run
+// again, even when the transport re-reads it before its failed Ack has returned.
+func TestADeliveryReadAgainBeforeItsFailedAckReturnedHasItsAckWrittenAgainNotItsHandlerRun(t *testing.T) {
+	t.Parallel()
+	tr := &rereadTransport{rerun: make(chan struct{}), pending: []*source.Delivery{
+		{Attempt: 1, Headers: map[string]string{}, HasPayload: true, ID: "1-0", Key: "reread", Payload: []byte("x")},
+	}}
+	acked := make(chan Settled, 1)
+	a, err := New(Config{Logger: slog.New(slog.DiscardHandler), OnSettled: func(_ context.Context, s Settled) {
+		if s.Err == nil {
+			acked <- s
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	a.Mount(tr, HandlerFunc(func(context.Context, *Message) error {
+		if runs.Add(1) == 2 {
+			close(tr.rerun)
+		}
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	select {
+	case s := <-acked:
+		if s.Attempt != 1 {
+			t.Errorf("the ack written was of attempt %d, want 1 (the run whose ack failed)", s.Attempt)
+		}
+	case <-time.After(copierWaitBound):
+		t.Fatal("no ack was applied")
+	}
+	cancel()
+	<-ran
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1: the delivery read again was to have its failed ack written again", n)
+	}
+}
