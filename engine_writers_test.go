@@ -561,10 +561,11 @@ func TestReliableListRetryCopiesAndDeadLettersGoThroughMovesInBatches(t *testing
 // rereadTransport hands out one delivery. Its first Ack fails and, as a stream does
 // after a failed write (it re-reads its own pending entries), it hands the entry out
 // again at once, before that Ack returns: the Ack returns once a handler ran a second
-// time, or after a moment.
+// time, or once the read loop waits for the Ack at its barrier (barred).
 type rereadTransport struct {
 	nopTransport
-	rerun chan struct{} // closed by the test's handler when it runs a second time
+	rerun  chan struct{} // closed by the test's handler when it runs a second time
+	barred func() bool   // whether the read loop waits at mount.settlingBarrier
 
 	mu      sync.Mutex
 	pending []*source.Delivery
@@ -606,9 +607,14 @@ func (t *rereadTransport) Ack(_ context.Context, ds []*source.Delivery) error {
 	if !first {
 		return nil
 	}
-	select {
-	case <-t.rerun:
-	case <-time.After(time.Second):
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(copierWaitBound); time.Now().Before(deadline) && !t.barred(); {
+		select {
+		case <-t.rerun:
+			return errors.New("connection refused")
+		case <-tick.C:
+		}
 	}
 	return errors.New("connection refused")
 }
@@ -637,6 +643,16 @@ func TestADeliveryReadAgainBeforeItsFailedAckReturnedHasItsAckWrittenAgainNotIts
 		}
 		return nil
 	}))
+	m := a.mounts[0]
+	tr.barred = func() bool {
+		// The Ack holds the lock for reading: it cannot be had for reading again only
+		// while the read loop waits to take it for writing.
+		if m.settling.TryRLock() {
+			m.settling.RUnlock()
+			return false
+		}
+		return true
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(ctx) }()
